@@ -1,0 +1,276 @@
+"""`Artifact`: a KV-cache plus its header, as safetensors-compatible bytes. Never pickle.
+
+Byte layout (readable by the ``safetensors`` library too)::
+
+    u64 LE  N                      header length
+    N bytes JSON                   {"__metadata__": {"c2c.header": <canonical header>,
+                                                     "c2c.signature": <JSON, optional>},
+                                    "k.000": {"dtype": "F32", "shape": [1, H, T, D],
+                                              "data_offsets": [a, b]}, "v.000": ..., ...}
+    data                           tensors back to back, in name order
+
+The parser is our own and strict: it bounds the header size before reading it,
+rejects duplicate keys, unknown dtypes, shapes that disagree with the
+fingerprint, offsets that overlap or leave gaps, a data section shorter or longer
+than declared, a header that is not byte-for-byte canonical, digests that do not
+match, and NaN/Inf values. Each failure is a specific :class:`ArtifactError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from c2c.artifact.header import ArtifactHeader, token_digest, utc_now
+from c2c.errors import (ArtifactTooLargeError, ArtifactWriteError, CorruptArtifactError,
+                        TruncatedArtifactError)
+from c2c.fingerprint import Fingerprint, canonical_json
+from c2c.prefix import PrefixRef
+from c2c.runtime.kvcache import KVCache
+
+MAX_HEADER_BYTES = 64 << 20
+DEFAULT_MAX_BYTES = int(os.environ.get("C2C_MAX_ARTIFACT_BYTES", 16 << 30))
+
+_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def _tensor_names(num_layers: int) -> list[str]:
+    return [f"{kv}.{i:03d}" for i in range(num_layers) for kv in ("k", "v")]
+
+
+def _tensor_table(names: Sequence[str], dtype: str, shapes: Sequence[Sequence[int]]) -> bytes:
+    return canonical_json([[n, dtype, list(s)] for n, s in zip(names, shapes)])
+
+
+def _digest_tensors(table: bytes, data: bytes | memoryview) -> str:
+    h = hashlib.sha256(table)
+    h.update(data)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifact:
+    """An exchanged cache: ``header`` (what it is) + ``cache`` (the tensors) + optional signature."""
+
+    header: ArtifactHeader
+    cache: KVCache
+    signature: dict[str, Any] | None = None
+
+    @property
+    def id(self) -> str:
+        """Content address: sha256 of the canonical header (which covers every tensor byte)."""
+        return self.header.digest
+
+    # ------------------------------------------------------------- building
+    @classmethod
+    def build(cls, cache: KVCache, *, fingerprint: Fingerprint, prefix: PrefixRef,
+              withhold_tokens: bool = False, producer: dict[str, str] | None = None,
+              parents: Sequence[str] = (), labels: dict[str, str] | None = None,
+              extra: dict[str, Any] | None = None) -> "Artifact":
+        dtype = _NAMES.get(cache.dtype)
+        if dtype is None:
+            raise CorruptArtifactError(f"cannot export a cache of dtype {cache.dtype}")
+        names, tensors = _ordered(cache)
+        table = _tensor_table(names, dtype, [t.shape for t in tensors])
+        data = b"".join(_bytes(t) for t in tensors)
+        header = ArtifactHeader(
+            fingerprint=fingerprint, prefix=prefix, start=cache.start, end=cache.end,
+            tokens=None if withhold_tokens else tuple(cache.token_ids),
+            token_digest=token_digest(cache.token_ids), tensor_digest=_digest_tensors(table, data),
+            dtype=dtype, producer=dict(producer or {}), created=utc_now(), parents=tuple(parents),
+            labels=dict(labels or {}), extra=dict(extra or {}),
+        )
+        return cls(header=header, cache=cache)
+
+    def with_signature(self, signature: dict[str, Any] | None) -> "Artifact":
+        return replace(self, signature=signature)
+
+    # ------------------------------------------------------------- encoding
+    def encode(self) -> bytes:
+        dtype = self.header.dtype
+        names, tensors = _ordered(self.cache)
+        meta = {"c2c.header": self.header.canonical().decode("utf-8")}
+        if self.signature is not None:
+            meta["c2c.signature"] = canonical_json(self.signature).decode("utf-8")
+        table: dict[str, Any] = {"__metadata__": meta}
+        offset = 0
+        for n, t in zip(names, tensors):
+            size = t.numel() * t.element_size()
+            table[n] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+            offset += size
+        head = json.dumps(table, separators=(",", ":"), ensure_ascii=True).encode()
+        head += b" " * (-len(head) % 8)  # safetensors aligns the data section to 8 bytes
+        return struct.pack("<Q", len(head)) + head + b"".join(_bytes(t) for t in tensors)
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
+        """Parse and fully validate artifact bytes (see module docstring)."""
+        buf = memoryview(data)
+        if len(buf) > max_bytes:
+            raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
+        if len(buf) < 8:
+            raise TruncatedArtifactError(f"artifact is {len(buf)} bytes; too short to hold a header length")
+        (n,) = struct.unpack("<Q", buf[:8])
+        if n > MAX_HEADER_BYTES:
+            raise ArtifactTooLargeError(f"declared header of {n} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
+        if 8 + n > len(buf):
+            raise TruncatedArtifactError(f"declared header of {n} bytes but only {len(buf) - 8} follow")
+        table = _parse_json(bytes(buf[8: 8 + n]), "tensor table")
+        if not isinstance(table, dict):
+            raise CorruptArtifactError("the safetensors header is not a JSON object")
+        meta = table.pop("__metadata__", None)
+        if not isinstance(meta, dict) or not isinstance(meta.get("c2c.header"), str):
+            raise CorruptArtifactError("no c2c header in __metadata__: this is not a c2c artifact")
+        extra_meta = set(meta) - {"c2c.header", "c2c.signature"}
+        if extra_meta or not all(isinstance(v, str) for v in meta.values()):
+            raise CorruptArtifactError(f"unexpected __metadata__ entries {sorted(extra_meta)}")
+        raw_header = meta["c2c.header"].encode("utf-8")
+        header = ArtifactHeader.from_dict(_parse_json(raw_header, "c2c header"))
+        if header.canonical() != raw_header:
+            raise CorruptArtifactError("the c2c header is not in canonical form; refusing an ambiguous header")
+        signature = None
+        if "c2c.signature" in meta:
+            signature = _parse_json(meta["c2c.signature"].encode("utf-8"), "signature")
+            if not isinstance(signature, dict):
+                raise CorruptArtifactError("the signature entry is not a JSON object")
+        cache = _tensors(header, table, buf[8 + n:])
+        return cls(header=header, cache=cache, signature=signature)
+
+    # ------------------------------------------------------------------ files
+    def write(self, path: str | Path) -> int:
+        """Write atomically (temp file, fsync, rename). Returns bytes written."""
+        return write_atomic(Path(path), self.encode())
+
+    @classmethod
+    def read(cls, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
+        return cls.decode(read_bounded(Path(path), max_bytes), max_bytes=max_bytes)
+
+
+# ------------------------------------------------------------------ helpers
+def _ordered(cache: KVCache) -> tuple[list[str], list[torch.Tensor]]:
+    names = _tensor_names(cache.num_layers)
+    tensors = [t for pair in zip(cache.keys, cache.values) for t in pair]
+    return names, tensors
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    t = t.detach().to("cpu").contiguous()
+    return t.view(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _parse_json(raw: bytes, what: str) -> Any:
+    def no_dupes(pairs):
+        keys = [k for k, _ in pairs]
+        if len(keys) != len(set(keys)):
+            raise CorruptArtifactError(f"duplicate keys in the {what}")
+        return dict(pairs)
+
+    def no_constants(c):
+        raise CorruptArtifactError(f"non-finite number {c} in the {what}")
+
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=no_dupes, parse_constant=no_constants)
+    except CorruptArtifactError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CorruptArtifactError(f"the {what} is not valid JSON: {str(e)[:200]}") from None
+
+
+def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview) -> KVCache:
+    fp = header.fingerprint
+    names = _tensor_names(fp.num_layers)
+    if sorted(table) != sorted(names):
+        raise CorruptArtifactError(
+            f"tensor names do not match a {fp.num_layers}-layer cache: "
+            f"unexpected {sorted(set(table) - set(names))[:4]}, missing {sorted(set(names) - set(table))[:4]}")
+    if header.dtype not in _DTYPES or header.dtype.lower() not in ("f32", "f16", "bf16"):
+        raise CorruptArtifactError(f"unsupported dtype {header.dtype!r}")
+    torch_dtype = _DTYPES[header.dtype]
+    itemsize = torch.empty(0, dtype=torch_dtype).element_size()
+    windows = tuple(fp.sliding_window if t == "sliding_attention" else None for t in fp.layer_types)
+    if len(windows) != fp.num_layers:
+        raise CorruptArtifactError("fingerprint layer_types does not list every layer")
+    T = header.seq_len
+    offset = 0
+    shapes, spans = [], []
+    for i, name in enumerate(names):
+        entry = table[name]
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise CorruptArtifactError(f"tensor entry {name} is malformed")
+        if entry["dtype"] != header.dtype:
+            raise CorruptArtifactError(f"tensor {name} has dtype {entry['dtype']!r}, header says {header.dtype!r}")
+        want = [1, fp.kv_heads, KVCache.layer_length(T, windows[i // 2]), fp.head_dim]
+        if entry["shape"] != want:
+            raise CorruptArtifactError(f"tensor {name} has shape {entry['shape']}, expected {want} from the header")
+        a, b = entry["data_offsets"] if isinstance(entry["data_offsets"], list) and len(entry["data_offsets"]) == 2 else (None, None)
+        size = want[1] * want[2] * want[3] * itemsize
+        if not (isinstance(a, int) and isinstance(b, int)) or a != offset or b - a != size:
+            raise CorruptArtifactError(f"tensor {name} has data_offsets {entry['data_offsets']}, expected [{offset}, {offset + size}]")
+        offset = b
+        shapes.append(want)
+        spans.append((a, b))
+    if offset > len(data):
+        raise TruncatedArtifactError(f"tensors need {offset} bytes of data but only {len(data)} are present")
+    if offset < len(data):
+        raise CorruptArtifactError(f"{len(data) - offset} unexpected bytes after the last tensor")
+    table_bytes = _tensor_table(names, header.dtype, shapes)
+    if _digest_tensors(table_bytes, data) != header.tensor_digest:
+        raise CorruptArtifactError("tensor bytes do not match the header's tensor_digest (corrupted or tampered)")
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+    tensors = []
+    for (a, b), shape, name in zip(spans, shapes, names):
+        t = flat[a:b].view(torch_dtype).view(*shape)
+        if t.numel() and not bool(torch.isfinite(t).all()):
+            raise CorruptArtifactError(f"tensor {name} contains NaN or Inf")
+        tensors.append(t)
+    tokens = header.tokens if header.tokens is not None else (0,) * T
+    return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),
+                   start=header.start, windows=windows)
+
+
+def write_atomic(path: Path, payload: bytes) -> int:
+    """Write ``payload`` to ``path`` so that readers see all of it or nothing."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        try:
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise ArtifactWriteError(f"could not write {path}: {e.strerror or e}; nothing was written") from e
+    return len(payload)
+
+
+def read_bounded(path: Path, max_bytes: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
+        with open(path, "rb") as f:
+            return f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise CorruptArtifactError(f"no artifact at {path}") from None
+    except IsADirectoryError:
+        raise CorruptArtifactError(f"{path} is a directory, not an artifact") from None

@@ -1,0 +1,151 @@
+"""`ArtifactHeader`: the canonical, signable description of an exchanged cache.
+
+The header is serialized as canonical JSON (sorted keys, no spaces, UTF-8) and
+that exact byte string is what is hashed and signed. It carries:
+
+- ``format``/``version``: ``"c2c-kv"``, :data:`FORMAT_VERSION`;
+- ``fingerprint``: the producing model (see :mod:`c2c.fingerprint`);
+- ``prefix``: length and chained block hashes of the shared prefix the cache
+  was computed after;
+- ``start``/``end``: absolute positions covered (``start == 0`` for a full cache);
+- ``tokens``: the token ids, or ``None`` when withheld, and always ``token_digest``;
+- ``tensor_digest``: sha256 over the tensor table and every tensor byte;
+- ``producer``, ``created``, ``parents``, ``labels``, ``extra``.
+
+The signature is *not* in the header: it signs the header.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from c2c.errors import CorruptArtifactError, UnsupportedVersionError
+from c2c.fingerprint import Fingerprint, canonical_json
+from c2c.prefix import PrefixRef
+
+FORMAT = "c2c-kv"
+FORMAT_VERSION = 1
+
+
+def token_digest(token_ids: Sequence[int]) -> str:
+    return hashlib.sha256(struct.pack(f"<{len(token_ids)}I", *token_ids)).hexdigest()
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactHeader:
+    fingerprint: Fingerprint
+    prefix: PrefixRef
+    start: int
+    end: int
+    token_digest: str
+    tensor_digest: str
+    dtype: str
+    tokens: tuple[int, ...] | None = None
+    producer: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+    parents: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    version: int = FORMAT_VERSION
+
+    @property
+    def kind(self) -> str:
+        """``"full"`` when the cache starts at position 0 (it includes the prefix), else ``"slice"``."""
+        return "full" if self.start == 0 else "slice"
+
+    @property
+    def seq_len(self) -> int:
+        return self.end - self.start
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": self.version,
+            "fingerprint": self.fingerprint.to_dict(), "prefix": self.prefix.to_dict(),
+            "start": self.start, "end": self.end, "tokens": list(self.tokens) if self.tokens is not None else None,
+            "token_digest": self.token_digest, "tensor_digest": self.tensor_digest, "dtype": self.dtype,
+            "producer": dict(self.producer), "created": self.created, "parents": list(self.parents),
+            "labels": dict(self.labels), "extra": dict(self.extra),
+        }
+
+    def canonical(self) -> bytes:
+        return canonical_json(self.to_dict())
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the canonical header; it covers the tensors through ``tensor_digest``."""
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "ArtifactHeader":
+        """Validate and build; any malformed field raises :class:`CorruptArtifactError`."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise CorruptArtifactError("not a c2c artifact header (format is not 'c2c-kv')")
+        if d.get("version") != FORMAT_VERSION:
+            raise UnsupportedVersionError(
+                f"artifact format version {d.get('version')!r}; this build reads version {FORMAT_VERSION}. "
+                "Upgrade c2c on the reader, or re-export with a matching version"
+            )
+        expected = {"format", "version", "fingerprint", "prefix", "start", "end", "tokens", "token_digest",
+                    "tensor_digest", "dtype", "producer", "created", "parents", "labels", "extra"}
+        if set(d) != expected:
+            raise CorruptArtifactError(f"header fields differ from the format: {sorted(set(d) ^ expected)}")
+        try:
+            fp = Fingerprint.from_dict(_typed(d["fingerprint"], dict, "fingerprint"))
+            prefix = PrefixRef.from_dict(_typed(d["prefix"], dict, "prefix"))
+            start, end = _int(d["start"], "start"), _int(d["end"], "end")
+            tokens = d["tokens"]
+            if tokens is not None:
+                tokens = tuple(_int(t, "token id", hi=2**32 - 1) for t in _typed(tokens, list, "tokens"))
+            header = cls(
+                fingerprint=fp, prefix=prefix, start=start, end=end, tokens=tokens,
+                token_digest=_hex(d["token_digest"], "token_digest"),
+                tensor_digest=_hex(d["tensor_digest"], "tensor_digest"),
+                dtype=_typed(d["dtype"], str, "dtype"),
+                producer={str(k): _typed(v, str, "producer") for k, v in _typed(d["producer"], dict, "producer").items()},
+                created=_typed(d["created"], str, "created"),
+                parents=tuple(_hex(p, "parent") for p in _typed(d["parents"], list, "parents")),
+                labels={str(k): _typed(v, str, "label") for k, v in _typed(d["labels"], dict, "labels").items()},
+                extra=_typed(d["extra"], dict, "extra"),
+            )
+        except CorruptArtifactError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptArtifactError(f"malformed header field: {e}") from None
+        if not (0 <= start < end) or not (prefix.length <= end):
+            raise CorruptArtifactError(f"inconsistent span [{start}:{end}) with prefix length {prefix.length}")
+        if tokens is not None:
+            if len(tokens) != end - start:
+                raise CorruptArtifactError(f"{len(tokens)} token ids for a span of {end - start}")
+            if token_digest(tokens) != header.token_digest:
+                raise CorruptArtifactError("token ids do not match token_digest")
+            if start == 0 and PrefixRef.of(tokens[: prefix.length], prefix.block_size) != prefix:
+                raise CorruptArtifactError("the first tokens do not hash to the declared prefix")
+        return header
+
+
+def _typed(v: Any, t: type, what: str) -> Any:
+    if not isinstance(v, t) or (t is int and isinstance(v, bool)):
+        raise CorruptArtifactError(f"header field {what} should be {t.__name__}, got {type(v).__name__}")
+    return v
+
+
+def _int(v: Any, what: str, hi: int = 2**40) -> int:
+    v = _typed(v, int, what)
+    if not 0 <= v <= hi:
+        raise CorruptArtifactError(f"header field {what}={v} is out of range")
+    return v
+
+
+def _hex(v: Any, what: str) -> str:
+    v = _typed(v, str, what)
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise CorruptArtifactError(f"header field {what} is not a sha256 hex digest")
+    return v

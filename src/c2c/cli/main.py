@@ -1,0 +1,80 @@
+"""`c2c` command line: a thin veneer over the library.
+
+Each command group lives in its own module with a ``register(subparsers)``
+function; each command builds one library object and calls one method. Every
+command's help ends with an example (a test enforces it). Errors derived from
+:class:`~c2c.errors.C2CError` are printed as one line and exit with status 2
+(1 is kept for "ran fine, answer is no", e.g. a failed verification).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any, Callable
+
+# Command-group modules, in help order. Each defines register(subparsers).
+GROUPS = ["models", "artifact", "demo", "bench"]
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def command(sub, name: str, *, help: str, example: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """Add one subcommand whose help ends with ``example``."""
+    p = sub.add_parser(name, help=help, description=help, formatter_class=Formatter,
+                       epilog="Example:\n  " + example.strip().replace("\n", "\n  "))
+    p.set_defaults(func=func)
+    return p
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """Print ``data`` as JSON when ``--json`` was given, else ``text``."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="c2c", formatter_class=Formatter,
+        description="Hand KV-caches between LLM agents instead of text, with text as the fallback.",
+        epilog="Example:\n  c2c demo            # analyst -> writer handoff, by text and by cache\n"
+               "  c2c models list\n\nEnvironment: C2C_HOME (default ~/.cache/c2c), C2C_STORE (store URL).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for group in GROUPS:
+        importlib.import_module(f"c2c.cli.{group}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from c2c.errors import C2CError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except C2CError as e:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+        else:
+            print(f"c2c: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("c2c: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

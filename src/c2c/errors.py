@@ -1,0 +1,160 @@
+"""The one exception tree of c2c.
+
+Every failure c2c reports on purpose is a subclass of :class:`C2CError`; a caller
+who wants "anything c2c refused" catches that one class. Messages name the
+problem and say what to do instead.
+
+    C2CError
+    ├── ConfigError                 bad argument, flag or environment variable
+    ├── ModelError                  a model cannot be found, pulled or loaded
+    │   └── UnknownModelError       name is not in the zoo and not a directory
+    ├── RuntimeUnsupportedError     the runtime cannot do this exactly (e.g. a slice
+    │                               outside a sliding window); it refuses
+    ├── IncompatibleCacheError      a cache does not fit the model that would use it
+    │   ├── FingerprintMismatchError  the artifact was made by a different model
+    │   └── PrefixMismatchError       the receiver's shared prefix differs
+    ├── ArtifactError               an exchanged artifact is unusable
+    │   ├── TruncatedArtifactError    shorter than its header declares
+    │   ├── CorruptArtifactError      malformed header, bad offsets, NaN/Inf, bad digest
+    │   ├── ArtifactTooLargeError     declared sizes beyond the configured limit
+    │   ├── UnsupportedVersionError   a format version this build does not read
+    │   └── ArtifactWriteError        disk full / permission denied; nothing written
+    ├── TrustError                  provenance or confidentiality failed
+    │   ├── UnsignedArtifactError     a signature was required and is missing
+    │   ├── BadSignatureError         signature does not verify (tampered bytes)
+    │   ├── UnknownSignerError        key is not in the keyring for that domain
+    │   ├── RevokedSignerError        key was revoked
+    │   ├── DomainMismatchError       signed for another trust domain
+    │   ├── VerificationFailedError   the KV does not encode the claimed tokens
+    │   └── SealError                 an AEAD envelope failed to open
+    ├── StoreError                  the commit store refused or failed
+    │   ├── CommitNotFoundError
+    │   ├── StaleCommitError          a consumer asked for fresh context and got stale
+    │   ├── StoreWriteError           disk full, permission denied, server down;
+    │   │                             nothing was half-written
+    │   └── StoreCorruptError         a blob does not hash to its id
+    ├── HandoffError                a handoff could not be done in the mode asked
+    └── FuserError                  fuser config, checkpoint or alignment problem
+"""
+
+from __future__ import annotations
+
+
+class C2CError(Exception):
+    """Base class of every error c2c raises on purpose."""
+
+
+class ConfigError(C2CError):
+    """A bad argument, flag or environment variable."""
+
+
+class ModelError(C2CError):
+    """A model cannot be found, pulled, converted or loaded."""
+
+
+class UnknownModelError(ModelError):
+    """The name is neither a zoo model nor a local model directory."""
+
+
+class RuntimeUnsupportedError(C2CError):
+    """The runtime cannot do this exactly for this model, so it refuses."""
+
+
+class IncompatibleCacheError(C2CError):
+    """A cache does not fit the model or context that would use it."""
+
+
+class FingerprintMismatchError(IncompatibleCacheError):
+    """The cache was produced by a model whose fingerprint differs."""
+
+    def __init__(self, message: str, differences: dict | None = None):
+        super().__init__(message)
+        self.differences = differences or {}
+
+
+class PrefixMismatchError(IncompatibleCacheError):
+    """The receiver's shared-prefix hashes differ from the artifact's."""
+
+
+class ArtifactError(C2CError):
+    """An exchanged artifact cannot be used."""
+
+
+class TruncatedArtifactError(ArtifactError):
+    """The artifact is shorter than its header declares."""
+
+
+class CorruptArtifactError(ArtifactError):
+    """Malformed header, inconsistent offsets, bad digest or non-finite values."""
+
+
+class ArtifactTooLargeError(ArtifactError):
+    """Declared sizes exceed the configured limit."""
+
+
+class UnsupportedVersionError(ArtifactError):
+    """The artifact's format version is not one this build reads."""
+
+
+class ArtifactWriteError(ArtifactError):
+    """Writing an artifact failed (disk full, permission denied); no partial file is left."""
+
+
+class TrustError(C2CError):
+    """Provenance, integrity or confidentiality could not be established."""
+
+
+class UnsignedArtifactError(TrustError):
+    """A signature was required and the artifact has none."""
+
+
+class BadSignatureError(TrustError):
+    """The signature does not verify: header or tensor bytes were changed."""
+
+
+class UnknownSignerError(TrustError):
+    """The signing key is not trusted for the domain."""
+
+
+class RevokedSignerError(TrustError):
+    """The signing key was revoked."""
+
+
+class DomainMismatchError(TrustError):
+    """The artifact belongs to another trust domain."""
+
+
+class VerificationFailedError(TrustError):
+    """The KV-cache does not encode the tokens its header claims."""
+
+
+class SealError(TrustError):
+    """An AEAD envelope failed to authenticate or is malformed."""
+
+
+class StoreError(C2CError):
+    """The commit store refused or failed an operation."""
+
+
+class CommitNotFoundError(StoreError):
+    """No commit with that id exists in the store."""
+
+
+class StaleCommitError(StoreError):
+    """A commit is stale and the caller asked for fresh context only."""
+
+
+class StoreWriteError(StoreError):
+    """A write failed (disk full, permission denied, server down); nothing was half-written."""
+
+
+class StoreCorruptError(StoreError):
+    """A stored blob no longer hashes to its id."""
+
+
+class HandoffError(C2CError):
+    """A handoff could not be carried out in the requested mode."""
+
+
+class FuserError(C2CError):
+    """A fuser config, checkpoint or alignment problem."""

@@ -1,0 +1,155 @@
+"""Model fingerprint: everything that decides whether a cache is valid for another agent.
+
+Two agents can share a KV-cache only when their models produce the same K/V for
+the same tokens: same architecture and layer layout, same KV heads and head
+dimension, same sliding windows, same RoPE, same dtype, the same tokenizer, the
+same weights and the same adapters, and the same cache format. A mismatch in
+RoPE or tokenizer breaks silently, so every one of these is compared and every
+difference is named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from c2c.errors import FingerprintMismatchError
+
+CACHE_FORMAT_VERSION = 1
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one canonical serialization c2c hashes and signs: sorted keys, no spaces, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fingerprint:
+    """The identity of the model that made a cache."""
+
+    architecture: str
+    num_layers: int
+    layer_types: tuple[str, ...]
+    kv_heads: int
+    head_dim: int
+    sliding_window: int | None
+    rope: str                     # canonical JSON of the RoPE parameters
+    dtype: str
+    tokenizer_digest: str
+    weights_digest: str
+    adapters: tuple[str, ...] = ()
+    cache_format: int = CACHE_FORMAT_VERSION
+    model_name: str = ""          # informational: never compared
+
+    # -------------------------------------------------------------- building
+    @classmethod
+    def of(cls, runtime) -> "Fingerprint":
+        f = runtime.facts
+        return cls(
+            architecture=f["architecture"], num_layers=f["num_layers"],
+            layer_types=tuple(f["layer_types"]), kv_heads=f["kv_heads"], head_dim=f["head_dim"],
+            sliding_window=f["sliding_window"], rope=canonical_json(f["rope"]).decode(),
+            dtype=f["dtype"], tokenizer_digest=runtime.tokenizer_digest,
+            weights_digest=runtime.weights_digest, adapters=tuple(runtime.adapters),
+            model_name=runtime.name,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["layer_types"] = list(self.layer_types)
+        d["adapters"] = list(self.adapters)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Fingerprint":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown fingerprint fields {sorted(unknown)}")
+        d = dict(d)
+        d["layer_types"] = tuple(d.get("layer_types", ()))
+        d["adapters"] = tuple(d.get("adapters", ()))
+        return cls(**d)
+
+    @property
+    def digest(self) -> str:
+        """sha256 over every compared field (not the informational model name)."""
+        d = self.to_dict()
+        d.pop("model_name")
+        return sha256_hex(canonical_json(d))
+
+    # ------------------------------------------------------------- comparing
+    def diff(self, other: "Fingerprint") -> dict[str, tuple[Any, Any]]:
+        """Every compared field that differs, as ``{field: (ours, theirs)}``."""
+        out = {}
+        for f in fields(self):
+            if f.name == "model_name":
+                continue
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out[f.name] = (a, b)
+        return out
+
+    def require_same(self, other: "Fingerprint") -> None:
+        """Raise :class:`FingerprintMismatchError` naming every differing field."""
+        d = self.diff(other)
+        if d:
+            parts = ", ".join(f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(d.items()))
+            raise FingerprintMismatchError(
+                f"cache was made by {other.model_name or 'another model'}, not {self.model_name or 'this model'} "
+                f"({parts}); hand off by text, or use a trained fuser for this pair", d)
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) <= 24 else s[:21] + "..."
+
+
+def weights_digest(path: Path | None, model=None) -> str:
+    """sha256 over a model's weight files, cached next to them keyed by size and mtime.
+
+    Falls back to hashing the in-memory parameters when there is no directory.
+    """
+    if path is not None:
+        files = sorted(Path(path).glob("*.safetensors"))
+        if files:
+            key = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+            memo = Path(path) / "c2c-weights.sha256.json"
+            try:
+                cached = json.loads(memo.read_text())
+                if cached.get("key") == key:
+                    return cached["digest"]
+            except (OSError, ValueError):
+                pass
+            h = hashlib.sha256()
+            for p in files:
+                h.update(p.name.encode())
+                with open(p, "rb") as f:
+                    while block := f.read(1 << 24):
+                        h.update(block)
+            digest = h.hexdigest()
+            try:
+                tmp = memo.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"key": key, "digest": digest}))
+                os.replace(tmp, memo)
+            except OSError:
+                pass  # NOTE: a read-only model dir just means we hash again next time
+            return digest
+    if model is None:
+        raise ValueError("weights_digest needs a model directory or a model")
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,106 @@
+"""The shared prefix of a team, and chained block hashes over token ids.
+
+A cache is bound to the exact tokens before it. Agents of one team therefore
+share one canonical prefix: the system prompt, the tool list and the shared JSON
+context, serialized canonically (sorted keys, fixed separators), rendered with
+the model's chat template and tokenized the same way by everyone.
+
+Block hashes are chained like vLLM's: ``h_i = sha256(h_{i-1} || n || tokens_i)``
+with tokens as little-endian uint32, so they are identical across processes and
+machines (never Python's ``hash()``). Comparing the lists finds the first block
+where two prefixes diverge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any, NewType, Sequence
+
+from c2c.errors import PrefixMismatchError
+
+BlockHash = NewType("BlockHash", str)  # 64 hex chars
+BLOCK_SIZE = 16
+_ROOT = hashlib.sha256(b"c2c-prefix-v1").digest()
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> tuple[BlockHash, ...]:
+    """Chained sha256 per block of ``block_size`` tokens; the last block may be partial."""
+    out: list[BlockHash] = []
+    parent = _ROOT
+    for i in range(0, len(token_ids), block_size):
+        block = token_ids[i: i + block_size]
+        h = hashlib.sha256(parent + struct.pack("<I", len(block)) + struct.pack(f"<{len(block)}I", *block))
+        parent = h.digest()
+        out.append(BlockHash(h.hexdigest()))
+    return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixRef:
+    """What an artifact records about the prefix it was computed after."""
+
+    length: int
+    hashes: tuple[BlockHash, ...]
+    block_size: int = BLOCK_SIZE
+
+    @classmethod
+    def of(cls, token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> "PrefixRef":
+        return cls(length=len(token_ids), hashes=block_hashes(token_ids, block_size), block_size=block_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"length": self.length, "hashes": list(self.hashes), "block_size": self.block_size}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PrefixRef":
+        return cls(length=int(d["length"]), hashes=tuple(BlockHash(h) for h in d["hashes"]),
+                   block_size=int(d.get("block_size", BLOCK_SIZE)))
+
+    def require_match(self, token_ids: Sequence[int]) -> None:
+        """Raise :class:`PrefixMismatchError` unless ``token_ids`` is exactly this prefix."""
+        mine = PrefixRef.of(token_ids, self.block_size)
+        if mine == self:
+            return
+        first = next((i for i, (a, b) in enumerate(zip(self.hashes, mine.hashes)) if a != b),
+                     min(len(self.hashes), len(mine.hashes)))
+        raise PrefixMismatchError(
+            f"shared prefix differs from the artifact's: {mine.length} tokens here vs {self.length} in the "
+            f"artifact, first differing block {first} (tokens {first * self.block_size}..); make every agent "
+            "of the team use the same SharedPrefix (system prompt, tools, context) and model"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedPrefix:
+    """What every agent of a team puts first: system prompt, tools, shared context.
+
+    ``context`` is any JSON-able mapping; it is serialized canonically so that two
+    agents holding equal dicts produce equal tokens.
+    """
+
+    system: str
+    tools: tuple[str, ...] = ()
+    context: str = field(default="{}")  # canonical JSON text
+
+    @classmethod
+    def build(cls, system: str, tools: Sequence[str] = (), context: dict | None = None) -> "SharedPrefix":
+        return cls(system=system, tools=tuple(tools), context=canonical_context(context or {}))
+
+    def text(self) -> str:
+        parts = [self.system.strip()]
+        if self.tools:
+            parts.append("Tools:\n" + "\n".join(f"- {t}" for t in self.tools))
+        if self.context != "{}":
+            parts.append("Shared context (JSON):\n" + self.context)
+        return "\n\n".join(parts)
+
+    def token_ids(self, runtime) -> tuple[int, ...]:
+        """Tokens of the prefix for ``runtime``'s model: BOS (if any) + the system turn."""
+        return tuple(runtime.bos_ids) + tuple(runtime.encode(runtime.render_turn("system", self.text())))
+
+
+def canonical_context(obj: Any) -> str:
+    """Canonical JSON text: sorted keys, fixed separators, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

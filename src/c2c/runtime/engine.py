@@ -1,0 +1,193 @@
+"""`Runtime`: prefill, continue, generate and re-position KV-caches for one model.
+
+The runtime owns a loaded model and its tokenizer and speaks only in token ids
+and :class:`~c2c.runtime.kvcache.KVCache` values. All transformers calls go
+through :mod:`c2c.runtime.hf`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from c2c.errors import ConfigError, IncompatibleCacheError
+from c2c.runtime import hf
+from c2c.runtime.kvcache import KVCache
+
+
+@dataclass(frozen=True, kw_only=True)
+class Generation:
+    """Result of a greedy generation.
+
+    ``cache`` covers every token fed plus every generated token but the last
+    (whose K/V is computed only when something is fed after it).
+    """
+
+    token_ids: tuple[int, ...]
+    cache: KVCache
+    prefill_s: float
+    decode_s: float
+    text: str
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Runtime:
+    """One loaded model. Build with :meth:`load` (a directory) or :func:`c2c.models.load`."""
+
+    def __init__(self, model, tokenizer, *, name: str, path: Path | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.path = Path(path) if path is not None else None
+        self.facts = hf.model_facts(model)
+        self.windows: tuple[int | None, ...] = tuple(self.facts["windows"])
+        self.eos_ids = frozenset(self.facts["eos_token_ids"])
+        self.adapters: tuple[str, ...] = ()
+
+    @classmethod
+    def load(cls, path: str | Path, *, name: str | None = None, dtype: str = "float32",
+             device: str = "cpu") -> "Runtime":
+        try:
+            torch_dtype = getattr(torch, dtype)
+        except AttributeError:
+            raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
+        model, tok = hf.load(path, dtype=torch_dtype, device=device)
+        return cls(model, tok, name=name or Path(path).name, path=Path(path))
+
+    # ------------------------------------------------------------ identity
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @cached_property
+    def tokenizer_digest(self) -> str:
+        return hashlib.sha256(hf.tokenizer_material(self.tokenizer)).hexdigest()
+
+    @cached_property
+    def weights_digest(self) -> str:
+        """sha256 over the weight files, computed once per model and cached beside them."""
+        from c2c.fingerprint import weights_digest
+
+        return weights_digest(self.path, self.model)
+
+    # ---------------------------------------------------------- tokenizer
+    def encode(self, text: str) -> list[int]:
+        return hf.encode(self.tokenizer, text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return hf.decode(self.tokenizer, ids)
+
+    @cached_property
+    def bos_ids(self) -> tuple[int, ...]:
+        return tuple(hf.bos_ids(self.tokenizer, self.model))
+
+    def render_turn(self, role: str, content: str) -> str:
+        """The text of one chat turn, exactly as the model's template writes it mid-conversation."""
+        anchor = [{"role": "system", "content": "x"}]
+        if role == "system":
+            full = hf.render_chat(self.tokenizer, [{"role": "system", "content": content}])
+            if full is not None:
+                return full
+        else:
+            before = hf.render_chat(self.tokenizer, anchor)
+            after = hf.render_chat(self.tokenizer, anchor + [{"role": role, "content": content}])
+            if before is not None and after.startswith(before):
+                return after[len(before):]
+        return f"{role.capitalize()}: {content}\n\n"  # plain template for base models
+
+    def generation_prompt(self) -> str:
+        anchor = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
+        before = hf.render_chat(self.tokenizer, anchor)
+        if before is None:
+            return "Assistant:"
+        return hf.render_chat(self.tokenizer, anchor, add_generation_prompt=True)[len(before):]
+
+    # ------------------------------------------------------------- compute
+    def prefill(self, ids: Sequence[int], past: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
+        """Run ``ids`` after ``past``. Returns (next-token logits ``(vocab,)``, the grown cache)."""
+        if not ids:
+            raise ConfigError("prefill needs at least one token")
+        self._check_cache(past)
+        return hf.forward(self.model, ids, past, self.windows)
+
+    def logits(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
+        """Next-token logits ``(T, vocab)`` at every position of ``ids`` (for scoring)."""
+        self._check_cache(past)
+        return hf.forward_all_logits(self.model, ids, past)
+
+    def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,
+                 min_new_tokens: int = 0) -> Generation:
+        """Greedy decoding after feeding ``ids``; stops at EOS once ``min_new_tokens`` are out."""
+        t0 = time.perf_counter()
+        logits, cache = self.prefill(ids, past)
+        t1 = time.perf_counter()
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            if step < min_new_tokens and self.eos_ids:
+                logits = logits.clone()
+                logits[list(self.eos_ids)] = float("-inf")
+            tok = int(torch.argmax(logits))
+            out.append(tok)
+            if tok in self.eos_ids or step == max_new_tokens - 1:
+                break
+            logits, cache = hf.forward(self.model, [tok], cache, self.windows)
+        t2 = time.perf_counter()
+        return Generation(token_ids=tuple(out), cache=cache, prefill_s=t1 - t0, decode_s=t2 - t1,
+                          text=self.decode(out))
+
+    def reposition(self, cache: KVCache, new_start: int) -> KVCache:
+        """Move ``cache`` to positions ``new_start...`` by re-rotating its keys.
+
+        Keys are stored after RoPE: ``k_p = k·cos(p) + rot(k)·sin(p)``. We undo the
+        rotation at the old positions and apply it at the new ones, both with the
+        model's own rotary embedding, so the result matches keys computed at the new
+        positions up to float rounding. Values carry no position and are unchanged.
+        """
+        if new_start == cache.start:
+            return cache
+        self._check_cache(cache)
+        keys = []
+        for layer, k in enumerate(cache.keys):
+            T_l = k.shape[2]
+            old = torch.arange(cache.layer_start(layer), cache.end, dtype=torch.long)  # (T_l,)
+            new = old - cache.start + new_start
+            c0, s0 = hf.rotary_cos_sin(self.model, layer, old, torch.float32)  # (T_l, D)
+            c1, s1 = hf.rotary_cos_sin(self.model, layer, new, torch.float32)
+            kf = k.float()  # (1, H, T_l, D)
+            plain = kf * c0 - _rotate_half(kf) * s0  # inverse rotation, exact since cos²+sin²=1
+            moved = plain * c1 + _rotate_half(plain) * s1
+            keys.append(moved.to(k.dtype) if T_l else k)
+        from dataclasses import replace
+
+        return replace(cache, keys=tuple(keys), start=new_start)
+
+    def _check_cache(self, cache: KVCache | None) -> None:
+        if cache is None:
+            return
+        if cache.num_layers != self.facts["num_layers"] or cache.windows != self.windows:
+            raise IncompatibleCacheError(
+                f"cache has {cache.num_layers} layers with windows {cache.windows}, but "
+                f"{self.name} has {self.facts['num_layers']} with {self.windows}"
+            )
+        if cache.num_layers and (cache.keys[0].shape[1] != self.facts["kv_heads"]
+                                 or cache.keys[0].shape[3] != self.facts["head_dim"]):
+            raise IncompatibleCacheError(
+                f"cache has {cache.keys[0].shape[1]} KV heads of dim {cache.keys[0].shape[3]}, "
+                f"{self.name} has {self.facts['kv_heads']} of dim {self.facts['head_dim']}"
+            )
+        if cache.dtype != self.dtype:
+            raise IncompatibleCacheError(f"cache dtype {cache.dtype} differs from the model's {self.dtype}")

@@ -1,0 +1,276 @@
+"""The one module of c2c that imports transformers.
+
+Everything that touches a Hugging Face model, tokenizer, config or cache object
+lives here, behind a few plain functions, so that a change inside transformers
+(``past_key_values`` → ``cache``, ``key_cache`` lists → ``layers``) is mended in
+one place. Tested with transformers 5.24 (see pyproject for the pinned range).
+
+Tensor layout of every K/V tensor crossing this module: ``[1, kv_heads, seq, head_dim]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from c2c.errors import ModelError, RuntimeUnsupportedError
+from c2c.runtime.kvcache import KVCache
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+import transformers  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "gemma3_text")
+EXACT_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+# ---------------------------------------------------------------- load / save
+def load(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    """Load a causal LM and its tokenizer from a local directory (never a hub)."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path} is not a model directory (no config.json); pull it with `c2c models pull`")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"could not load the model in {path}: {e}") from e
+    model.to(device).eval()
+    if model.config.model_type not in SUPPORTED_ARCHITECTURES:
+        warnings.warn(f"architecture {model.config.model_type!r} is untested with c2c", stacklevel=2)
+    return model, tokenizer
+
+
+def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
+    """Dequantize a GGUF file once into a safetensors model directory."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+        )
+    except Exception as e:  # transformers raises many kinds here
+        raise ModelError(f"could not convert {gguf_file}: {e}") from e
+    # NOTE: the dequantized weights are plain fp32; drop the GGUF marker so that
+    # save_pretrained writes them instead of refusing a "quantized" model.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+# -------------------------------------------------------------- tiny models
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _byte_tokenizer():
+    """A byte-level BPE tokenizer with no merges: 256 byte tokens + specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    for s in specials:
+        vocab[s] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.add_special_tokens({"additional_special_tokens": specials})
+    fast.chat_template = _CHATML
+    return fast
+
+
+def build_tiny(arch: str, out_dir: Path, *, seed: int = 0) -> None:
+    """Write a tiny random-weight model of ``arch`` (llama, qwen2, gemma3) with a byte tokenizer."""
+    tokenizer = _byte_tokenizer()
+    common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
+                  tie_word_embeddings=False)
+    if arch == "llama":
+        config = transformers.LlamaConfig(num_hidden_layers=4, rope_theta=10000.0, **common)
+    elif arch == "qwen2":
+        config = transformers.Qwen2Config(num_hidden_layers=4, rope_theta=1000000.0, **common)
+    elif arch == "gemma3":
+        config = transformers.Gemma3TextConfig(
+            num_hidden_layers=6, sliding_window=16, query_pre_attn_scalar=16,
+            layer_types=["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"] * 2
+            + ["full_attention"],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            **common)
+    else:
+        raise ModelError(f"no tiny model for architecture {arch!r}; use llama, qwen2 or gemma3")
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # larger random weights so that attention is not uniform
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+# -------------------------------------------------------------------- facts
+def model_facts(model) -> dict[str, Any]:
+    """Everything about a model's cache layout that decides compatibility."""
+    cfg = model.config.get_text_config(decoder=True)
+    n = cfg.num_hidden_layers
+    layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    window = getattr(cfg, "sliding_window", None)
+    windows = [window if t == "sliding_attention" else None for t in layer_types]
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    return {
+        "architecture": cfg.model_type,
+        "num_layers": n,
+        "layer_types": layer_types,
+        "windows": windows,
+        "kv_heads": cfg.num_key_value_heads,
+        "head_dim": head_dim,
+        "sliding_window": window if any(w is not None for w in windows) else None,
+        "rope": json.loads(json.dumps(rope, sort_keys=True, default=str)),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "vocab_size": cfg.vocab_size,
+        "eos_token_ids": sorted(_as_list(getattr(model.generation_config, "eos_token_id", None))
+                                or _as_list(cfg.eos_token_id)),
+    }
+
+
+def _as_list(x) -> list[int]:
+    if x is None:
+        return []
+    return [int(v) for v in x] if isinstance(x, (list, tuple)) else [int(x)]
+
+
+def tokenizer_material(tokenizer) -> bytes:
+    """Canonical bytes that identify a tokenizer's behaviour (vocab, specials, template)."""
+    vocab = tokenizer.get_vocab()
+    payload = {
+        "vocab": sorted(vocab.items(), key=lambda kv: kv[1]),
+        "added": sorted(str(t) for t in tokenizer.all_special_tokens),
+        "chat_template": tokenizer.chat_template or "",
+        "bos": tokenizer.bos_token_id,
+        "class": type(tokenizer).__name__,
+    }
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+# ---------------------------------------------------------------- tokenizer
+def encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def decode(tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def bos_ids(tokenizer, model) -> list[int]:
+    """The ids a sequence must start with (e.g. Gemma's <bos>); empty for ChatML models."""
+    probe = tokenizer("x", add_special_tokens=True)["input_ids"]
+    bare = tokenizer("x", add_special_tokens=False)["input_ids"]
+    return list(probe[: len(probe) - len(bare)]) if probe[-len(bare):] == bare else []
+
+
+def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
+    """Render with the tokenizer's chat template, or ``None`` when it has none."""
+    if not tokenizer.chat_template:
+        return None
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+# ------------------------------------------------------------------ forward
+def _to_hf(model, kv: KVCache | None) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    if kv is None or kv.seq_len == 0:
+        return cache
+    if kv.start != 0:
+        raise RuntimeUnsupportedError(
+            f"a model can only continue from a cache that starts at position 0, not {kv.start}; "
+            "re-position the slice after a prefix first"
+        )
+    if len(cache.layers) != kv.num_layers:
+        raise RuntimeUnsupportedError(f"cache has {kv.num_layers} layers, model has {len(cache.layers)}")
+    for layer, k, v in zip(cache.layers, kv.keys, kv.values):
+        layer.update(k, v)
+        if hasattr(layer, "cumulative_length"):
+            # sliding layers hold only the last W-1 tokens; the count of tokens seen is T
+            layer.cumulative_length = kv.seq_len
+    return cache
+
+
+def _from_hf(cache: DynamicCache, token_ids: tuple[int, ...], windows: tuple) -> KVCache:
+    keys, values = [], []
+    for layer, w in zip(cache.layers, windows):
+        keep = KVCache.layer_length(len(token_ids), w)
+        keys.append(layer.keys[:, :, -keep:] if keep else layer.keys[:, :, :0])
+        values.append(layer.values[:, :, -keep:] if keep else layer.values[:, :, :0])
+    return KVCache(keys=tuple(keys), values=tuple(values), token_ids=token_ids, windows=windows)
+
+
+@torch.inference_mode()
+def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple) -> tuple[torch.Tensor, KVCache]:
+    """Run ``ids`` after ``past``. Returns (last-token logits ``(vocab,)``, cache of past + ids)."""
+    device = next(model.parameters()).device
+    cache = _to_hf(model, past)
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)  # (1, T)
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    prior = past.token_ids if past is not None else ()
+    return out.logits[0, -1].float(), _from_hf(out.cache if hasattr(out, "cache") else out.past_key_values,
+                                               prior + tuple(int(i) for i in ids), windows)
+
+
+@torch.inference_mode()
+def forward_all_logits(model, ids: Sequence[int], past: KVCache | None) -> torch.Tensor:
+    """Logits ``(T, vocab)`` for every position of ``ids`` after ``past`` (for scoring)."""
+    device = next(model.parameters()).device
+    cache = _to_hf(model, past)
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
+    return model(input_ids=input_ids, cache=cache, use_cache=True).logits[0].float()
+
+
+# --------------------------------------------------------------------- RoPE
+def rotary_cos_sin(model, layer: int, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's own RoPE ``cos, sin`` for ``positions`` at ``layer``: each ``(T, head_dim)``.
+
+    Raises:
+        RuntimeUnsupportedError: the RoPE type scales cos/sin or depends on the
+            sequence length, so a re-rotation would not be exact.
+    """
+    cfg = model.config.get_text_config(decoder=True)
+    inner = model.model if hasattr(model, "model") else model
+    rotary = inner.rotary_emb
+    layer_types = getattr(cfg, "layer_types", None)
+    params = cfg.rope_parameters or {}
+    kwargs = {}
+    if layer_types and isinstance(rotary.rope_type, dict):
+        kwargs["layer_type"] = layer_types[layer]
+        params = params[layer_types[layer]]
+        scaling = getattr(rotary, f"{layer_types[layer]}_attention_scaling")
+    else:
+        scaling = rotary.attention_scaling
+    rope_type = params.get("rope_type", "default")
+    if rope_type not in EXACT_ROPE_TYPES or scaling != 1.0:
+        raise RuntimeUnsupportedError(
+            f"RoPE type {rope_type!r} (attention scaling {scaling}) cannot be re-rotated exactly; "
+            "hand off a full cache instead of a re-positioned slice"
+        )
+    device = next(model.parameters()).device
+    dummy = torch.empty(1, dtype=dtype, device=device)
+    cos, sin = rotary(dummy, positions.to(device)[None, :], **kwargs)  # (1, T, D)
+    return cos[0], sin[0]
