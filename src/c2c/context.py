@@ -1,0 +1,72 @@
+"""`Context`: an agent's token sequence, cut into labelled spans.
+
+Every agent's context starts with the team's shared prefix, followed by spans
+such as its private role prompt, the material it read, its scratch reasoning
+and its conclusion. Spans record whether they may leave the agent: only
+non-private spans (e.g. ``evidence``, ``conclusion``) are ever exported as a
+slice; the role prompt and scratch work never are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from c2c.errors import HandoffError
+
+# Labels private by default: they never leave the agent in a slice.
+PRIVATE_LABELS = frozenset({"role", "scratch", "private", "tool-private"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """Tokens ``[start, end)`` of a context, with a label and a privacy flag."""
+
+    label: str
+    start: int
+    end: int
+    private: bool
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """Token ids of an agent: ``prefix_len`` shared tokens, then labelled spans."""
+
+    token_ids: tuple[int, ...]
+    prefix_len: int
+    spans: tuple[Span, ...] = ()
+
+    def extend(self, ids: Sequence[int], label: str, *, private: bool | None = None) -> "Context":
+        """Append ``ids`` as a new span; ``private`` defaults by label (see PRIVATE_LABELS)."""
+        is_private = label in PRIVATE_LABELS if private is None else private
+        n = len(self.token_ids)
+        span = Span(label=label, start=n, end=n + len(ids), private=is_private)
+        return replace(self, token_ids=self.token_ids + tuple(ids), spans=self.spans + (span,))
+
+    def spans_labelled(self, *labels: str) -> tuple[Span, ...]:
+        return tuple(s for s in self.spans if s.label in labels)
+
+    def export_range(self, labels: Sequence[str]) -> tuple[int, int]:
+        """The one contiguous token range covering the spans with ``labels``.
+
+        Raises:
+            HandoffError: no such span, the spans are not contiguous, or a private
+                span lies between them (it would leak).
+        """
+        chosen = [s for s in self.spans if s.label in labels]
+        if not chosen:
+            raise HandoffError(f"no span labelled {list(labels)}; this context has {[s.label for s in self.spans]}")
+        start, end = min(s.start for s in chosen), max(s.end for s in chosen)
+        for s in self.spans:
+            if s.start < end and s.end > start and s not in chosen:
+                raise HandoffError(
+                    f"span {s.label!r} [{s.start}:{s.end}) lies inside the export range [{start}:{end}); "
+                    "export contiguous spans only"
+                )
+            if s.private and s in chosen:
+                raise HandoffError(f"span {s.label!r} is private and may not be exported")
+        return start, end
