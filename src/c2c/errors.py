@@ -26,6 +26,9 @@ problem and say what to do instead.
     │   ├── RevokedSignerError        key was revoked
     │   ├── DomainMismatchError       signed for another trust domain
     │   ├── VerificationFailedError   the KV does not encode the claimed tokens
+    │   ├── UnverifiableError         the policy asks for a check this artifact cannot get
+    │   │                             (tokens withheld, a slice without its context)
+    │   ├── KeyringError              keyring or key file missing, malformed or not 0600
     │   └── SealError                 an AEAD envelope failed to open
     ├── StoreError                  the commit store refused or failed
     │   ├── CommitNotFoundError
@@ -35,6 +38,9 @@ problem and say what to do instead.
     │   └── StoreCorruptError         a blob does not hash to its id
     ├── HandoffError                a handoff could not be done in the mode asked
     └── FuserError                  fuser config, checkpoint or alignment problem
+        ├── AlignmentError            two renderings of a conversation cannot be aligned
+        ├── FuserCheckpointError      a fuser checkpoint is missing, corrupt or for other models
+        └── FuserDataError            training/eval data is malformed or a reported split
 """
 
 from __future__ import annotations
@@ -128,6 +134,14 @@ class VerificationFailedError(TrustError):
     """The KV-cache does not encode the tokens its header claims."""
 
 
+class UnverifiableError(TrustError):
+    """The policy asks for a KV check this artifact cannot get (tokens withheld, slice without context)."""
+
+
+class KeyringError(TrustError):
+    """A keyring or key file is missing, malformed, or readable by others than its owner."""
+
+
 class SealError(TrustError):
     """An AEAD envelope failed to authenticate or is malformed."""
 
@@ -158,3 +172,15 @@ class HandoffError(C2CError):
 
 class FuserError(C2CError):
     """A fuser config, checkpoint or alignment problem."""
+
+
+class AlignmentError(FuserError):
+    """Two models' renderings of the same messages cannot be aligned section by section."""
+
+
+class FuserCheckpointError(FuserError):
+    """A fuser checkpoint is missing, corrupt, or was trained for other models."""
+
+
+class FuserDataError(FuserError):
+    """Training or evaluation data is malformed, or a training source is a reported split."""

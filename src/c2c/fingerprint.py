@@ -76,8 +76,23 @@ class Fingerprint:
         if unknown:
             raise ValueError(f"unknown fingerprint fields {sorted(unknown)}")
         d = dict(d)
+        for name in ("num_layers", "kv_heads", "head_dim", "cache_format"):
+            v = d.get(name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= 1 << 16:
+                raise ValueError(f"fingerprint {name} must be a positive integer, got {v!r}")
+        sw = d.get("sliding_window")
+        if sw is not None and (not isinstance(sw, int) or isinstance(sw, bool) or sw < 1):
+            raise ValueError(f"fingerprint sliding_window must be null or a positive integer, got {sw!r}")
+        for name in ("architecture", "rope", "dtype", "tokenizer_digest", "weights_digest", "model_name"):
+            if not isinstance(d.get(name, ""), str):
+                raise ValueError(f"fingerprint {name} must be a string")
+        for name in ("layer_types", "adapters"):
+            if not isinstance(d.get(name, []), list) or not all(isinstance(x, str) for x in d.get(name, [])):
+                raise ValueError(f"fingerprint {name} must be a list of strings")
         d["layer_types"] = tuple(d.get("layer_types", ()))
         d["adapters"] = tuple(d.get("adapters", ()))
+        if len(d["layer_types"]) != d["num_layers"]:
+            raise ValueError("fingerprint layer_types must list every layer")
         return cls(**d)
 
     @property

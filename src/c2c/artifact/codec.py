@@ -134,7 +134,11 @@ class Artifact:
             raise CorruptArtifactError(f"unexpected __metadata__ entries {sorted(extra_meta)}")
         raw_header = meta["c2c.header"].encode("utf-8")
         header = ArtifactHeader.from_dict(_parse_json(raw_header, "c2c header"))
-        if header.canonical() != raw_header:
+        try:
+            canonical = header.canonical()
+        except ValueError:  # e.g. 1e400 in extra parses as inf, which canonical JSON cannot write
+            raise CorruptArtifactError("the c2c header holds a non-finite number") from None
+        if canonical != raw_header:
             raise CorruptArtifactError("the c2c header is not in canonical form; refusing an ambiguous header")
         signature = None
         if "c2c.signature" in meta:
@@ -269,7 +273,10 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
         if size > max_bytes:
             raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
         with open(path, "rb") as f:
-            return f.read(max_bytes + 1)
+            data = f.read(size + 1)  # NOTE: never read(max_bytes): Python pre-allocates it
+        if len(data) > max_bytes:
+            raise ArtifactTooLargeError(f"{path} grew past the limit of {max_bytes} bytes while reading")
+        return data
     except FileNotFoundError:
         raise CorruptArtifactError(f"no artifact at {path}") from None
     except IsADirectoryError:

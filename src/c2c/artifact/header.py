@@ -119,7 +119,8 @@ class ArtifactHeader:
             raise
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(f"malformed header field: {e}") from None
-        if not (0 <= start < end) or not (prefix.length <= end):
+        # a full cache contains the prefix; a slice lies after it
+        if not (0 <= start < end) or not (prefix.length <= (end if start == 0 else start)):
             raise CorruptArtifactError(f"inconsistent span [{start}:{end}) with prefix length {prefix.length}")
         if tokens is not None:
             if len(tokens) != end - start:

@@ -91,6 +91,14 @@ class Runtime:
     def decode(self, ids: Sequence[int]) -> str:
         return hf.decode(self.tokenizer, ids)
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` and each token's character span ``[a, b)`` (for the fuser)."""
+        return hf.encode_with_offsets(self.tokenizer, text)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
+        """``messages`` rendered with the model's own chat template; ``None`` without one."""
+        return hf.render_chat(self.tokenizer, messages, add_generation_prompt)
+
     @cached_property
     def bos_ids(self) -> tuple[int, ...]:
         return tuple(hf.bos_ids(self.tokenizer, self.model))
@@ -117,17 +125,30 @@ class Runtime:
         return hf.render_chat(self.tokenizer, anchor, add_generation_prompt=True)[len(before):]
 
     # ------------------------------------------------------------- compute
-    def prefill(self, ids: Sequence[int], past: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
-        """Run ``ids`` after ``past``. Returns (next-token logits ``(vocab,)``, the grown cache)."""
+    def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
+                start: int = 0) -> tuple[torch.Tensor, KVCache]:
+        """Run ``ids`` after ``past``. Returns (next-token logits ``(vocab,)``, the grown cache).
+
+        Without ``past``, ``start`` places the tokens at positions ``start...``
+        (attention only sees relative positions, so the K/V equal a re-positioned
+        cache; used to check re-positioning on every layer).
+        """
         if not ids:
             raise ConfigError("prefill needs at least one token")
+        if start and past is not None:
+            raise ConfigError("start= only places a fresh sequence; a continuation starts where past ends")
         self._check_cache(past)
-        return hf.forward(self.model, ids, past, self.windows)
+        return hf.forward(self.model, ids, past, self.windows, start)
 
     def logits(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(T, vocab)`` at every position of ``ids`` (for scoring)."""
         self._check_cache(past)
         return hf.forward_all_logits(self.model, ids, past)
+
+    def logits_with_grad(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
+        """Like :meth:`logits` but differentiable w.r.t. ``past``'s tensors (fuser training)."""
+        self._check_cache(past)
+        return hf.forward_logits_grad(self.model, ids, past)
 
     def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,
                  min_new_tokens: int = 0) -> Generation:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -180,6 +181,18 @@ def decode(tokenizer, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
+def encode_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids of ``text`` (as :func:`encode`) and each token's character span ``[a, b)``.
+
+    Used by the fuser to align two tokenizers by characters. Needs a fast
+    tokenizer (every zoo model has one).
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise RuntimeUnsupportedError("character offsets need a fast (Rust) tokenizer")
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(enc["input_ids"]), [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+
+
 def bos_ids(tokenizer, model) -> list[int]:
     """The ids a sequence must start with (e.g. Gemma's <bos>); empty for ChatML models."""
     probe = tokenizer("x", add_special_tokens=True)["input_ids"]
@@ -224,15 +237,22 @@ def _from_hf(cache: DynamicCache, token_ids: tuple[int, ...], windows: tuple) ->
 
 
 @torch.inference_mode()
-def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple) -> tuple[torch.Tensor, KVCache]:
-    """Run ``ids`` after ``past``. Returns (last-token logits ``(vocab,)``, cache of past + ids)."""
+def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple,
+            start: int = 0) -> tuple[torch.Tensor, KVCache]:
+    """Run ``ids`` after ``past``. Returns (last-token logits ``(vocab,)``, cache of past + ids).
+
+    ``start`` places a fresh sequence (``past is None``) at positions ``start...``.
+    """
     device = next(model.parameters()).device
     cache = _to_hf(model, past)
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)  # (1, T)
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    kwargs = {}
+    if start:
+        kwargs["position_ids"] = torch.arange(start, start + len(ids), device=device)[None, :]  # (1, T)
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1, **kwargs)
     prior = past.token_ids if past is not None else ()
-    return out.logits[0, -1].float(), _from_hf(out.cache if hasattr(out, "cache") else out.past_key_values,
-                                               prior + tuple(int(i) for i in ids), windows)
+    kv = _from_hf(out.cache, prior + tuple(int(i) for i in ids), windows)
+    return out.logits[0, -1].float(), (replace(kv, start=start) if start else kv)
 
 
 @torch.inference_mode()
@@ -241,6 +261,19 @@ def forward_all_logits(model, ids: Sequence[int], past: KVCache | None) -> torch
     device = next(model.parameters()).device
     cache = _to_hf(model, past)
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
+    return model(input_ids=input_ids, cache=cache, use_cache=True).logits[0].float()
+
+
+def forward_logits_grad(model, ids: Sequence[int], past: KVCache | None) -> torch.Tensor:
+    """Like :func:`forward_all_logits`, but under the caller's grad mode: ``(T, vocab)``.
+
+    The tensors of ``past`` (``[1, kv_heads, seq, head_dim]`` per layer) may require
+    grad; the loss then back-propagates through the frozen model into them. This is
+    how a cache fuser is trained. Freeze the model's own parameters first.
+    """
+    device = next(model.parameters()).device
+    cache = _to_hf(model, past)
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)  # (1, T)
     return model(input_ids=input_ids, cache=cache, use_cache=True).logits[0].float()
 
 

@@ -1,0 +1,91 @@
+"""Sweep the handoff benchmark over message lengths; write JSON, a markdown table and a plot.
+
+    .venv/bin/python benchmarks/handoff_sweep.py                       # Qwen 0.5B, N = 32..256
+    .venv/bin/python benchmarks/handoff_sweep.py --model SmolLM2-135M-Instruct --lengths 256
+
+Outputs benchmarks/results/handoff.{json,md,png} (or --out PREFIX). Every point runs
+text, full and slice in the same process, one after the other, so their ratio is
+measured under the same machine load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from c2c.bench import handoff
+from c2c.runtime import zoo
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", help="zoo model (repeatable); default Qwen2.5-Coder-0.5B-Instruct "
+                                                      "and SmolLM2-135M-Instruct")
+    ap.add_argument("--lengths", default="32,64,128,256", help="message lengths in tokens, comma separated")
+    ap.add_argument("--context-tokens", type=int, default=512, help="document length the analyst reads")
+    ap.add_argument("--out", default=str(RESULTS / "handoff"), help="output path prefix")
+    args = ap.parse_args()
+    models = args.model or ["Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct"]
+    lengths = [int(x) for x in args.lengths.split(",")]
+    rows = []
+    for name in models:
+        rt = zoo.load(name)
+        for n in tqdm(lengths, desc=name, file=sys.stderr):
+            rows.append(handoff.run(rt, handoff.HandoffBenchConfig(message_tokens=n,
+                                                                    context_tokens=args.context_tokens)))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = "python benchmarks/handoff_sweep.py " + " ".join(sys.argv[1:])
+    out.with_suffix(".json").write_text(json.dumps({"command": cmd.strip(), "results": rows}, indent=2))
+    out.with_suffix(".md").write_text(table(rows, cmd.strip()))
+    plot(rows, out.with_suffix(".png"))
+    print(table(rows, cmd.strip()))
+    return 0
+
+
+def table(rows: list[dict], cmd: str) -> str:
+    lines = [f"# Handoff: text vs full cache vs slice\n\nProduced by `{cmd}` on "
+             f"{rows[0]['machine']['cpus']} CPU cores, {rows[0]['machine']['dtype']}. Context "
+             f"{rows[0]['context_tokens']} tokens; writer answers {rows[0]['answer_tokens']} tokens.\n",
+             "| model | message tokens | text pipeline s | full pipeline s | slice pipeline s | speedup full | "
+             "text handoff s | cache handoff s | cache/text handoff | artifact MB | exact |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['message_tokens']} | {r['text_pipeline_s']:.2f} | "
+                     f"{r['cache_pipeline_s']:.2f} | {r['slice_pipeline_s']:.2f} | {r['speedup_full']:.1f}x | "
+                     f"{r['text_handoff_s']:.2f} | {r['cache_handoff_s']:.3f} | {100 * r['handoff_ratio']:.2f}% | "
+                     f"{r['artifact_bytes'] / 1e6:.1f} | {r['exact']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = sorted({r["model"] for r in rows})
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.2), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        rs = [r for r in rows if r["model"] == m]
+        xs = [r["message_tokens"] for r in rs]
+        for key, label in [("text_pipeline_s", "text"), ("cache_pipeline_s", "full cache"),
+                           ("slice_pipeline_s", "slice")]:
+            ax.plot(xs, [r[key] for r in rs], marker="o", label=label)
+        ax.set_title(m)
+        ax.set_xlabel("message tokens")
+        ax.set_ylabel("two-agent pipeline (s)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""`Team` and `Agent`: agents on one base model that share a canonical prefix.
+
+An agent's context is the team's shared prefix followed by labelled turns:
+
+    [shared prefix: system turn] [role (private)] [evidence] [conclusion] ...
+
+Each turn is rendered with the model's chat template and tokenized on its own,
+so span boundaries are exact and every agent of the team produces identical
+prefix tokens. The agent keeps the KV-cache of its whole context and grows it
+incrementally: reading is a prefill of only the new tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from c2c.context import Context
+from c2c.fingerprint import Fingerprint
+from c2c.prefix import PrefixRef, SharedPrefix
+from c2c.runtime.engine import Generation, Runtime
+from c2c.runtime.kvcache import KVCache
+
+if TYPE_CHECKING:  # pragma: no cover
+    from c2c.artifact import Artifact
+
+
+@dataclass(eq=False)
+class Team:
+    """Agents that share a model family, a trust domain and a canonical prefix."""
+
+    shared: SharedPrefix
+    domain: str = "default"
+    _prefix: dict = field(default_factory=dict, repr=False)
+
+    def prefix_tokens(self, runtime: Runtime) -> tuple[int, ...]:
+        return self.shared.token_ids(runtime)
+
+    def prefix_cache(self, runtime: Runtime) -> KVCache:
+        """The KV of the shared prefix for ``runtime``, computed once per model and reused."""
+        key = (id(runtime), runtime.name)
+        if key not in self._prefix:
+            _, cache = runtime.prefill(self.prefix_tokens(runtime))
+            self._prefix[key] = cache
+        return self._prefix[key]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats:
+    """Work an agent did: tokens prefilled and decoded, and seconds spent."""
+
+    prefilled: int = 0
+    decoded: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+    def plus(self, *, prefilled: int = 0, decoded: int = 0, prefill_s: float = 0.0, decode_s: float = 0.0) -> "Stats":
+        return Stats(prefilled=self.prefilled + prefilled, decoded=self.decoded + decoded,
+                     prefill_s=self.prefill_s + prefill_s, decode_s=self.decode_s + decode_s)
+
+
+class Agent:
+    """One agent: a runtime, a private role prompt, and its growing context + cache."""
+
+    def __init__(self, name: str, runtime: Runtime, team: Team, *, role: str = ""):
+        self.name = name
+        self.runtime = runtime
+        self.team = team
+        self.role = role
+        prefix = team.prefix_tokens(runtime)
+        self.context = Context(token_ids=prefix, prefix_len=len(prefix))
+        self.cache: KVCache = team.prefix_cache(runtime)
+        self.stats = Stats()
+        self._role_done = not role
+
+    # ------------------------------------------------------------ identity
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint.of(self.runtime)
+
+    @property
+    def prefix(self) -> PrefixRef:
+        return PrefixRef.of(self.context.token_ids[: self.context.prefix_len])
+
+    # ------------------------------------------------------------- reading
+    def _feed(self, text: str, label: str, *, role: str = "user", private: bool | None = None) -> None:
+        ids = self.runtime.encode(self.runtime.render_turn(role, text))
+        t0 = time.perf_counter()
+        _, self.cache = self.runtime.prefill(ids, self.cache)
+        self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
+        self.context = self.context.extend(ids, label, private=private)
+
+    def read_role(self) -> None:
+        """Prefill the private role turn now (it is otherwise done before the first own turn)."""
+        self._ensure_role()
+
+    def _ensure_role(self) -> None:
+        if not self._role_done:
+            self._role_done = True
+            self._feed(self.role, "role")
+
+    def read(self, text: str, *, label: str = "evidence", private: bool | None = None) -> None:
+        """Append ``text`` as a user turn (after the private role turn) and prefill it."""
+        self._ensure_role()
+        self._feed(text, label, private=private)
+
+    # ------------------------------------------------------------- writing
+    def respond(self, instruction: str, *, max_new_tokens: int = 64, min_new_tokens: int = 0,
+                label: str = "conclusion") -> Generation:
+        """Greedy reply to ``instruction``; the reply joins the context as span ``label``."""
+        self._ensure_role()
+        ids = self.runtime.encode(self.runtime.render_turn("user", instruction) + self.runtime.generation_prompt())
+        gen = self.runtime.generate(ids, self.cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
+        self.stats = self.stats.plus(prefilled=len(ids), decoded=len(gen.token_ids),
+                                     prefill_s=gen.prefill_s, decode_s=gen.decode_s)
+        self.context = self.context.extend(ids, "instruction", private=False)
+        # The cache holds every generated token but the last; the context records them all.
+        self.cache = gen.cache
+        self.context = self.context.extend(gen.token_ids[:-1], label)
+        return gen
+
+    # ------------------------------------------------------------ exporting
+    def export(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
+               parents: tuple[str, ...] = ()) -> "Artifact":
+        """The whole cache (``labels=None``) or the slice covering the spans ``labels``.
+
+        A slice never includes private spans (see :meth:`Context.export_range`).
+        """
+        from c2c.artifact import Artifact
+
+        cache = self.cache
+        span_labels = {}
+        if labels is not None:
+            start, end = self.context.export_range(labels)
+            end = min(end, cache.end)  # the last generated token has no K/V yet
+            cache = cache.slice(start, end)
+            span_labels = {"span": ",".join(labels)}
+        return Artifact.build(
+            cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
+            producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)
+
+    # ------------------------------------------------------------ attaching
+    def attach(self, artifact: "Artifact") -> None:
+        """Continue from a received cache after checking model and prefix.
+
+        A full cache replaces this agent's context (it must start with the same
+        shared prefix); a slice is re-positioned to follow this agent's context.
+
+        Raises:
+            FingerprintMismatchError: the artifact comes from another model.
+            PrefixMismatchError: the shared prefix differs.
+        """
+        h = artifact.header
+        self.fingerprint.require_same(h.fingerprint)
+        h.prefix.require_match(self.context.token_ids[: self.context.prefix_len])
+        if h.kind == "full":
+            self.cache = artifact.cache
+            ctx = Context(token_ids=self.context.token_ids[: self.context.prefix_len],
+                          prefix_len=self.context.prefix_len)
+            self.context = ctx.extend(artifact.cache.token_ids[ctx.prefix_len:], f"from:{h.producer.get('agent', '?')}",
+                                      private=False)
+            self._role_done = not self.role
+        else:
+            moved = self.runtime.reposition(artifact.cache, self.cache.end)
+            self.cache = self.cache.append(moved)
+            self.context = self.context.extend(moved.token_ids, f"from:{h.producer.get('agent', '?')}", private=False)

@@ -1,0 +1,131 @@
+"""Benchmark one analyst -> writer handoff three ways in one run: text, full cache, slice.
+
+The analyst reads a document of about ``context_tokens`` tokens, then its own
+notes of about ``message_tokens`` tokens (its conclusion). The writer must then
+answer a question with ``answer_tokens`` greedy tokens.
+
+- text:  the analyst writes an ``message_tokens``-token message (decode), the
+  writer reads it (prefill) and answers.
+- full:  the writer continues from the analyst's whole cache and answers.
+- slice: only the notes span is exported and attached after the writer's prefix.
+
+``exact`` is true when the writer's answer after the full handoff is token for
+token the answer it gives when it prefills the same tokens itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from c2c.agent import Agent, Team
+from c2c.errors import ConfigError
+from c2c.handoff import DirectoryTransport, hand_off
+from c2c.prefix import SharedPrefix
+from c2c.runtime.engine import Runtime
+
+DATA_DIR = Path(os.environ.get("C2C_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
+
+SYSTEM = ("You are one agent of a small software team. Agents pass work to each other; "
+          "be precise and brief.")
+ANALYST_ROLE = "You are the analyst. Read the material and write down the facts that matter."
+WRITER_ROLE = "You are the writer. Turn the analyst's findings into a short answer for the user."
+QUESTION = "Based on the analyst's notes, what is the single most important point? Answer in one sentence."
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoffBenchConfig:
+    message_tokens: int = 256
+    context_tokens: int = 512
+    answer_tokens: int = 16
+
+
+def corpus_text(n_chars: int = 200_000) -> str:
+    """Real English text: the outputs of the LIMA instruction corpus in ../shared/data."""
+    path = DATA_DIR / "train" / "lima.json"
+    try:
+        rows = json.loads(path.read_text())
+    except OSError:
+        raise ConfigError(f"cannot read {path}; set C2C_DATA to the shared data folder") from None
+    text = "\n\n".join(r["output"] for r in rows if r.get("output"))
+    return text[:n_chars]
+
+
+def take_tokens(runtime: Runtime, text: str, n: int) -> str:
+    """A prefix of ``text`` that is about ``n`` tokens long for ``runtime``'s tokenizer."""
+    ids = runtime.encode(text[: n * 8])
+    if len(ids) < n:
+        raise ConfigError(f"not enough text for {n} tokens")
+    return runtime.decode(ids[:n])
+
+
+def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = None) -> dict:
+    """Run the three pipelines once each; returns the flat result dict (see module doc)."""
+    if cfg.message_tokens < 1 or cfg.context_tokens < 1 or cfg.answer_tokens < 1:
+        raise ConfigError("message, context and answer token counts must be positive")
+    text = corpus_text()
+    document = take_tokens(runtime, text, cfg.context_tokens)
+    notes = take_tokens(runtime, text[len(document) + 1:], cfg.message_tokens)
+    team = Team(shared=SharedPrefix.build(SYSTEM, tools=["python", "search"], context={"task": "handoff-bench"}))
+    team.prefix_cache(runtime)  # warm: every pipeline reuses the shared-prefix cache
+    transport = DirectoryTransport(workdir)
+    K = cfg.answer_tokens
+
+    def analyst() -> tuple[Agent, float]:
+        a = Agent("analyst", runtime, team, role=ANALYST_ROLE)
+        t0 = time.perf_counter()
+        a.read("Material:\n" + document, label="evidence", private=False)
+        a.read("My notes:\n" + notes, label="notes", private=False)
+        return a, time.perf_counter() - t0
+
+    out: dict = {"model": runtime.name, **asdict(cfg)}
+    # --- text --------------------------------------------------------------
+    a, read_s = analyst()
+    b = Agent("writer", runtime, team, role=WRITER_ROLE)
+    h = hand_off(a, b, mode="text", message_tokens=cfg.message_tokens, min_message_tokens=cfg.message_tokens,
+                 message_prompt="Write the notes above as a message for the writer.")
+    t0 = time.perf_counter()
+    g_text = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
+    answer_s = time.perf_counter() - t0
+    out.update(text_pipeline_s=read_s + h.seconds + answer_s, text_handoff_s=h.seconds,
+               text_tokens_decoded=h.tokens_decoded, text_tokens_prefilled=h.tokens_prefilled,
+               text_answer=g_text.text)
+    # --- full cache ----------------------------------------------------------
+    a, read_s = analyst()
+    b = Agent("writer", runtime, team, role=WRITER_ROLE)
+    h = hand_off(a, b, mode="full", transport=transport)
+    t0 = time.perf_counter()
+    g_full = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
+    answer_s = time.perf_counter() - t0
+    out.update(cache_pipeline_s=read_s + h.seconds + answer_s, cache_handoff_s=h.seconds,
+               artifact_bytes=h.artifact_bytes, cache_tokens=a.cache.seq_len, cache_answer=g_full.text,
+               cache_timings=h.timings)
+    # exactness: the writer prefilling the very same tokens itself
+    fed = b.context.token_ids[: len(b.context.token_ids) - (len(g_full.token_ids) - 1)]
+    ref = runtime.generate(fed, max_new_tokens=K, min_new_tokens=K)
+    out["exact"] = ref.token_ids == g_full.token_ids
+    # --- slice ---------------------------------------------------------------
+    a, read_s = analyst()
+    b = Agent("writer", runtime, team, role=WRITER_ROLE)
+    h = hand_off(a, b, mode="slice", labels=("notes",), transport=transport)
+    t0 = time.perf_counter()
+    g_slice = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
+    answer_s = time.perf_counter() - t0
+    out.update(slice_pipeline_s=read_s + h.seconds + answer_s, slice_handoff_s=h.seconds,
+               slice_artifact_bytes=h.artifact_bytes, slice_answer=g_slice.text)
+    out.update(
+        speedup_full=out["text_pipeline_s"] / out["cache_pipeline_s"],
+        speedup_slice=out["text_pipeline_s"] / out["slice_pipeline_s"],
+        handoff_ratio=out["cache_handoff_s"] / out["text_handoff_s"],
+        machine={"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                 "device": str(runtime.device), "dtype": str(runtime.dtype).replace("torch.", ""),
+                 "python": platform.python_version(), "torch": torch.__version__},
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    return out

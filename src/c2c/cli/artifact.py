@@ -1,0 +1,99 @@
+"""`c2c export` and `c2c inspect`: make and read cache artifacts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from c2c.cli.main import add_json_flag, command, emit
+from c2c.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = command(sub, "export", help="prefill a prompt on a model and write its KV-cache as an artifact",
+                example="c2c export --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Hello' --out hello.c2c\n"
+                        "c2c export --model SmolLM2-135M-Instruct --prompt-file notes.txt --slice 40:80 --out notes.c2c",
+                func=_export)
+    p.add_argument("--model", required=True, help="zoo model name or local model directory")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="text to prefill")
+    src.add_argument("--prompt-file", type=Path, help="file whose text to prefill")
+    p.add_argument("--system", default="You are a helpful assistant.",
+                   help="shared system prompt (the prefix receivers must share)")
+    p.add_argument("--out", required=True, type=Path, help="artifact file to write (atomically)")
+    p.add_argument("--slice", help="export only token positions START:END (absolute, end exclusive)")
+    p.add_argument("--withhold-tokens", action="store_true", help="do not put token ids in the header")
+    add_json_flag(p)
+
+    p = command(sub, "inspect", help="validate an artifact and print its header",
+                example="c2c inspect hello.c2c --json", func=_inspect)
+    p.add_argument("file", type=Path, help="artifact file")
+    add_json_flag(p)
+
+
+def _parse_slice(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"--slice must look like START:END, got {text!r}") from None
+    return a, b
+
+
+def _export(args: argparse.Namespace) -> int:
+    from c2c.agent import Agent, Team
+    from c2c.prefix import SharedPrefix
+    from c2c.runtime import zoo
+
+    prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
+    runtime = zoo.load(args.model)
+    agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
+    agent.read(prompt, label="evidence", private=False)
+    artifact = agent.export(withhold_tokens=args.withhold_tokens)
+    if args.slice:
+        from c2c.artifact import Artifact
+
+        start, end = _parse_slice(args.slice)
+        plen = agent.context.prefix_len
+        if not plen <= start < end <= agent.cache.end:
+            raise ConfigError(f"--slice {start}:{end} must lie within positions {plen}:{agent.cache.end}; "
+                              f"0:{plen} is the shared prefix every receiver already has")
+        artifact = Artifact.build(agent.cache.slice(start, end), fingerprint=artifact.header.fingerprint,
+                                  prefix=artifact.header.prefix, withhold_tokens=args.withhold_tokens,
+                                  producer=artifact.header.producer)
+    n = artifact.write(args.out)
+    info = {"id": artifact.id, "path": str(args.out), "bytes": n, "start": artifact.header.start,
+            "end": artifact.header.end, "model": runtime.name}
+    emit(args, info, f"wrote {args.out} ({n:,} bytes, positions {info['start']}:{info['end']}, id {artifact.id[:16]})")
+    return 0
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read --prompt-file {path}: {e.strerror}") from None
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from c2c.artifact import Artifact
+
+    a = Artifact.read(args.file)
+    h = a.header
+    d = h.to_dict()
+    d.update(id=a.id, kind=h.kind, bytes=args.file.stat().st_size, kv_bytes=a.cache.nbytes,
+             signed=a.signature is not None, signature=a.signature)
+    fp = h.fingerprint
+    text = "\n".join([
+        f"id          {a.id}",
+        f"kind        {h.kind}  positions {h.start}:{h.end} ({h.seq_len} tokens)",
+        f"model       {fp.model_name} ({fp.architecture}, {fp.num_layers} layers, {fp.kv_heads}×{fp.head_dim}, {fp.dtype})",
+        f"prefix      {h.prefix.length} tokens, {len(h.prefix.hashes)} block hashes",
+        f"tokens      {'withheld' if h.tokens is None else 'included'} (digest {h.token_digest[:16]})",
+        f"producer    {h.producer}",
+        f"created     {h.created}",
+        f"parents     {list(h.parents) or '-'}",
+        f"signed      {'yes (' + str(a.signature.get('domain')) + ')' if a.signature else 'no'}",
+        f"size        {d['bytes']:,} bytes ({a.cache.nbytes:,} of K/V)",
+    ])
+    emit(args, d, text)
+    return 0

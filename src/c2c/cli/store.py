@@ -1,0 +1,214 @@
+"""`c2c store ...`: the commit store from the shell.
+
+Every command takes ``--store URL`` (default ``$C2C_STORE``, else the embedded
+``sqlite:///$C2C_HOME/store``), opens that one store and calls one method.
+Commit ids may be abbreviated to any unambiguous prefix of 4+ hex characters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from c2c.cli.main import add_json_flag, command, emit
+from c2c.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("store", help="versioned commits of artifacts, their dependencies and invalidation",
+                       description="Append-only, content-addressed commits of artifacts on per-agent streams, "
+                                   "with a dependency DAG and invalidation. Embedded SQLite by default; "
+                                   "redis://HOST:PORT/DB across machines.")
+    s = p.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+
+    c = command(s, "put", help="commit an artifact file as the next version of a stream; prints the commit id",
+                example="c2c store put notes.c2c --stream analyst --parent 3f2a9c1b", func=_put)
+    c.add_argument("file", type=Path, help="artifact file (as written by `c2c export`)")
+    c.add_argument("--stream", help="stream (one per agent); default: the artifact's producer agent, else 'default'")
+    c.add_argument("--parent", action="append", default=[], metavar="ID",
+                   help="a commit this one was derived from, besides those in its header (repeatable)")
+    _common(c)
+
+    c = command(s, "show", help="one commit: stream, version, parents, size, and whether it is stale and why",
+                example="c2c store show 3f2a9c1b --json", func=_show)
+    c.add_argument("id", help="commit id or unambiguous prefix")
+    _common(c)
+
+    c = command(s, "log", help="commits newest first, of one stream or all",
+                example="c2c store log --stream analyst --limit 20", func=_log)
+    c.add_argument("--stream", help="only this stream")
+    c.add_argument("--limit", type=int, default=50, help="at most this many commits (default 50)")
+    _common(c)
+
+    c = command(s, "deps", help="what a commit is built on, what is built on it, and its hop depth",
+                example="c2c store deps 3f2a9c1b --max-hops 3", func=_deps)
+    c.add_argument("id", help="commit id or unambiguous prefix")
+    c.add_argument("--max-hops", type=int, help="hop limit to judge against (default $C2C_MAX_HOPS or 3)")
+    _common(c)
+
+    c = command(s, "invalidate", help="mark a commit and everything built on it stale, and notify subscribers",
+                example="c2c store invalidate 3f2a9c1b --reason 'source document was retracted'",
+                func=_invalidate)
+    c.add_argument("id", help="commit id or unambiguous prefix")
+    c.add_argument("--reason", required=True, help="why; shown to every consumer of a dependent")
+    _common(c)
+
+    c = command(s, "gc", help="remove expired commits (TTL, keep-last-N) that nothing live depends on",
+                example="c2c store gc --ttl 7d --keep-last 10 --dry-run", func=_gc)
+    c.add_argument("--ttl", help="expire commits older than this: seconds, or with a unit (90s, 30m, 12h, 7d)")
+    c.add_argument("--keep-last", type=int, help="keep only the newest N versions of each stream")
+    c.add_argument("--orphan-grace", default="1h",
+                   help="remove unreferenced blobs and partial uploads older than this (default 1h)")
+    c.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
+    _common(c)
+
+    c = command(s, "verify", help="re-hash every stored blob; exit 1 if any is missing or corrupt",
+                example="c2c store verify --json", func=_verify)
+    _common(c)
+
+    c = command(s, "graph", help="the dependency DAG as a text tree, and as a PNG with --png",
+                example="c2c store graph --png dag.png", func=_graph)
+    c.add_argument("--stream", help="only commits connected to this stream")
+    c.add_argument("--png", type=Path, help="also draw the DAG into this PNG file")
+    _common(c)
+
+    c = command(s, "events", help="stale events after a cursor, oldest first (what subscribers receive)",
+                example="c2c store events --after 0 --wait 5", func=_events)
+    c.add_argument("--after", default="0", help="cursor: the seq of the last event already seen (default 0)")
+    c.add_argument("--wait", type=float, default=0.0, help="seconds to wait for a first new event")
+    c.add_argument("--limit", type=int, default=1000, help="at most this many events")
+    _common(c)
+
+
+def _common(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--store", metavar="URL", help="store URL (default $C2C_STORE, else sqlite:///$C2C_HOME/store)")
+    add_json_flag(c)
+
+
+def _open(args: argparse.Namespace):
+    from c2c.store import open_store
+
+    return open_store(args.store)
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(text: str, flag: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
+    if not m:
+        raise ConfigError(f"{flag} {text!r} is not a duration; use seconds or 90s, 30m, 12h, 7d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+# ---------------------------------------------------------------------- commands
+def _put(args: argparse.Namespace) -> int:
+    from c2c.artifact.codec import DEFAULT_MAX_BYTES, read_bounded
+
+    data = read_bounded(args.file, DEFAULT_MAX_BYTES)
+    with _open(args) as store:
+        parents = [store.resolve(p) for p in args.parent]
+        commit = store.put(data, stream=args.stream, parents=parents)
+    emit(args, commit.to_dict(), commit.id)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        rec = store.show(store.resolve(args.id))
+    c = rec.commit
+    lines = [f"commit   {c.id}", f"stream   {c.stream} v{c.version}", f"created  {_when(c.created)} UTC",
+             f"size     {c.size:,} bytes (blob {c.blob[:12]})",
+             f"model    {c.summary.get('model') or '?'} ({c.summary.get('kind')}, "
+             f"tokens {c.summary.get('start')}:{c.summary.get('end')}, {c.summary.get('dtype')})"]
+    lines += [f"parent   {p}" for p in c.parents]
+    if rec.superseded_by:
+        lines.append(f"next     {rec.superseded_by}")
+    lines.append(f"stale    {'yes: ' + rec.stale_reason if rec.stale else 'no'}")
+    emit(args, rec.to_dict(), "\n".join(lines))
+    return 0
+
+
+def _log(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        records = store.log(args.stream, limit=args.limit)
+    rows = [f"{'id':<14}{'stream':<18}{'ver':>5}  {'created (UTC)':<21}{'bytes':>12}  stale"]
+    rows += [f"{r.id[:12]:<14}{r.commit.stream[:17]:<18}{r.commit.version:>5}  {_when(r.commit.created):<21}"
+             f"{r.commit.size:>12,}  {'STALE' if r.stale else '-'}" for r in records]
+    emit(args, [r.to_dict() for r in records], "\n".join(rows) if records else "(no commits)")
+    return 0
+
+
+def _deps(args: argparse.Namespace) -> int:
+    from c2c.store import Graph
+
+    with _open(args) as store:
+        deps = Graph.load(store).deps(store.resolve(args.id), max_hops=args.max_hops)
+    h = deps.hops
+    lines = [f"commit      {deps.commit}",
+             f"parents     {', '.join(p[:12] for p in deps.parents) or '-'}",
+             f"children    {', '.join(c[:12] for c in deps.children) or '-'}",
+             f"ancestors   {len(deps.ancestors)}   dependents {len(deps.dependents)}",
+             f"hop depth   {h.depth} (limit {h.max_hops}){'  EXCEEDED: hand over text' if h.exceeded else ''}"]
+    if h.exceeded:
+        lines.append(h.fallback_text())
+    emit(args, deps.to_dict(), "\n".join(lines))
+    return 0
+
+
+def _invalidate(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        events = store.invalidate(store.resolve(args.id), reason=args.reason)
+    text = (f"{len(events)} commit(s) marked stale:\n" + "\n".join(f"  {e.commit[:12]}  {e.reason}" for e in events)
+            if events else "already stale; nothing changed")
+    emit(args, [e.to_dict() for e in events], text)
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from c2c.store import GCPolicy, collect
+
+    policy = GCPolicy(ttl_s=_duration(args.ttl, "--ttl") if args.ttl else None, keep_last=args.keep_last,
+                      orphan_grace_s=_duration(args.orphan_grace, "--orphan-grace"), dry_run=args.dry_run)
+    with _open(args) as store:
+        report = collect(store, policy)
+    verb = "would remove" if report.dry_run else "removed"
+    text = (f"{verb} {len(report.removed)} commit(s); kept {len(report.kept_for_dependents)} expired commit(s) "
+            f"that live commits depend on; {report.orphans_removed} orphaned blob(s) removed")
+    emit(args, report.to_dict(), text)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        problems = store.verify()
+        total = len(store.log())
+    text = "\n".join(f"{p.commit[:12]}  {p.problem}" for p in problems) if problems else \
+        f"all {total} blob(s) intact"
+    emit(args, {"commits": total, "problems": [{"commit": p.commit, "problem": p.problem} for p in problems]}, text)
+    return 1 if problems else 0
+
+
+def _graph(args: argparse.Namespace) -> int:
+    from c2c.store import Graph
+
+    with _open(args) as store:
+        graph = Graph.load(store, stream=args.stream)
+    text = graph.text()
+    if args.png:
+        text += f"\n\nwrote {graph.png(args.png)}"
+    data = {"commits": [r.to_dict() for r in graph.records.values()],
+            "png": str(args.png) if args.png else None}
+    emit(args, data, text)
+    return 0
+
+
+def _events(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        events = store.events(args.after, limit=args.limit, wait_s=args.wait)
+    text = "\n".join(f"{e.seq}  {e.commit[:12]}  {e.reason}" for e in events) if events else "(no new events)"
+    emit(args, [e.to_dict() for e in events], text)
+    return 0

@@ -1,0 +1,172 @@
+"""Evaluation: accuracy and per-question latency of five ways to answer a multiple-choice question.
+
+Conditions (each question's context is the same system + user messages):
+
+- ``receiver``: the Receiver alone.
+- ``sharer``: the Sharer alone, with its own template.
+- ``t2t``: the Sharer writes a short hint (greedy, ``hint_tokens``); the Receiver
+  answers with the hint in its context.
+- ``c2c``: the Receiver answers from the cache fused with the Sharer's (hard gates).
+- ``control``: like c2c, but with a fuser trained the same way on the Receiver's
+  own cache in place of the Sharer's: what the extra parameters alone buy.
+
+Scoring: the log-likelihood of each option's label right after the generation
+prompt; the highest wins. Latency is the sum of the steps a condition needs, run
+one after another on this process: for c2c, Receiver prefill + Sharer prefill +
+alignment + fusion + scoring; for t2t, the Sharer's hint (prefill and decode) +
+the Receiver's prefill of the longer context + scoring. Caches two conditions
+share are computed once and their time is charged to both.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from tqdm import tqdm
+
+from c2c.errors import ConfigError, FuserCheckpointError
+from c2c.fuser import checkpoint as ckpt
+from c2c.fuser.align import render
+from c2c.fuser.data import Question, hint_messages, mc_messages
+from c2c.fuser.infer import FusedReceiver
+
+CONDITIONS = ("receiver", "sharer", "t2t", "c2c", "control")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalReport:
+    """Accuracy (0..1) and mean latency (seconds per question) per condition, over ``n`` questions."""
+
+    data: str
+    n: int
+    accuracy: dict[str, float]
+    latency_s: dict[str, float]
+    records: tuple[dict, ...] = ()
+
+    def to_dict(self, with_records: bool = False) -> dict:
+        d = asdict(self)
+        if not with_records:
+            d.pop("records")
+        return d
+
+
+@torch.inference_mode()
+def choose(runtime, gen_ids: Sequence[int], cache, q: Question) -> tuple[str, dict[str, float]]:
+    """The label with the highest log-likelihood after ``gen_ids`` (fed after ``cache``), and all scores."""
+    label_ids = [runtime.encode(label) for label in q.labels]
+    if all(len(ids) == 1 for ids in label_ids):  # one forward scores every option
+        logits, _ = runtime.prefill(list(gen_ids), cache)
+        lp = torch.log_softmax(logits.float(), -1)
+        scores = {label: float(lp[ids[0]]) for label, ids in zip(q.labels, label_ids)}
+    else:
+        scores = {}
+        P = len(gen_ids)
+        for label, ids in zip(q.labels, label_ids):
+            lp = torch.log_softmax(runtime.logits(list(gen_ids) + ids, cache).float(), -1)  # (P+L, V)
+            scores[label] = float(sum(lp[P - 1 + k, t] for k, t in enumerate(ids)))
+    return max(scores, key=scores.get), scores
+
+
+class Evaluator:
+    """Runs the conditions over questions. Build with :meth:`from_checkpoint` or pass the parts."""
+
+    def __init__(self, *, receiver, sharer=None, fused: FusedReceiver | None = None,
+                 control: FusedReceiver | None = None, hint_tokens: int = 48):
+        self.receiver, self.sharer = receiver, sharer
+        self.fused, self.control = fused, control
+        self.hint_tokens = hint_tokens
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | Path, *, control_checkpoint: str | Path | None = None,
+                        conditions: Sequence[str] = CONDITIONS, device: str = "cpu", dtype: str = "float32",
+                        hint_tokens: int = 48) -> "Evaluator":
+        """Load the fuser, its models, and (for ``control``) the control fuser.
+
+        The control checkpoint defaults to ``<checkpoint>-control`` next to ``checkpoint``.
+        """
+        fused = FusedReceiver.load([checkpoint], device=device, dtype=dtype)
+        if fused.links[0].sharer is None:
+            raise ConfigError(f"{checkpoint} is a control fuser; pass the Sharer's fuser as --checkpoint")
+        control = None
+        if "control" in conditions:
+            path = Path(control_checkpoint) if control_checkpoint else Path(str(Path(checkpoint)).rstrip("/") + "-control")
+            if not (path / ckpt.CONFIG).is_file():
+                raise FuserCheckpointError(f"no control fuser at {path}; train one (sharer \"self\") or drop "
+                                           "'control' from --conditions")
+            control = FusedReceiver.load([path], receiver=fused.receiver, device=device)
+            if control.links[0].sharer is not None:
+                raise FuserCheckpointError(f"{path} is not a control fuser (its sharer is not \"self\")")
+        return cls(receiver=fused.receiver, sharer=fused.links[0].sharer, fused=fused, control=control,
+                   hint_tokens=hint_tokens)
+
+    def _need(self, conditions: Sequence[str]) -> None:
+        bad = [c for c in conditions if c not in CONDITIONS]
+        if bad:
+            raise ConfigError(f"unknown conditions {bad}; choose from {', '.join(CONDITIONS)}")
+        if any(c in conditions for c in ("sharer", "t2t", "c2c")) and self.sharer is None:
+            raise ConfigError("sharer, t2t and c2c need a Sharer")
+        if "c2c" in conditions and self.fused is None:
+            raise ConfigError("c2c needs a trained fuser")
+        if "control" in conditions and self.control is None:
+            raise ConfigError("control needs a control fuser")
+
+    def evaluate(self, questions: Sequence[Question], conditions: Sequence[str] = CONDITIONS, *,
+                 data: str = "", progress: bool = True) -> EvalReport:
+        self._need(conditions)
+        conditions = [c for c in CONDITIONS if c in conditions]
+        r = self.receiver
+        r_gen = r.encode(r.generation_prompt())
+        s_gen = self.sharer.encode(self.sharer.generation_prompt()) if self.sharer is not None else []
+        correct = {c: 0 for c in conditions}
+        latency = {c: 0.0 for c in conditions}
+        records = []
+        for q in tqdm(questions, desc="eval", unit="q", disable=not progress):
+            msgs = mc_messages(q)
+            rec: dict = {"id": q.id, "answer": q.answer, "pred": {}, "latency_s": {}}
+            t0 = time.perf_counter()
+            r_ctx = render(r, msgs)
+            _, r_cache = r.prefill(list(r_ctx.ids))
+            t_r = time.perf_counter() - t0
+            s_ctx = None
+            if self.sharer is not None and {"sharer", "c2c"} & set(conditions):
+                t0 = time.perf_counter()
+                sr = render(self.sharer, msgs)
+                _, s_cache = self.sharer.prefill(list(sr.ids))
+                s_ctx, t_s = (sr, s_cache), time.perf_counter() - t0
+            for c in conditions:
+                t0 = time.perf_counter()
+                if c == "receiver":
+                    pred, _ = choose(r, r_gen, r_cache, q)
+                    spent = t_r
+                elif c == "sharer":
+                    pred, _ = choose(self.sharer, s_gen, s_ctx[1], q)
+                    spent = t_s
+                elif c == "t2t":
+                    h = render(self.sharer, hint_messages(q))
+                    hint = self.sharer.generate(list(h.ids), max_new_tokens=self.hint_tokens).text
+                    rh = render(r, mc_messages(q, hint=hint))
+                    _, rh_cache = r.prefill(list(rh.ids))
+                    pred, _ = choose(r, r_gen, rh_cache, q)
+                    rec["hint"] = hint
+                    spent = 0.0
+                elif c == "c2c":
+                    fused = self.fused.fuse(msgs, context=(r_ctx, r_cache),
+                                            sharer_contexts={self.fused.links[0].sharer_name: s_ctx})
+                    pred, _ = choose(r, r_gen, fused.cache, q)
+                    spent = t_r + t_s
+                else:  # control
+                    fused = self.control.fuse(msgs, context=(r_ctx, r_cache))
+                    pred, _ = choose(r, r_gen, fused.cache, q)
+                    spent = t_r
+                spent += time.perf_counter() - t0
+                rec["pred"][c], rec["latency_s"][c] = pred, spent
+                correct[c] += int(pred == q.answer)
+                latency[c] += spent
+            records.append(rec)
+        n = len(questions)
+        return EvalReport(data=data, n=n, accuracy={c: correct[c] / n if n else 0.0 for c in conditions},
+                          latency_s={c: latency[c] / n if n else 0.0 for c in conditions}, records=tuple(records))

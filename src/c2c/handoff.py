@@ -1,0 +1,167 @@
+"""Handoff: pass what agent A knows to agent B, by cache or by text.
+
+Modes:
+
+- ``full``  B continues from A's whole cache (A skips writing, B skips reading).
+- ``slice`` only A's spans with the given labels are exported; B attaches them,
+  re-positioned, after its own context (never A's private spans).
+- ``text``  A writes a message (decode), B reads it (prefill): the baseline and
+  the fallback that always works.
+- ``auto``  a cache mode when the models' fingerprints, the shared prefix and
+  the trust domain match, text otherwise. The reason is recorded.
+
+The artifact travels through a :class:`Transport` (a directory by default, so
+the bytes really hit the disk as they would between processes).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from c2c.agent import Agent
+from c2c.artifact import Artifact
+from c2c.artifact.codec import read_bounded, write_atomic
+from c2c.errors import C2CError, ConfigError, HandoffError
+
+MODES = ("full", "slice", "text", "auto")
+DEFAULT_MESSAGE_PROMPT = (
+    "Write a concise message for the next agent with everything it needs from the material above: "
+    "the key facts, your conclusion and the evidence for it."
+)
+
+
+class Transport(Protocol):
+    """Moves artifact bytes from sender to receiver. One method each way."""
+
+    def send(self, key: str, payload: bytes) -> None: ...
+
+    def receive(self, key: str) -> bytes: ...
+
+
+class DirectoryTransport:
+    """Artifacts as files in a directory, written atomically with fsync."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="c2c-handoff-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def send(self, key: str, payload: bytes) -> None:
+        write_atomic(self.root / f"{key}.c2c", payload)
+
+    def receive(self, key: str) -> bytes:
+        return read_bounded(self.root / f"{key}.c2c", 1 << 40)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handoff:
+    """What happened in one handoff, and why."""
+
+    sender: str
+    receiver: str
+    requested: str
+    used: str
+    reason: str
+    artifact_id: str | None = None
+    artifact_bytes: int = 0
+    message: str | None = None
+    tokens_decoded: int = 0      # by the sender, writing a message
+    tokens_prefilled: int = 0    # by the receiver, reading the message
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.timings.values())
+
+
+def decide(sender: Agent, receiver: Agent) -> tuple[bool, str]:
+    """Can a cache cross from ``sender`` to ``receiver``? Returns (ok, reason)."""
+    if sender.team.domain != receiver.team.domain:
+        return False, (f"trust domains differ ({sender.team.domain!r} -> {receiver.team.domain!r}): "
+                       "caches never cross a trust boundary")
+    diff = sender.fingerprint.diff(receiver.fingerprint)
+    if diff:
+        return False, f"models differ in {', '.join(sorted(diff))}"
+    if sender.prefix != receiver.prefix:
+        return False, "shared prefixes differ"
+    return True, "same model, same shared prefix, same trust domain"
+
+
+def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tuple[str, ...] = ("evidence",),
+             auto_cache_mode: str = "full", transport: Transport | None = None,
+             message_prompt: str = DEFAULT_MESSAGE_PROMPT, message_tokens: int = 128,
+             min_message_tokens: int = 0, check: Callable[[Artifact], None] | None = None) -> Handoff:
+    """Hand ``sender``'s knowledge to ``receiver`` in ``mode``.
+
+    Args:
+        labels: spans exported in ``slice`` mode.
+        auto_cache_mode: the cache mode ``auto`` uses when a cache can cross.
+        transport: where artifact bytes go; a temporary directory by default.
+        message_tokens / min_message_tokens: the message budget in ``text`` mode.
+        check: extra verification of the received artifact (e.g. a trust
+            policy); a :class:`C2CError` it raises makes ``auto`` fall back to text.
+
+    Raises:
+        HandoffError, FingerprintMismatchError, PrefixMismatchError, ...: when a
+            cache mode was asked for explicitly and cannot be done.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"unknown handoff mode {mode!r}; use one of {', '.join(MODES)}")
+    if auto_cache_mode not in ("full", "slice"):
+        raise ConfigError("auto_cache_mode must be 'full' or 'slice'")
+    transport = transport or DirectoryTransport()
+    if mode == "text":
+        return _by_text(sender, receiver, "text", "text requested", message_prompt, message_tokens,
+                        min_message_tokens)
+    if mode == "auto":
+        ok, reason = decide(sender, receiver)
+        if not ok:
+            return _by_text(sender, receiver, "auto", f"fell back to text: {reason}", message_prompt,
+                            message_tokens, min_message_tokens)
+        try:
+            return _by_cache(sender, receiver, auto_cache_mode, "auto", reason, labels, transport, check)
+        except C2CError as e:
+            return _by_text(sender, receiver, "auto", f"fell back to text: {type(e).__name__}: {e}",
+                            message_prompt, message_tokens, min_message_tokens)
+    if sender.team.domain != receiver.team.domain:
+        raise HandoffError(f"{mode} handoff refused: {decide(sender, receiver)[1]}; use mode text or auto")
+    return _by_cache(sender, receiver, mode, mode, f"{mode} requested", labels, transport, check)
+
+
+def _by_cache(sender: Agent, receiver: Agent, mode: str, requested: str, reason: str,
+              labels: tuple[str, ...], transport: Transport, check) -> Handoff:
+    t0 = time.perf_counter()
+    artifact = sender.export(labels=labels if mode == "slice" else None)
+    payload = artifact.encode()
+    t1 = time.perf_counter()
+    transport.send(artifact.id, payload)
+    t2 = time.perf_counter()
+    received = transport.receive(artifact.id)
+    t3 = time.perf_counter()
+    got = Artifact.decode(received)
+    if got.id != artifact.id:
+        raise HandoffError("the artifact changed in transit")
+    if check is not None:
+        check(got)
+    receiver.attach(got)
+    t4 = time.perf_counter()
+    return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode, reason=reason,
+                   artifact_id=artifact.id, artifact_bytes=len(payload),
+                   timings={"export_s": t1 - t0, "write_s": t2 - t1, "read_s": t3 - t2, "import_s": t4 - t3})
+
+
+def _by_text(sender: Agent, receiver: Agent, requested: str, reason: str, prompt: str, budget: int,
+             min_tokens: int) -> Handoff:
+    before = receiver.stats
+    gen = sender.respond(prompt, max_new_tokens=budget, min_new_tokens=min_tokens, label="message")
+    receiver.read_role()  # the receiver's own role turn is not part of reading the message
+    t0 = time.perf_counter()
+    receiver.read(f"Message from {sender.name}:\n{gen.text}", label="message")
+    t1 = time.perf_counter()
+    return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used="text", reason=reason,
+                   message=gen.text, tokens_decoded=len(gen.token_ids),
+                   tokens_prefilled=receiver.stats.prefilled - before.prefilled,
+                   timings={"write_message_s": gen.prefill_s + gen.decode_s, "read_message_s": t1 - t0})

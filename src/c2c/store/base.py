@@ -1,0 +1,291 @@
+"""The `Store` interface and the records it deals in.
+
+A store holds immutable, content-addressed **commits**. A commit is one
+artifact's bytes (``Artifact.encode()``) plus where it sits in history:
+
+- its **id** is the artifact id (sha256 of the canonical header, which embeds
+  the tensor digest), so putting the same artifact twice is a no-op;
+- it belongs to a **stream** (one per producing agent) at a **version** that the
+  store assigns, 1, 2, 3, ... with no gaps, in commit order;
+- its **parents** are the commits it was derived from (attached, sliced, fused):
+  the artifact header's ``parents`` plus any given to :meth:`Store.put`. They
+  must already be in the store, so the graph is always a DAG.
+
+Staleness is monotone: once a commit is stale it stays stale. It happens when
+
+- a stream publishes version ``n + 1``: version ``n`` is *superseded*, and it
+  and every transitive dependent become stale;
+- an operator calls :meth:`Store.invalidate`: the commit and every transitive
+  dependent become stale;
+- a commit is put on top of a stale parent: it is born stale.
+
+Each stale commit records the root cause, the chain of ids from that root down
+to itself, and a reason; every marking is also appended to an event log that
+subscribers read with :meth:`Store.events` from a cursor, so a consumer that
+was down catches up.
+
+A consumer chooses: ``get(id)`` raises :class:`StaleCommitError` on a stale
+commit, ``latest(stream)`` names the newest version to re-pull, and
+``get(id, allow_stale=True)`` returns the record flagged ``stale`` so the caller
+continues explicitly "built on stale context".
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, NewType, Sequence
+
+from c2c.errors import ConfigError, StoreError
+
+CommitId = NewType("CommitId", str)   # 64 hex chars: Artifact.id
+BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: sha256 of the stored bytes
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_STREAM = re.compile(r"^[A-Za-z0-9._@/+=-]{1,200}$")
+
+
+def check_id(value: str, what: str = "commit id") -> CommitId:
+    """``value`` as a :data:`CommitId`, or :class:`ConfigError` naming what is wrong."""
+    if not isinstance(value, str) or not _HEX64.match(value):
+        raise ConfigError(f"{what} {value!r} is not a full sha256 hex id (64 lowercase hex chars)")
+    return CommitId(value)
+
+
+def check_stream(name: str) -> str:
+    """A stream name: 1-200 of ``A-Z a-z 0-9 . _ @ / + = -`` (they end up in Redis keys)."""
+    if not isinstance(name, str) or not _STREAM.match(name):
+        raise ConfigError(f"stream name {name!r} must be 1-200 characters of A-Z a-z 0-9 . _ @ / + = -")
+    return name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Commit:
+    """The immutable facts of one stored artifact.
+
+    Attributes:
+        id: the artifact id (content address of the header, hence of the tensors).
+        stream: the per-agent stream it was published on.
+        version: its 1-based position in ``stream``.
+        parents: ids of the commits it was derived from.
+        blob: sha256 of the stored bytes; every read re-checks it.
+        size: length of the stored bytes.
+        created: when the store accepted it (unix seconds, the store's clock).
+        summary: a few header facts for listings (model, kind, span, dtype, labels).
+    """
+
+    id: CommitId
+    stream: str
+    version: int
+    parents: tuple[CommitId, ...]
+    blob: BlobDigest
+    size: int
+    created: float
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "stream": self.stream, "version": self.version, "parents": list(self.parents),
+                "blob": self.blob, "size": self.size, "created": self.created, "summary": dict(self.summary)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitRecord:
+    """A commit as read now: its facts, its staleness, and (from :meth:`Store.get`) its bytes.
+
+    Attributes:
+        commit: the immutable facts.
+        stale: True once the commit or anything it was built on was superseded or invalidated.
+        stale_reason: one line saying why, or None when fresh.
+        stale_chain: ids from the root cause down to this commit (both included); () when fresh.
+        superseded_by: the next version of the same stream, once there is one.
+        data: the artifact bytes (``Artifact.decode``-able), or None for a metadata-only read.
+    """
+
+    commit: Commit
+    stale: bool = False
+    stale_reason: str | None = None
+    stale_chain: tuple[CommitId, ...] = ()
+    superseded_by: CommitId | None = None
+    data: bytes | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> CommitId:
+        return self.commit.id
+
+    @property
+    def stale_root(self) -> CommitId | None:
+        """The commit whose supersession or invalidation made this one stale."""
+        return self.stale_chain[0] if self.stale_chain else None
+
+    def artifact(self):
+        """Decode (and fully validate) the bytes into an :class:`~c2c.artifact.Artifact`."""
+        from c2c.artifact import Artifact
+
+        if self.data is None:
+            raise StoreError(f"record {self.id[:12]} was read without its bytes; use store.get(id)")
+        return Artifact.decode(self.data)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.commit.to_dict()
+        d.update(stale=self.stale, stale_reason=self.stale_reason, stale_chain=list(self.stale_chain),
+                 superseded_by=self.superseded_by)
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaleEvent:
+    """One commit marked stale, as delivered to subscribers.
+
+    Attributes:
+        seq: the event's cursor; pass it as ``after`` to :meth:`Store.events` to resume.
+        commit: the commit that became stale.
+        root: the superseded or invalidated commit that caused it.
+        reason: the same line as the commit's ``stale_reason``.
+        chain: ids from ``root`` down to ``commit``.
+        at: when it was marked (unix seconds, the store's clock).
+    """
+
+    seq: str
+    commit: CommitId
+    root: CommitId
+    reason: str
+    chain: tuple[CommitId, ...]
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "commit": self.commit, "root": self.root, "reason": self.reason,
+                "chain": list(self.chain), "at": self.at}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlobProblem:
+    """A commit whose stored bytes are missing or no longer hash to its blob digest."""
+
+    commit: CommitId
+    problem: str
+
+
+def stale_reason_for(root: str, root_reason: str, hops: int) -> str:
+    """The reason recorded on a dependent ``hops`` edges below the stale ``root``."""
+    return f"built on stale {root[:12]} ({hops} hop{'s' if hops != 1 else ''} up): {root_reason}"
+
+
+def superseded_reason(new_id: str, stream: str, version: int) -> str:
+    return f"superseded by {new_id[:12]} (stream {stream} v{version})"
+
+
+def invalidated_reason(reason: str) -> str:
+    return f"invalidated: {reason}"
+
+
+def stale_error(record: CommitRecord):
+    """The :class:`StaleCommitError` a fresh-only read of ``record`` raises."""
+    from c2c.errors import StaleCommitError
+
+    c = record.commit
+    return StaleCommitError(
+        f"commit {c.id[:12]} (stream {c.stream} v{c.version}) is stale: {record.stale_reason}. "
+        f"Re-pull store.latest({c.stream!r}), or pass allow_stale=True to continue on stale context")
+
+
+class Store(ABC):
+    """Versioned, append-only commit store. Open one with :func:`c2c.store.open_store`.
+
+    Every backend passes ``tests/store/test_conformance.py``. Methods raise
+    :class:`CommitNotFoundError` for unknown ids, :class:`StoreWriteError` when a
+    write could not be made durable (nothing half-written is ever visible), and
+    :class:`StoreCorruptError` when stored bytes no longer hash to their digest.
+    """
+
+    url: str
+
+    # ----------------------------------------------------------------- writing
+    @abstractmethod
+    def put(self, data: bytes | bytearray | memoryview, *, stream: str | None = None,
+            parents: Sequence[str] = ()) -> Commit:
+        """Validate ``data`` (``Artifact.decode``) and commit it as the next version of ``stream``.
+
+        ``stream`` defaults to the header's ``producer["agent"]``, else ``"default"``.
+
+        Returns the new commit, or the existing one unchanged if this artifact id is
+        already stored (then ``stream`` and ``parents`` are ignored).
+
+        Raises:
+            ArtifactError: ``data`` is not a valid artifact.
+            CommitNotFoundError: a parent is not in this store.
+            StoreWriteError: disk full, permission denied, server down; nothing visible changed.
+        """
+
+    @abstractmethod
+    def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
+        """Mark ``commit_id`` and every transitive dependent stale; returns the new events.
+
+        Commits already stale keep their first cause and are not re-announced.
+        """
+
+    # ----------------------------------------------------------------- reading
+    @abstractmethod
+    def show(self, commit_id: str) -> CommitRecord:
+        """The commit's facts and staleness, without its bytes."""
+
+    @abstractmethod
+    def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
+        """The commit with its bytes, re-hashed against its blob digest.
+
+        Raises:
+            StaleCommitError: the commit is stale and ``allow_stale`` is False.
+            StoreCorruptError: the stored bytes are missing or do not hash to the digest.
+        """
+
+    @abstractmethod
+    def latest(self, stream: str) -> CommitRecord:
+        """The newest version of ``stream`` (without bytes); CommitNotFoundError if it has none."""
+
+    @abstractmethod
+    def log(self, stream: str | None = None, *, limit: int | None = None) -> list[CommitRecord]:
+        """Commits newest first, of one stream or of all; without bytes."""
+
+    @abstractmethod
+    def children(self, commit_id: str) -> tuple[CommitId, ...]:
+        """Ids of the commits that list ``commit_id`` as a parent."""
+
+    @abstractmethod
+    def streams(self) -> list[str]:
+        """Every stream name, sorted."""
+
+    @abstractmethod
+    def resolve(self, prefix: str) -> CommitId:
+        """The one full id starting with ``prefix`` (at least 4 hex chars), for humans and the CLI."""
+
+    @abstractmethod
+    def events(self, after: str = "0", *, limit: int = 1000, wait_s: float = 0.0) -> list[StaleEvent]:
+        """Stale events after cursor ``after`` ("0" = from the start), oldest first.
+
+        With ``wait_s > 0`` it waits up to that long for the first new event.
+        """
+
+    # --------------------------------------------------------------- lifecycle
+    @abstractmethod
+    def verify(self) -> list[BlobProblem]:
+        """Re-hash every stored blob; the problems found (empty when all is intact)."""
+
+    @abstractmethod
+    def delete_leaf(self, commit_id: str) -> bool:
+        """Remove a commit and its blob, atomically, only if nothing depends on it.
+
+        Returns False (and changes nothing) if it has dependents. Used by :mod:`c2c.store.gc`.
+        """
+
+    @abstractmethod
+    def sweep_orphans(self, grace_s: float) -> int:
+        """Remove blobs and partial uploads no commit references, older than ``grace_s``."""
+
+    def close(self) -> None:
+        """Release connections; the store must not be used afterwards."""
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,113 @@
+"""Hop limits: a cache built on a cache built on a cache... degrades to text.
+
+Every hop of cache handoff adds drift and widens what a stale source can
+spoil (MISSION §2.4), so a team caps the number of hops. A commit's *depth* is
+the number of edges on the longest chain of parents above it (a commit with no
+parents is at depth 0; A -> B -> C -> D puts D at depth 3). Beyond ``max_hops``
+the consumer should hand over text instead, citing the commits it came from by
+id so the provenance survives the fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from c2c.errors import ConfigError, StoreCorruptError
+from c2c.store.base import CommitId, Store, check_id
+
+ENV = "C2C_MAX_HOPS"
+DEFAULT_MAX_HOPS = 3
+
+
+def default_max_hops() -> int:
+    """``$C2C_MAX_HOPS``, else 3."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        return DEFAULT_MAX_HOPS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV}={raw!r} is not a whole number of hops") from None
+    if value < 0:
+        raise ConfigError(f"{ENV} must be >= 0")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class HopReport:
+    """How deep a commit sits in its dependency chain, and what to cite when falling back to text.
+
+    Attributes:
+        commit: the commit asked about.
+        depth: edges on the longest chain of parents above it.
+        max_hops: the limit it was judged against.
+        chain: that longest chain, root first, ending with ``commit``.
+        refs: the ids a text fallback cites: ``commit`` and every ancestor, nearest first.
+    """
+
+    commit: CommitId
+    depth: int
+    max_hops: int
+    chain: tuple[CommitId, ...]
+    refs: tuple[CommitId, ...]
+
+    @property
+    def exceeded(self) -> bool:
+        """True when the chain is deeper than the limit: hand over text instead of the cache."""
+        return self.depth > self.max_hops
+
+    def fallback_text(self) -> str:
+        """One line to put in a text handoff in place of the cache."""
+        refs = ", ".join(f"c2c:{r[:12]}" for r in self.refs)
+        return (f"[c2c: this context passed through {self.depth} cache hops (limit {self.max_hops}); "
+                f"handed over as text. Sources: {refs}]")
+
+    def to_dict(self) -> dict:
+        return {"commit": self.commit, "depth": self.depth, "max_hops": self.max_hops, "exceeded": self.exceeded,
+                "chain": list(self.chain), "refs": list(self.refs)}
+
+
+def hop_report_from(commit_id: str, parents_of: Callable[[str], Sequence[str]], max_hops: int) -> HopReport:
+    """:class:`HopReport` over any parent lookup (a store, a loaded graph)."""
+    cid = check_id(commit_id)
+    # Breadth-first over ancestors: each one's distance (for "nearest first") and its parents.
+    parents: dict[str, tuple[str, ...]] = {}
+    distance = {cid: 0}
+    frontier = [cid]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            parents[node] = tuple(parents_of(node))
+            for p in parents[node]:
+                if p not in distance:
+                    distance[p] = distance[node] + 1
+                    nxt.append(p)
+        frontier = nxt
+    # Longest chain: depth(n) = 1 + max depth(parent), settled farthest ancestors first.
+    depth: dict[str, tuple[int, str | None]] = {}
+    pending = sorted(distance, key=lambda n: -distance[n])
+    while pending:
+        waiting = []
+        for node in pending:
+            if all(p in depth for p in parents[node]):
+                depth[node] = max(((depth[p][0] + 1, p) for p in parents[node]), default=(0, None))
+            else:
+                waiting.append(node)
+        if len(waiting) == len(pending):
+            raise StoreCorruptError(f"the parents of {cid[:12]} form a cycle; the store is damaged")
+        pending = waiting
+    chain = [cid]
+    while depth[chain[-1]][1] is not None:
+        chain.append(depth[chain[-1]][1])
+    nearest = sorted((a for a in distance if a != cid), key=lambda a: (distance[a], a))
+    return HopReport(commit=cid, depth=depth[cid][0], max_hops=max_hops,
+                     chain=tuple(CommitId(c) for c in reversed(chain)),
+                     refs=(cid, *(CommitId(a) for a in nearest)))
+
+
+def hop_report(store: Store, commit_id: str, *, max_hops: int | None = None) -> HopReport:
+    """Depth of ``commit_id``, whether it exceeds ``max_hops`` (default ``$C2C_MAX_HOPS`` or 3), and refs."""
+    limit = default_max_hops() if max_hops is None else max_hops
+    return hop_report_from(commit_id, lambda c: store.show(c).commit.parents, limit)

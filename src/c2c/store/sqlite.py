@@ -1,0 +1,448 @@
+"""`SQLiteStore`: the embedded default, ``sqlite:///PATH``.
+
+``PATH`` is a directory::
+
+    PATH/store.sqlite3          metadata: commits, edges, events (WAL mode)
+    PATH/blobs/ab/abcdef...     one file per blob, named by the sha256 of its bytes
+    PATH/tmp/<random>           blobs being written; renamed into blobs/ when complete
+
+A put writes and fsyncs the blob under ``tmp/``, renames it to its content
+address, fsyncs the directory, and only then commits the metadata row in one
+``BEGIN IMMEDIATE`` transaction. A writer killed at any point therefore leaves
+either nothing visible or a complete commit; at worst an unreferenced blob or
+temp file, which :meth:`sweep_orphans` removes after a grace period.
+
+Several processes may share one directory: SQLite serializes the writers and
+WAL lets readers proceed while one writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+from urllib.parse import parse_qs, urlparse
+
+from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
+from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
+                            check_id, check_stream, invalidated_reason, stale_error, stale_reason_for,
+                            superseded_reason)
+from c2c.store.ingest import hash_while_reading, ingest
+
+SCHEMA_VERSION = 1
+CHUNK = 8 << 20  # bytes per read/write call on blob files
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS commits (
+    id TEXT PRIMARY KEY, stream TEXT NOT NULL, version INTEGER NOT NULL, parents TEXT NOT NULL,
+    blob TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL, summary TEXT NOT NULL,
+    seq INTEGER NOT NULL UNIQUE,
+    stale_root TEXT, stale_cause TEXT, stale_reason TEXT, stale_chain TEXT, stale_at REAL,
+    superseded_by TEXT,
+    UNIQUE (stream, version)
+);
+CREATE TABLE IF NOT EXISTS edges (
+    parent TEXT NOT NULL, child TEXT NOT NULL, PRIMARY KEY (parent, child)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edges_child ON edges (child);
+CREATE INDEX IF NOT EXISTS commits_blob ON commits (blob);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, commit_id TEXT NOT NULL, root TEXT NOT NULL,
+    reason TEXT NOT NULL, chain TEXT NOT NULL, at REAL NOT NULL
+);
+"""
+
+_COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
+            "stale_reason, stale_chain, superseded_by")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SQLiteConfig:
+    """Where and how durably: ``sqlite:///PATH?synchronous=FULL&busy_timeout_s=30``."""
+
+    root: Path
+    synchronous: str = "FULL"       # NOTE: NORMAL survives process crashes but may lose the last commits on power loss
+    busy_timeout_s: float = 30.0
+
+    @classmethod
+    def from_url(cls, url: str) -> "SQLiteConfig":
+        u = urlparse(url)
+        if u.scheme != "sqlite" or u.netloc:
+            raise ConfigError(f"{url!r} is not a sqlite:///PATH URL (three slashes, then the store directory)")
+        path = u.path[1:] if u.path.startswith("/") else u.path  # sqlite:///rel, sqlite:////abs
+        if not path:
+            raise ConfigError(f"{url!r} names no directory; use sqlite:///PATH")
+        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        unknown = set(q) - {"synchronous", "busy_timeout_s"}
+        if unknown:
+            raise ConfigError(f"unknown sqlite store options {sorted(unknown)}; known: synchronous, busy_timeout_s")
+        sync = q.get("synchronous", "FULL").upper()
+        if sync not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError(f"synchronous={sync!r}; use FULL, EXTRA or NORMAL")
+        try:
+            timeout = float(q.get("busy_timeout_s", 30.0))
+        except ValueError:
+            raise ConfigError("busy_timeout_s must be a number of seconds") from None
+        return cls(root=Path(path).expanduser(), synchronous=sync, busy_timeout_s=timeout)
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.root}"
+
+
+class SQLiteStore(Store):
+    """A store in one local directory. Thread-safe; share the directory across processes freely."""
+
+    def __init__(self, config: SQLiteConfig):
+        self.config = config
+        self.url = config.url
+        self.root = config.root
+        self._lock = threading.RLock()
+        try:
+            (self.root / "blobs").mkdir(parents=True, exist_ok=True)
+            (self.root / "tmp").mkdir(exist_ok=True)
+            self._db = sqlite3.connect(self.root / "store.sqlite3", isolation_level=None,
+                                       check_same_thread=False, timeout=config.busy_timeout_s)
+            self._db.execute(f"PRAGMA busy_timeout = {int(config.busy_timeout_s * 1000)}")
+            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"could not put {self.root} in WAL mode (got {mode}); use a local filesystem")
+            self._db.execute(f"PRAGMA synchronous = {config.synchronous}")
+            with self._tx() as db:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version not in (0, SCHEMA_VERSION):
+                    raise StoreError(f"store schema version {version}; this build reads {SCHEMA_VERSION}")
+                if version == 0:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except OSError as e:
+            raise StoreWriteError(f"cannot create the store at {self.root}: {e.strerror or e}") from e
+        except sqlite3.Error as e:
+            raise StoreWriteError(f"cannot open the store at {self.root}: {e}") from e
+
+    @classmethod
+    def from_url(cls, url: str) -> "SQLiteStore":
+        return cls(SQLiteConfig.from_url(url))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ------------------------------------------------------------ sqlite plumbing
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any sqlite failure becomes StoreWriteError, rolled back."""
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                yield db
+                db.execute("COMMIT")
+            except BaseException as e:
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(e, sqlite3.Error):
+                    raise StoreWriteError(f"store {self.root}: {e}; nothing was committed") from e
+                raise
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"store {self.root}: {e}") from e
+
+    @staticmethod
+    def _record(row: tuple) -> CommitRecord:
+        cid, stream, version, parents, blob, size, created, summary, reason, chain, sup = row
+        commit = Commit(id=CommitId(cid), stream=stream, version=version,
+                        parents=tuple(CommitId(p) for p in json.loads(parents)), blob=BlobDigest(blob),
+                        size=size, created=created, summary=json.loads(summary))
+        return CommitRecord(commit=commit, stale=reason is not None, stale_reason=reason,
+                            stale_chain=tuple(json.loads(chain)) if chain else (),
+                            superseded_by=CommitId(sup) if sup else None)
+
+    def _blob_path(self, blob: str) -> Path:
+        return self.root / "blobs" / blob[:2] / blob
+
+    # ---------------------------------------------------------------- blob files
+    def _write_tmp(self, view: memoryview) -> Path:
+        """Write ``view`` to a fresh temp file and fsync it (runs on an ingest thread)."""
+        tmp = self.root / "tmp" / uuid.uuid4().hex
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                off = 0
+                while off < len(view):
+                    off += os.write(fd, view[off: off + CHUNK])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            _unlink(tmp)
+            raise StoreWriteError(f"cannot write a blob under {self.root}: {e.strerror or e}; "
+                                  "nothing was written") from e
+        return tmp
+
+    def _publish_blob(self, tmp: Path, blob: str) -> None:
+        """Rename a complete temp file to its content address (or reuse an identical one)."""
+        final = self._blob_path(blob)
+        try:
+            if final.exists():
+                # Same bytes already there; touching it keeps sweep_orphans off it until we commit.
+                os.utime(final)
+                _unlink(tmp)
+                return
+            final.parent.mkdir(exist_ok=True)
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+        except OSError as e:
+            _unlink(tmp)
+            raise StoreWriteError(f"cannot store blob {blob[:12]} under {self.root}: {e.strerror or e}; "
+                                  "nothing was committed") from e
+
+    def _read_blob(self, commit: Commit) -> bytes:
+        path = self._blob_path(commit.blob)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                data, digest = hash_while_reading(iter(lambda: f.read(CHUNK), b""))
+        except FileNotFoundError:
+            raise StoreCorruptError(f"blob of commit {commit.id[:12]} is missing ({path})") from None
+        except OSError as e:
+            raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+        if digest != commit.blob or len(data) != commit.size:
+            raise StoreCorruptError(f"blob of commit {commit.id[:12]} does not hash to {commit.blob[:12]} "
+                                    f"({len(data)} bytes, sha256 {digest[:12]}); run `c2c store verify`")
+        return data
+
+    # ------------------------------------------------------------------- writing
+    def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
+        if stream is not None:
+            check_stream(stream)
+        extra = [check_id(p, "parent") for p in parents]
+        ing, tmp = ingest(data, self._write_tmp, _unlink)
+        try:
+            self._publish_blob(tmp, ing.blob)
+        finally:
+            _unlink(tmp)  # no-op after a rename
+        stream = stream or ing.default_stream
+        all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
+        if ing.id in all_parents:
+            raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
+        with self._tx() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM commits WHERE id = ?", (ing.id,)).fetchone()
+            if row:
+                return self._record(row).commit
+            inherited = None
+            for p in all_parents:
+                prow = db.execute("SELECT stale_root, stale_cause, stale_chain FROM commits WHERE id = ?",
+                                  (p,)).fetchone()
+                if prow is None:
+                    raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
+                if inherited is None and prow[0] is not None:
+                    inherited = prow
+            now = time.time()
+            head = db.execute("SELECT id, version FROM commits WHERE stream = ? ORDER BY version DESC LIMIT 1",
+                              (stream,)).fetchone()
+            version = head[1] + 1 if head else 1
+            events: list[StaleEvent] = []
+            if head:
+                db.execute("UPDATE commits SET superseded_by = ? WHERE id = ?", (ing.id, head[0]))
+                self._invalidate_in(db, head[0], superseded_reason(ing.id, stream, version), now, events)
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
+            db.execute(f"INSERT INTO commits (id, stream, version, parents, blob, size, created, summary, seq) "
+                       f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (ing.id, stream, version, json.dumps(all_parents), ing.blob, ing.size, now,
+                        json.dumps(ing.summary, sort_keys=True), seq))
+            db.executemany("INSERT INTO edges (parent, child) VALUES (?, ?)", [(p, ing.id) for p in all_parents])
+            if inherited is not None:
+                root, cause, chain = inherited[0], inherited[1], json.loads(inherited[2]) + [ing.id]
+                self._mark(db, ing.id, root, cause, stale_reason_for(root, cause, len(chain) - 1),
+                           tuple(chain), now, events)
+        return Commit(id=ing.id, stream=stream, version=version, parents=all_parents, blob=ing.blob,
+                      size=ing.size, created=now, summary=ing.summary)
+
+    def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
+        cid = check_id(commit_id)
+        if not reason or not reason.strip():
+            raise ConfigError("invalidate needs a reason (it is shown to every consumer of a dependent)")
+        events: list[StaleEvent] = []
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM commits WHERE id = ?", (cid,)).fetchone() is None:
+                raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
+            self._invalidate_in(db, cid, invalidated_reason(reason.strip()), time.time(), events)
+        return events
+
+    def _invalidate_in(self, db: sqlite3.Connection, root: str, cause: str, now: float,
+                       events: list[StaleEvent]) -> None:
+        """Mark ``root`` stale with ``cause`` and every fresh transitive dependent after it (BFS)."""
+        if db.execute("SELECT stale_reason FROM commits WHERE id = ?", (root,)).fetchone()[0] is not None:
+            return  # already stale: so is everything below it
+        self._mark(db, root, root, cause, cause, (root,), now, events)
+        queue = deque([(root, (root,))])
+        while queue:
+            node, chain = queue.popleft()
+            kids = db.execute("SELECT e.child FROM edges e JOIN commits c ON c.id = e.child "
+                              "WHERE e.parent = ? AND c.stale_reason IS NULL", (node,)).fetchall()
+            for (kid,) in kids:
+                kchain = chain + (kid,)
+                self._mark(db, kid, root, cause, stale_reason_for(root, cause, len(kchain) - 1), kchain, now,
+                           events)
+                queue.append((kid, kchain))
+
+    @staticmethod
+    def _mark(db: sqlite3.Connection, cid: str, root: str, cause: str, reason: str, chain: tuple, now: float,
+              events: list[StaleEvent]) -> None:
+        chain_json = json.dumps(list(chain))
+        db.execute("UPDATE commits SET stale_root = ?, stale_cause = ?, stale_reason = ?, stale_chain = ?, "
+                   "stale_at = ? WHERE id = ?", (root, cause, reason, chain_json, now, cid))
+        cur = db.execute("INSERT INTO events (commit_id, root, reason, chain, at) VALUES (?, ?, ?, ?, ?)",
+                         (cid, root, reason, chain_json, now))
+        events.append(StaleEvent(seq=str(cur.lastrowid), commit=CommitId(cid), root=CommitId(root),
+                                 reason=reason, chain=tuple(chain), at=now))
+
+    # ------------------------------------------------------------------- reading
+    def show(self, commit_id: str) -> CommitRecord:
+        cid = check_id(commit_id)
+        rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE id = ?", (cid,))
+        if not rows:
+            raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
+        return self._record(rows[0])
+
+    def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
+        rec = self.show(commit_id)
+        if rec.stale and not allow_stale:
+            raise stale_error(rec)
+        return CommitRecord(commit=rec.commit, stale=rec.stale, stale_reason=rec.stale_reason,
+                            stale_chain=rec.stale_chain, superseded_by=rec.superseded_by,
+                            data=self._read_blob(rec.commit))
+
+    def latest(self, stream: str) -> CommitRecord:
+        check_stream(stream)
+        rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE stream = ? ORDER BY version DESC LIMIT 1",
+                          (stream,))
+        if not rows:
+            raise CommitNotFoundError(f"stream {stream!r} has no commits in store {self.url}")
+        return self._record(rows[0])
+
+    def log(self, stream: str | None = None, *, limit: int | None = None) -> list[CommitRecord]:
+        lim = -1 if limit is None else int(limit)
+        if stream is None:
+            rows = self._read(f"SELECT {_COLUMNS} FROM commits ORDER BY seq DESC LIMIT ?", (lim,))
+        else:
+            rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE stream = ? ORDER BY version DESC LIMIT ?",
+                              (check_stream(stream), lim))
+        return [self._record(r) for r in rows]
+
+    def children(self, commit_id: str) -> tuple[CommitId, ...]:
+        cid = check_id(commit_id)
+        self.show(cid)
+        return tuple(CommitId(r[0]) for r in self._read("SELECT child FROM edges WHERE parent = ? ORDER BY child",
+                                                        (cid,)))
+
+    def streams(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT DISTINCT stream FROM commits ORDER BY stream")]
+
+    def resolve(self, prefix: str) -> CommitId:
+        p = prefix.strip().lower()
+        if len(p) < 4 or any(c not in "0123456789abcdef" for c in p):
+            raise ConfigError(f"{prefix!r} is not a commit id or an id prefix of at least 4 hex chars")
+        rows = self._read("SELECT id FROM commits WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",
+                          (p, p + "g"))
+        if not rows:
+            raise CommitNotFoundError(f"no commit id starts with {p} in store {self.url}")
+        if len(rows) > 1:
+            raise ConfigError(f"id prefix {p} is ambiguous; give more characters")
+        return CommitId(rows[0][0])
+
+    def events(self, after: str = "0", *, limit: int = 1000, wait_s: float = 0.0) -> list[StaleEvent]:
+        try:
+            cursor = int(after)
+        except ValueError:
+            raise ConfigError(f"event cursor {after!r} is not one this sqlite store issued") from None
+        deadline = time.monotonic() + wait_s
+        while True:
+            rows = self._read("SELECT seq, commit_id, root, reason, chain, at FROM events WHERE seq > ? "
+                              "ORDER BY seq LIMIT ?", (cursor, int(limit)))
+            if rows or time.monotonic() >= deadline:
+                return [StaleEvent(seq=str(s), commit=CommitId(c), root=CommitId(r), reason=why,
+                                   chain=tuple(json.loads(ch)), at=at) for s, c, r, why, ch, at in rows]
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))  # NOTE: polling; Redis blocks instead
+
+    # ----------------------------------------------------------------- lifecycle
+    def verify(self) -> list[BlobProblem]:
+        problems = []
+        for rec in self.log():
+            try:
+                self._read_blob(rec.commit)
+            except StoreCorruptError as e:
+                problems.append(BlobProblem(commit=rec.id, problem=str(e)))
+        return problems
+
+    def delete_leaf(self, commit_id: str) -> bool:
+        cid = check_id(commit_id)
+        with self._tx() as db:
+            row = db.execute("SELECT blob FROM commits WHERE id = ?", (cid,)).fetchone()
+            if row is None:
+                return False
+            if db.execute("SELECT 1 FROM edges WHERE parent = ? LIMIT 1", (cid,)).fetchone():
+                return False
+            db.execute("DELETE FROM edges WHERE child = ?", (cid,))
+            db.execute("DELETE FROM commits WHERE id = ?", (cid,))
+            shared = db.execute("SELECT 1 FROM commits WHERE blob = ? LIMIT 1", (row[0],)).fetchone()
+        if not shared:
+            _unlink(self._blob_path(row[0]))  # a crash here leaves an orphan for sweep_orphans
+        return True
+
+    def sweep_orphans(self, grace_s: float) -> int:
+        cutoff = time.time() - grace_s
+        removed = 0
+        for tmp in (self.root / "tmp").iterdir():
+            if _mtime(tmp) < cutoff:
+                removed += _unlink(tmp)
+        for path in (self.root / "blobs").glob("??/*"):
+            if _mtime(path) < cutoff and not self._read("SELECT 1 FROM commits WHERE blob = ? LIMIT 1",
+                                                        (path.name,)):
+                removed += _unlink(path)
+        return removed
+
+
+def _unlink(path: Path) -> int:
+    try:
+        os.unlink(path)
+        return 1
+    except OSError:
+        return 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,129 @@
+"""Isolation: caches stay inside one trust domain, and only what may leave is exported.
+
+Two rules:
+
+1. **Across trust domains, always text.** K/V carry the semantics of every
+   token that made them and can be inverted; a cache also skips the sender's
+   output-side safety filtering. :func:`decide` returns the transport a handoff
+   must use and the reason, for the handoff record.
+2. **Minimization.** Only non-private spans of a :class:`~c2c.context.Context`
+   are exported (:func:`exportable_ranges`). Private spans (role prompt, scratch
+   reasoning, tool output marked private) never leave.
+
+NOTE: slicing the sender's cache to the exportable ranges (:func:`minimize`)
+removes the private *positions*, but the K/V of an exported token at layers
+above 0 were computed while attending to everything before it, private spans
+included, so they still carry some of that information. :func:`recompute_clean`
+closes that channel: it re-prefills the exported tokens after the shared prefix
+only, at the cost of one prefill of the exported tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from c2c.context import Context
+from c2c.errors import ConfigError, HandoffError
+from c2c.runtime.kvcache import KVCache
+
+Transport = Literal["cache", "text"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IsolationDecision:
+    """The transport a handoff must use, and why (the handoff records ``reason``)."""
+
+    transport: Transport
+    reason: str
+
+    @property
+    def allows_cache(self) -> bool:
+        return self.transport == "cache"
+
+
+def decide(sender_domain: str | None, receiver_domain: str | None) -> IsolationDecision:
+    """``cache`` only when both agents are in the same, named trust domain; else ``text``."""
+    if not sender_domain or not receiver_domain:
+        who = "sender" if not sender_domain else "receiver"
+        return IsolationDecision(transport="text", reason=f"the {who} has no trust domain; caches need one")
+    if sender_domain != receiver_domain:
+        return IsolationDecision(
+            transport="text",
+            reason=f"crosses trust domains ({sender_domain!r} -> {receiver_domain!r}); caches never leave a domain")
+    return IsolationDecision(transport="cache", reason=f"same trust domain {sender_domain!r}")
+
+
+# ------------------------------------------------------------ minimization
+def private_positions(ctx: Context) -> frozenset[int]:
+    """Absolute positions of every private span of ``ctx``."""
+    return frozenset(p for s in ctx.spans if s.private for p in range(s.start, s.end))
+
+
+def exportable_ranges(ctx: Context, labels: Sequence[str] | None = None) -> tuple[tuple[int, int], ...]:
+    """Token ranges ``[start, end)`` that may leave the agent, adjacent ones merged.
+
+    The shared prefix is never included (the receiver has its own). With
+    ``labels``, only spans with those labels are considered.
+
+    Raises:
+        HandoffError: a label asked for belongs to a private span, or nothing is exportable.
+    """
+    if labels is not None:
+        asked = set(labels)
+        leaking = sorted({s.label for s in ctx.spans if s.private and s.label in asked})
+        if leaking:
+            raise HandoffError(f"spans {leaking} are private and are never exported")
+    chosen = [s for s in ctx.spans if not s.private and s.length > 0 and s.start >= ctx.prefix_len
+              and (labels is None or s.label in labels)]
+    if not chosen:
+        raise HandoffError(f"no exportable span{' labelled ' + str(list(labels)) if labels else ''}; this "
+                           f"context has {[(s.label, 'private' if s.private else 'public') for s in ctx.spans]}")
+    out: list[list[int]] = []
+    for s in sorted(chosen, key=lambda s: s.start):
+        if out and out[-1][1] == s.start:
+            out[-1][1] = s.end
+        else:
+            out.append([s.start, s.end])
+    private = private_positions(ctx)
+    for a, b in out:  # defence in depth: overlapping spans must not leak
+        if any(p in private for p in range(a, b)):
+            raise HandoffError(f"range [{a}:{b}) overlaps a private span; spans must not overlap")
+    return tuple((a, b) for a, b in out)
+
+
+def require_exportable(ctx: Context, start: int, end: int) -> None:
+    """Raise :class:`HandoffError` if ``[start, end)`` holds any private position.
+
+    Call it before exporting a full cache (``start == 0``) or any slice.
+    """
+    hit = sorted(s.label for s in ctx.spans if s.private and s.start < end and s.end > start)
+    if hit:
+        raise HandoffError(f"positions [{start}:{end}) include private spans {hit}; export only "
+                           "exportable_ranges(ctx), or hand off by text")
+
+
+def minimize(cache: KVCache, ctx: Context, labels: Sequence[str] | None = None) -> tuple[KVCache, ...]:
+    """Slices of the sender's ``cache`` at :func:`exportable_ranges`, at their original positions."""
+    if cache.start != 0 or cache.token_ids != ctx.token_ids[: cache.seq_len]:
+        raise ConfigError("the cache does not hold this context's tokens from position 0")
+    return tuple(cache.slice(a, b) for a, b in exportable_ranges(ctx, labels))
+
+
+def exported_tokens(ctx: Context, labels: Sequence[str] | None = None) -> tuple[int, ...]:
+    """The token ids of :func:`exportable_ranges`, concatenated in order."""
+    return tuple(t for a, b in exportable_ranges(ctx, labels) for t in ctx.token_ids[a:b])
+
+
+def recompute_clean(runtime, ctx: Context, prefix_cache: KVCache, labels: Sequence[str] | None = None) -> KVCache:
+    """The exported tokens' K/V computed after the shared prefix *only*.
+
+    Returns a slice at positions ``[prefix_len, prefix_len + n)``: the exported
+    tokens packed right after the prefix, with no trace of private spans in any
+    layer. Costs one prefill of ``n`` tokens.
+    """
+    if prefix_cache.start != 0 or prefix_cache.token_ids != ctx.token_ids[: ctx.prefix_len]:
+        raise ConfigError("prefix_cache must be the cache of exactly this context's shared prefix")
+    ids = exported_tokens(ctx, labels)
+    _, full = runtime.prefill(list(ids), past=prefix_cache)
+    return full.slice(ctx.prefix_len, full.end)

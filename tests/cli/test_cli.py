@@ -1,0 +1,73 @@
+"""The CLI: documented commands, JSON output, clear errors."""
+
+import json
+
+import pytest
+
+from c2c.cli.main import build_parser, main
+
+
+def all_commands(parser, path=()):
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, sub in action.choices.items():
+                if any(a.__class__.__name__ == "_SubParsersAction" for a in sub._actions):
+                    yield from all_commands(sub, path + (name,))
+                else:
+                    yield path + (name,), sub
+
+
+def test_every_command_has_help_and_an_example():
+    cmds = list(all_commands(build_parser()))
+    assert len(cmds) >= 6
+    for path, sub in cmds:
+        assert sub.epilog and "Example:" in sub.epilog and "c2c " + path[0] in sub.epilog, path
+        for action in sub._actions:
+            if action.dest != "help":
+                assert action.help, f"{' '.join(path)} {action.dest} has no help"
+
+
+def test_models_list_json(capsys):
+    assert main(["models", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = {r["name"] for r in rows}
+    assert {"Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct", "Gemma-3-270M",
+            "Qwen2.5-Coder-1.5B-Instruct"} <= names
+
+
+def test_export_then_inspect(tiny, tmp_path, capsys):
+    model_dir = str(tiny("qwen2").path)
+    out = tmp_path / "a.c2c"
+    assert main(["export", "--model", model_dir, "--prompt", "hello agents", "--out", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert out.stat().st_size == info["bytes"] and info["start"] == 0
+    assert main(["inspect", str(out), "--json"]) == 0
+    header = json.loads(capsys.readouterr().out)
+    assert header["id"] == info["id"] and header["kind"] == "full" and header["signed"] is False
+    sl = tmp_path / "s.c2c"
+    assert main(["export", "--model", model_dir, "--prompt", "hello agents", "--out", str(sl),
+                 "--slice", "5:9", "--json"]) == 2
+    assert "shared prefix" in json.loads(capsys.readouterr().out)["message"]
+    p = header["prefix"]["length"]
+    assert main(["export", "--model", model_dir, "--prompt", "hello agents", "--out", str(sl),
+                 "--slice", f"{p + 2}:{p + 6}", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(sl), "--json"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert (h["kind"], h["start"], h["end"]) == ("slice", p + 2, p + 6)
+
+
+def test_corrupt_artifact_is_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.c2c"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    assert main(["inspect", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("c2c: CorruptArtifactError:") and err.count("\n") == 1
+
+
+def test_bad_flags_are_config_errors(tmp_path, capsys, tiny):
+    code = main(["export", "--model", str(tiny("qwen2").path), "--prompt", "x", "--out",
+                 str(tmp_path / "o"), "--slice", "a:b", "--json"])
+    assert code == 2 and json.loads(capsys.readouterr().out)["error"] == "ConfigError"
+    assert main(["export", "--model", "no-such-model", "--prompt", "x", "--out", str(tmp_path / "o")]) == 2
+    assert "UnknownModelError" in capsys.readouterr().err

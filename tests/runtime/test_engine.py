@@ -1,0 +1,112 @@
+"""Runtime: prefill, continue, generate and re-position, on tiny models of each architecture."""
+
+import pytest
+import torch
+
+from c2c.errors import ConfigError, IncompatibleCacheError, RuntimeUnsupportedError
+
+ARCHS = ["llama", "qwen2", "gemma3"]
+# Chunked vs one-shot prefill differ only by float32 summation order.
+CHUNK_ATOL = 1e-4
+# Re-rotated keys vs keys computed fresh at the new positions: float32 rounding of one
+# extra rotation, relative to key magnitudes of about 5.
+ROPE_ATOL = 1e-5
+
+
+def ids_for(rt, n=60):
+    ids = rt.encode("The quick brown fox jumps over the lazy dog. " * 4)
+    assert len(ids) >= n
+    return ids[:n]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_continuing_a_cache_equals_one_prefill(tiny, arch):
+    rt = tiny(arch)
+    ids = ids_for(rt)
+    logits_all, full = rt.prefill(ids)
+    _, first = rt.prefill(ids[:25])
+    logits_rest, rest = rt.prefill(ids[25:], first)
+    assert rest.token_ids == tuple(ids)
+    assert full.max_abs_diff(rest) < CHUNK_ATOL
+    assert (logits_all - logits_rest).abs().max().item() < CHUNK_ATOL
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_reposition_matches_fresh_keys(tiny, arch):
+    """A slice moved from p to q has layer-0 keys equal to keys computed fresh at q."""
+    rt = tiny(arch)
+    ids = ids_for(rt)
+    _, cache = rt.prefill(ids)
+    p, q, n = 50, 7, 8  # positions 50..57 move to 7..14
+    moved = rt.reposition(cache.slice(p, p + n), q)
+    filler = rt.encode("x" * q)[:q]
+    _, fresh = rt.prefill(filler + ids[p:p + n])
+    fresh_slice = fresh.slice(q, q + n)
+    assert moved.start == q and moved.token_ids == tuple(ids[p:p + n])
+    err = (moved.keys[0] - fresh_slice.keys[0]).abs().max().item()
+    assert err < ROPE_ATOL
+    # values carry no position: unchanged
+    assert torch.equal(moved.values[0], cache.slice(p, p + n).values[0])
+    # moving back restores the original keys
+    back = rt.reposition(moved, p)
+    assert (back.keys[0] - cache.slice(p, p + n).keys[0]).abs().max().item() < ROPE_ATOL
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_reposition_matches_a_shifted_prefill_on_every_layer(tiny, arch):
+    """Shifting every position by d leaves attention unchanged (RoPE is relative), so the
+    K/V of a prefill at positions d.. equal the re-positioned K/V of a prefill at 0..,
+    on every layer, including Gemma's full-attention layers with their second RoPE base."""
+    rt = tiny(arch)
+    ids = ids_for(rt, 12)  # shorter than tiny Gemma's window
+    _, at0 = rt.prefill(ids)
+    _, at_d = rt.prefill(ids, start=37)
+    moved = rt.reposition(at0, 37)
+    assert moved.start == at_d.start == 37
+    assert moved.max_abs_diff(at_d) < 1e-4
+
+
+def test_gemma_slice_outside_window_is_refused(tiny):
+    rt = tiny("gemma3")  # sliding window 16
+    _, cache = rt.prefill(ids_for(rt))
+    with pytest.raises(RuntimeUnsupportedError, match="sliding window"):
+        cache.slice(10, 20)
+    cache.slice(50, 60)  # near the end: exact
+
+
+def test_generate_is_greedy_and_caches_what_it_fed(tiny):
+    rt = tiny("qwen2")
+    ids = ids_for(rt, 20)
+    g = rt.generate(ids, max_new_tokens=6, min_new_tokens=6)
+    assert len(g.token_ids) == 6
+    assert g.cache.token_ids == tuple(ids) + g.token_ids[:-1]
+    # the first generated token is the argmax after the prompt
+    logits, _ = rt.prefill(ids)
+    assert g.token_ids[0] == int(torch.argmax(logits))
+    # continuing the returned cache with the last token gives the second-to-next token
+    g2 = rt.generate(g.token_ids[-1:], g.cache, max_new_tokens=1)
+    g_long = rt.generate(ids, max_new_tokens=7, min_new_tokens=7)
+    assert g_long.token_ids[:6] == g.token_ids and g_long.token_ids[6] == g2.token_ids[0]
+
+
+def test_cache_of_another_model_is_refused(tiny):
+    _, cache = tiny("gemma3").prefill(ids_for(tiny("gemma3"), 10))
+    with pytest.raises(IncompatibleCacheError, match="layers"):
+        tiny("qwen2").prefill([1, 2, 3], cache)
+    with pytest.raises(IncompatibleCacheError, match="dtype"):
+        tiny("qwen2").prefill([1], tiny("qwen2").prefill([1, 2])[1].to(dtype=torch.float16))
+
+
+def test_slice_not_at_zero_cannot_be_continued(tiny):
+    rt = tiny("llama")
+    _, cache = rt.prefill(ids_for(rt, 20))
+    with pytest.raises(RuntimeUnsupportedError, match="re-position"):
+        rt.prefill([5], cache.slice(5, 20))
+    with pytest.raises(ConfigError):
+        rt.prefill([])
+
+
+def test_chat_rendering(tiny):
+    rt = tiny("qwen2")
+    assert rt.render_turn("user", "hi") == "<|im_start|>user\nhi<|im_end|>\n"
+    assert rt.generation_prompt() == "<|im_start|>assistant\n"

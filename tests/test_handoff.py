@@ -1,0 +1,114 @@
+"""Handoffs between agents on tiny models: full, slice, text, auto and every refusal."""
+
+import pytest
+
+from c2c.agent import Agent, Team
+from c2c.errors import FingerprintMismatchError, HandoffError, PrefixMismatchError
+from c2c.handoff import hand_off
+from c2c.prefix import SharedPrefix
+
+SHARED = SharedPrefix.build("You are a team of two agents.", tools=["calc"], context={"task": "t"})
+DOC = "Paris is the capital of France. The Seine flows through it. " * 2
+
+
+def pair(rt, team=None, rt_b=None, team_b=None):
+    team = team or Team(shared=SHARED)
+    a = Agent("analyst", rt, team, role="You are the analyst (secret instructions).")
+    b = Agent("writer", rt_b or rt, team_b or team, role="You are the writer.")
+    a.read(DOC, label="evidence")
+    return a, b
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_full_handoff_is_exact(tiny, arch):
+    rt = tiny(arch)
+    a, b = pair(rt)
+    h = hand_off(a, b, mode="full")
+    assert (h.used, h.requested) == ("full", "full") and h.artifact_bytes > 0
+    g = b.respond("Summarize.", max_new_tokens=8, min_new_tokens=8)
+    fed = b.context.token_ids[: len(b.context.token_ids) - 7]
+    ref = rt.generate(fed, max_new_tokens=8, min_new_tokens=8)
+    assert g.token_ids == ref.token_ids
+    assert b.stats.decoded == 8 and a.stats.decoded == 0
+
+
+def test_slice_excludes_private_spans_and_lands_after_the_prefix(tiny):
+    rt = tiny("qwen2")
+    a, b = pair(rt)
+    a.read("scratch thoughts that must stay home", label="scratch")
+    h = hand_off(a, b, mode="slice", labels=("evidence",))
+    ev = a.context.spans_labelled("evidence")[0]
+    role = a.context.spans_labelled("role")[0]
+    received = b.context.spans[-1]
+    assert h.used == "slice"
+    assert b.context.token_ids[received.start:received.end] == a.context.token_ids[ev.start:ev.end]
+    assert received.start == b.context.prefix_len  # attached right after the shared prefix
+    assert b.cache.seq_len == b.context.prefix_len + ev.length
+    role_ids = a.context.token_ids[role.start:role.end]
+    assert role_ids != b.context.token_ids[received.start:received.start + len(role_ids)]
+    with pytest.raises(HandoffError, match="private"):
+        a.export(labels=("scratch",))
+
+
+def test_slice_keys_are_repositioned_like_a_fresh_prefill_at_layer0(tiny):
+    rt = tiny("llama")
+    a, b = pair(rt)
+    hand_off(a, b, mode="slice", labels=("evidence",))
+    _, fresh = rt.prefill(b.context.token_ids)
+    # layer 0 depends only on token and position: equal up to float rounding
+    assert (fresh.keys[0] - b.cache.keys[0]).abs().max().item() < 1e-5
+    assert (fresh.values[0] - b.cache.values[0]).abs().max().item() < 1e-5
+
+
+def test_text_handoff_decodes_and_prefills(tiny):
+    rt = tiny("qwen2")
+    a, b = pair(rt)
+    h = hand_off(a, b, mode="text", message_tokens=6, min_message_tokens=6)
+    assert h.used == "text" and h.tokens_decoded == 6 and h.tokens_prefilled > 6
+    assert b.context.spans[-1].label == "message" and h.artifact_bytes == 0
+
+
+def test_auto_uses_cache_when_compatible(tiny):
+    a, b = pair(tiny("qwen2"))
+    h = hand_off(a, b, mode="auto")
+    assert h.used == "full" and "same model" in h.reason
+
+
+def test_auto_falls_back_to_text_on_another_model(tiny):
+    a, b = pair(tiny("qwen2"), rt_b=tiny("llama"))
+    h = hand_off(a, b, mode="auto", message_tokens=4)
+    assert h.used == "text" and "models differ" in h.reason and "architecture" in h.reason
+    with pytest.raises(FingerprintMismatchError):
+        hand_off(*pair(tiny("qwen2"), rt_b=tiny("llama")), mode="full")
+
+
+def test_auto_falls_back_on_prefix_mismatch_and_explicit_raises(tiny):
+    rt = tiny("qwen2")
+    other = Team(shared=SharedPrefix.build("You are a team of three agents.", tools=["calc"], context={"task": "t"}))
+    a, b = pair(rt, team_b=other)
+    h = hand_off(a, b, mode="auto", message_tokens=4)
+    assert h.used == "text" and "prefix" in h.reason
+    a, b = pair(rt, team_b=other)
+    with pytest.raises(PrefixMismatchError, match="first differing block"):
+        hand_off(a, b, mode="full")
+
+
+def test_cross_domain_is_always_text(tiny):
+    rt = tiny("qwen2")
+    a, b = pair(rt, team=Team(shared=SHARED, domain="red"), team_b=Team(shared=SHARED, domain="blue"))
+    h = hand_off(a, b, mode="auto", message_tokens=4)
+    assert h.used == "text" and "trust domains differ" in h.reason
+    a, b = pair(rt, team=Team(shared=SHARED, domain="red"), team_b=Team(shared=SHARED, domain="blue"))
+    with pytest.raises(HandoffError, match="trust"):
+        hand_off(a, b, mode="slice")
+
+
+def test_auto_falls_back_when_a_check_refuses(tiny):
+    from c2c.errors import UnsignedArtifactError
+
+    def refuse(artifact):
+        raise UnsignedArtifactError("policy requires a signature")
+
+    a, b = pair(tiny("qwen2"))
+    h = hand_off(a, b, mode="auto", check=refuse, message_tokens=4)
+    assert h.used == "text" and "UnsignedArtifactError" in h.reason

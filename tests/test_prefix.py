@@ -1,0 +1,63 @@
+import hashlib
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from c2c.errors import PrefixMismatchError
+from c2c.prefix import BLOCK_SIZE, PrefixRef, SharedPrefix, block_hashes, canonical_context
+
+
+def test_block_hashes_chain_over_canonical_bytes():
+    ids = list(range(40))
+    hs = block_hashes(ids)
+    assert len(hs) == 3  # 16 + 16 + 8
+    # recompute the chain independently from its definition
+    parent = hashlib.sha256(b"c2c-prefix-v1").digest()
+    for i, h in enumerate(hs):
+        block = ids[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE]
+        d = hashlib.sha256(parent + struct.pack("<I", len(block)) + struct.pack(f"<{len(block)}I", *block))
+        assert d.hexdigest() == h
+        parent = d.digest()
+
+
+def test_hashes_identical_across_processes():
+    code = "from c2c.prefix import block_hashes; print(block_hashes(list(range(1000, 1050)))[-1])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONHASHSEED": "123", "PATH": ""}).stdout.strip()
+    assert out == block_hashes(list(range(1000, 1050)))[-1]
+
+
+def test_one_changed_token_changes_every_later_block():
+    a, b = list(range(48)), list(range(48))
+    b[20] = 999
+    ha, hb = block_hashes(a), block_hashes(b)
+    assert ha[0] == hb[0] and ha[1] != hb[1] and ha[2] != hb[2]
+
+
+def test_require_match_names_the_first_differing_block():
+    ref = PrefixRef.of(list(range(48)))
+    ref.require_match(list(range(48)))
+    bad = list(range(48))
+    bad[33] = 7
+    with pytest.raises(PrefixMismatchError, match="first differing block 2"):
+        ref.require_match(bad)
+    with pytest.raises(PrefixMismatchError):
+        ref.require_match(list(range(47)))
+
+
+def test_shared_context_is_canonical():
+    a = SharedPrefix.build("sys", tools=["t"], context={"b": 1, "a": {"y": 2, "x": [1, 2]}})
+    b = SharedPrefix.build("sys", tools=["t"], context={"a": {"x": [1, 2], "y": 2}, "b": 1})
+    assert a == b and a.text() == b.text()
+    assert canonical_context({"b": 1, "a": 2}) == '{"a":2,"b":1}'
+    with pytest.raises(ValueError):
+        canonical_context({"x": float("nan")})
+
+
+def test_prefix_tokens_are_identical_for_two_agents(tiny):
+    rt = tiny("qwen2")
+    sp = SharedPrefix.build("You are a team.", context={"k": "v"})
+    assert sp.token_ids(rt) == SharedPrefix.build("You are a team.", context={"k": "v"}).token_ids(rt)
+    assert sp.token_ids(rt) != SharedPrefix.build("You are a team!", context={"k": "v"}).token_ids(rt)

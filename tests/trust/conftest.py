@@ -1,0 +1,79 @@
+"""Fixtures for the trust tests: a private C2C_HOME, keyrings, tiny-model artifacts.
+
+C2C_HOME points at a temporary folder for this package's tests (keys and tiny
+models land there). Real zoo models are read from the C2C_HOME the session
+started with, where `.ci/run` pulls them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from c2c.artifact import Artifact
+from c2c.fingerprint import Fingerprint
+from c2c.prefix import PrefixRef
+from c2c.trust.keys import Keyring
+
+REAL_HOME = Path(os.environ.get("C2C_HOME") or Path.home() / ".cache" / "c2c").expanduser()
+DOMAIN = "lab"
+TEXT = ("The analyst read the quarterly logs and found that the cache hit rate fell after the upgrade. "
+        "Conclusion: roll back the tokenizer change. ")
+
+
+@pytest.fixture(scope="package", autouse=True)
+def c2c_home(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("c2c-home")
+    mp.setenv("C2C_HOME", str(home))
+    yield home
+    mp.undo()
+
+
+@pytest.fixture
+def ring(tmp_path) -> Keyring:
+    return Keyring(tmp_path / "keys")
+
+
+@pytest.fixture
+def key(ring):
+    return ring.create_key(DOMAIN, label="alice")
+
+
+def build(runtime, ids, *, start: int = 0, end: int | None = None, withhold: bool = False) -> Artifact:
+    """Prefill ``ids`` and export positions ``[start, end)`` as an artifact."""
+    _, cache = runtime.prefill(list(ids))
+    if start or end is not None:
+        cache = cache.slice(start, end if end is not None else cache.end)
+    return Artifact.build(cache, fingerprint=Fingerprint.of(runtime), prefix=PrefixRef.of(list(ids[:8])),
+                          withhold_tokens=withhold)
+
+
+@pytest.fixture(scope="package")
+def qwen(tiny):
+    return tiny("qwen2")
+
+
+@pytest.fixture(scope="package")
+def qwen_ids(qwen):
+    return qwen.encode(TEXT)[:48]
+
+
+@pytest.fixture(scope="package")
+def qwen_art(qwen, qwen_ids):
+    return build(qwen, qwen_ids)
+
+
+@pytest.fixture(scope="package")
+def real_model(zoo_model):
+    """``real_model(NAME)``: a zoo model read from the session's original C2C_HOME."""
+    def load(name: str):
+        mp = pytest.MonkeyPatch()
+        mp.setenv("C2C_HOME", str(REAL_HOME))
+        try:
+            return zoo_model(name)
+        finally:
+            mp.undo()
+    return load

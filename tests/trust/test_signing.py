@@ -1,0 +1,90 @@
+"""Signatures: who signed, for which domain, over every byte; replays and edits fail."""
+
+import pytest
+
+from c2c.artifact import Artifact
+from c2c.errors import (ArtifactError, BadSignatureError, C2CError, CorruptArtifactError, DomainMismatchError,
+                        RevokedSignerError, TrustError, UnknownSignerError, UnsignedArtifactError)
+from c2c.trust.keys import SigningKey
+from c2c.trust.signing import decode_exact, load_signed, sign, verify_signature
+
+from .conftest import DOMAIN
+from .hostile import synthetic_artifact
+
+
+def test_sign_and_verify_through_bytes(ring, key, qwen_art):
+    signed = sign(qwen_art, key)
+    assert signed.header == qwen_art.header  # the signature is outside the header
+    sig = signed.signature
+    assert sig["alg"] == "ed25519" and sig["key_id"] == key.key_id and sig["domain"] == DOMAIN
+    assert sig["header"] == qwen_art.id
+    art, who = load_signed(signed.encode(), ring, domain=DOMAIN)
+    assert who.key_id == key.key_id and who.domain == DOMAIN and who.label == "alice"
+    assert art.cache.max_abs_diff(qwen_art.cache) == 0
+
+
+def test_load_signed_reads_files(ring, key, tmp_path):
+    path = tmp_path / "a.c2c"
+    sign(synthetic_artifact(), key).write(path)
+    assert load_signed(path, ring, domain=DOMAIN)[1].key_id == key.key_id
+
+
+def test_refusals_are_specific(ring, key, tmp_path):
+    art = synthetic_artifact()
+    with pytest.raises(UnsignedArtifactError):
+        verify_signature(art, ring, domain=DOMAIN)
+    with pytest.raises(UnknownSignerError):
+        verify_signature(sign(art, SigningKey.generate(DOMAIN)), ring, domain=DOMAIN)
+    with pytest.raises(DomainMismatchError):
+        verify_signature(sign(art, key), ring, domain="ops")
+    stolen = ring.create_key(DOMAIN)
+    ring.revoke(stolen.key_id)
+    with pytest.raises(RevokedSignerError):
+        verify_signature(sign(art, stolen), ring, domain=DOMAIN)
+    assert verify_signature(sign(art, key), ring).domain == DOMAIN  # domain=None: the signature's own
+
+
+def test_replayed_signature_fails(ring, key):
+    a, b = sign(synthetic_artifact(seed=1), key), synthetic_artifact(seed=2)
+    replay = b.with_signature(a.signature)
+    with pytest.raises(BadSignatureError, match="another artifact"):
+        verify_signature(replay, ring, domain=DOMAIN)
+    # also when the attacker rewrites the signature's header digest to match
+    forged = b.with_signature(dict(a.signature, header=b.id))
+    with pytest.raises(BadSignatureError, match="does not verify"):
+        verify_signature(forged, ring, domain=DOMAIN)
+
+
+def test_compromised_signer_outside_the_keyring_cannot_re_sign(ring, key):
+    art = sign(synthetic_artifact(), key)
+    tampered = Artifact.build(art.cache, fingerprint=art.header.fingerprint, prefix=art.header.prefix,
+                              labels={"span": "evil"})
+    with pytest.raises(UnknownSignerError):
+        verify_signature(sign(tampered, SigningKey(domain=DOMAIN, private=SigningKey.generate(DOMAIN).private)),
+                         ring, domain=DOMAIN)
+
+
+def test_every_single_bit_flip_of_a_signed_artifact_is_refused(ring, key):
+    data = sign(synthetic_artifact(T=3), key).encode()
+    assert load_signed(data, ring, domain=DOMAIN)
+    kinds = set()
+    for i in range(len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 1 << (i % 8)
+        with pytest.raises(C2CError) as e:
+            load_signed(bytes(bad), ring, domain=DOMAIN)
+        assert isinstance(e.value, (ArtifactError, TrustError)), (i, e.value)
+        kinds.add(type(e.value).__name__)
+    assert len(kinds) >= 3, kinds  # truncation, corruption and signature failures all occur
+
+
+def test_decode_exact_refuses_variants_that_decode_accepts(key):
+    data = sign(synthetic_artifact(), key).encode()
+    spaced = data.replace(b'{"__metadata__"', b'{ "__metadata__"', 1)
+    import struct
+    (n,) = struct.unpack("<Q", data[:8])
+    spaced = struct.pack("<Q", n + 1) + spaced[8:]
+    assert Artifact.decode(spaced).id == Artifact.decode(data).id  # same content, other bytes
+    with pytest.raises(CorruptArtifactError, match="canonical"):
+        decode_exact(spaced)
+    assert decode_exact(data).id == Artifact.decode(data).id
