@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable
 
 # Command-group modules, in help order. Each defines register(subparsers).
-GROUPS = ["models", "artifact", "demo", "bench", "fuser", "keys", "verify", "store"]
+GROUPS = ["models", "artifact", "demo", "bench", "fuser", "keys", "verify", "store", "advise"]
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

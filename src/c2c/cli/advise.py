@@ -1,0 +1,50 @@
+"""`c2c advise`: will a cache handoff pay off for this hop?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from c2c.cli.main import add_json_flag, command, emit
+
+
+def register(sub) -> None:
+    p = command(sub, "advise", help="predict text vs cache latency for a hop and decide, with reasons",
+                example="c2c advise --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 256 --context-tokens 2048\n"
+                        "c2c advise --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 64 --context-tokens 512 "
+                        "--bandwidth-gbps 1 --hops 4 --json",
+                func=_advise)
+    p.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
+    p.add_argument("--message-tokens", type=int, required=True, help="length of the message the hop carries")
+    p.add_argument("--context-tokens", type=int, default=0, help="context the sender holds besides the message")
+    p.add_argument("--hops", type=int, default=1, help="position of this hop in the chain (1 = first)")
+    p.add_argument("--hop-limit", type=int, default=3, help="longest chain allowed before falling back to text")
+    p.add_argument("--bandwidth-gbps", type=float, default=None,
+                   help="network bandwidth between the agents in Gbit/s (default: same machine)")
+    p.add_argument("--cross-domain", action="store_true", help="sender and receiver are in different trust domains")
+    p.add_argument("--other-model", action="store_true", help="the receiver runs a different model")
+    p.add_argument("--fuser", action="store_true", help="a trained fuser exists for the model pair")
+    p.add_argument("--recalibrate", action="store_true", help="measure this machine again (else cached)")
+    add_json_flag(p)
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from c2c import advise
+    from c2c.runtime import zoo
+
+    name = args.model if Path(args.model).is_dir() else zoo.resolve(args.model).name
+    cal = None if args.recalibrate else advise.load_calibration(name)
+    if cal is None:
+        print(f"calibrating {name} on this machine (once; about a minute)...", file=sys.stderr)
+        cal = advise.calibrate(zoo.load(args.model))
+        advise.save_calibration(cal)
+    a = advise.advise(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
+                      hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,
+                      same_model=not args.other_model, fuser_available=args.fuser)
+    text = (f"decision: {a.decision.upper()}\n"
+            f"  text  handoff {a.text_handoff_s:8.3f}s   pipeline {a.text_pipeline_s:8.2f}s\n"
+            f"  cache handoff {a.cache_handoff_s:8.3f}s   pipeline {a.cache_pipeline_s:8.2f}s   "
+            f"({a.artifact_bytes / 1e6:.1f} MB)\n" + "\n".join(f"  - {r}" for r in a.reasons))
+    emit(args, {**a.to_dict(), "calibration": cal.__dict__}, text)
+    return 0
