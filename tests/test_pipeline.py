@@ -1,0 +1,48 @@
+import pytest
+
+from c2c.agent import Agent, Team
+from c2c.errors import ConfigError
+from c2c.pipeline import HopPolicy, Pipeline, Stage
+from c2c.prefix import SharedPrefix
+
+
+def agents(rt, n=3):
+    team = Team(shared=SharedPrefix.build("A team of agents."))
+    return [Agent(f"agent{i}", rt, team, role=f"You are agent {i}.") for i in range(n)]
+
+
+def test_hybrid_uses_cache_only_on_expensive_hops(tiny):
+    a, b, c = agents(tiny("qwen2"))
+    run = Pipeline([Stage(agent=a, instruction="Analyse.", max_new_tokens=4),
+                    Stage(agent=b, instruction="Draft.", expensive=True, max_new_tokens=4),
+                    Stage(agent=c, instruction="Review.", max_new_tokens=4)]).run("Some material.")
+    assert [h.handoff.used for h in run.hops] == ["full", "text"]
+    assert run.hops[0].policy_reason == "hop marked expensive"
+    assert "hybrid default" in run.hops[1].policy_reason
+    assert set(run.outputs) == {"agent0", "agent1", "agent2"} and run.final == run.outputs["agent2"]
+
+
+def test_hop_limit_forces_text(tiny):
+    ags = agents(tiny("qwen2"), 4)
+    stages = [Stage(agent=ags[0], instruction="Go.", max_new_tokens=2)] + [
+        Stage(agent=g, instruction="Go on.", expensive=True, max_new_tokens=2) for g in ags[1:]]
+    run = Pipeline(stages, policy=HopPolicy(hop_limit=2)).run("x")
+    assert [h.handoff.used for h in run.hops] == ["full", "full", "text"]
+    assert "hop limit" in run.hops[2].policy_reason
+
+
+def test_mixed_models_fall_back_per_hop(tiny):
+    team = Team(shared=SharedPrefix.build("A team of agents."))
+    a = Agent("a", tiny("qwen2"), team)
+    b = Agent("b", tiny("llama"), team)
+    run = Pipeline([Stage(agent=a, instruction="Go.", max_new_tokens=2),
+                    Stage(agent=b, instruction="Go on.", expensive=True, max_new_tokens=2)]).run("x")
+    assert run.hops[0].handoff.used == "text" and "models differ" in run.hops[0].handoff.reason
+
+
+def test_pipeline_validation(tiny):
+    a, b = agents(tiny("qwen2"), 2)
+    with pytest.raises(ConfigError):
+        Pipeline([Stage(agent=a, instruction="x")])
+    with pytest.raises(ConfigError, match="unique"):
+        Pipeline([Stage(agent=a, instruction="x"), Stage(agent=a, instruction="y")])
