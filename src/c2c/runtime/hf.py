@@ -286,8 +286,8 @@ def rotary_cos_sin(model, layer: int, positions: torch.Tensor, dtype: torch.dtyp
             sequence length, so a re-rotation would not be exact.
     """
     cfg = model.config.get_text_config(decoder=True)
-    inner = model.model if hasattr(model, "model") else model
-    rotary = inner.rotary_emb
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # unwrap PEFT
+    rotary = base.model.rotary_emb
     layer_types = getattr(cfg, "layer_types", None)
     params = cfg.rope_parameters or {}
     kwargs = {}

@@ -1,0 +1,58 @@
+"""LoRA roles: training, attach/detach, and the fingerprint recording the adapter."""
+
+import pytest
+import torch
+
+from c2c.errors import ModelError
+from c2c.fingerprint import Fingerprint
+from c2c.runtime import adapters
+from c2c.runtime.engine import Runtime
+
+
+@pytest.fixture(scope="module")
+def rt_and_adapters(tiny, tmp_path_factory):
+    base = tiny("qwen2")
+    rt = Runtime.load(base.path, name="tiny-qwen2-roles")  # own copy: adapters mutate the model
+    d = tmp_path_factory.mktemp("adapters")
+    c1 = adapters.train(rt, ["def add(a, b): return a + b"] * 4, d / "coder", steps=8, lr=1e-2, progress=False)
+    c2 = adapters.train(rt, ["Dear reader, once upon a time."] * 4, d / "writer", steps=8, lr=1e-2, seed=1,
+                        progress=False)
+    return rt, d, c1, c2
+
+
+def test_training_lowers_the_loss_and_saves_safetensors(rt_and_adapters):
+    rt, d, c1, _ = rt_and_adapters
+    assert c1["last_loss"] < c1["first_loss"]
+    assert (d / "coder" / "adapter_model.safetensors").is_file()
+    assert not list((d / "coder").glob("*.bin"))
+    assert rt.adapters == () and not hasattr(rt.model, "peft_config")  # base left clean
+
+
+def test_adapters_change_kv_and_fingerprint(rt_and_adapters):
+    rt, d, _, _ = rt_and_adapters
+    ids = rt.encode("def mul(a, b):")
+    _, base_kv = rt.prefill(ids)
+    fp_base = Fingerprint.of(rt)
+    adapters.attach(rt, d / "coder", "coder")
+    _, coder_kv = rt.prefill(ids)
+    fp_coder = Fingerprint.of(rt)
+    adapters.attach(rt, d / "writer", "writer")
+    _, writer_kv = rt.prefill(ids)
+    fp_writer = Fingerprint.of(rt)
+    adapters.detach(rt)
+    _, again = rt.prefill(ids)
+    assert coder_kv.max_abs_diff(base_kv) > 1e-4 and writer_kv.max_abs_diff(coder_kv) > 1e-4
+    assert again.max_abs_diff(base_kv) < 1e-5
+    assert set(fp_coder.diff(fp_base)) == {"adapters"} and set(fp_writer.diff(fp_coder)) == {"adapters"}
+    assert fp_coder.adapters[0].startswith("coder@")
+    # re-positioning still works through the PEFT wrapper
+    adapters.attach(rt, d / "coder", "coder")
+    moved = rt.reposition(coder_kv, 5)
+    assert moved.start == 5
+    adapters.detach(rt)
+
+
+def test_pickled_adapters_are_refused(tmp_path):
+    (tmp_path / "adapter_model.bin").write_bytes(b"\x80\x04pickle")
+    with pytest.raises(ModelError, match="pickled"):
+        adapters.adapter_digest(tmp_path)
