@@ -8,8 +8,16 @@ from c2c.cli.main import add_json_flag, command, emit
 
 
 def register(sub) -> None:
-    p = command(sub, "demo", help="run the analyst -> writer handoff by text and by cache and compare",
-                example="c2c demo\nc2c demo --model SmolLM2-135M-Instruct --json", func=_demo)
+    p = command(sub, "demo", help="run a demo scenario on a real zoo model: handoff (default) or chain",
+                example="c2c demo                      # analyst -> writer, by text and by cache\n"
+                        "c2c demo chain --policy continue   # 3-agent chain over the store, upstream changes\n"
+                        "c2c demo --model SmolLM2-135M-Instruct --json", func=_demo)
+    p.add_argument("scenario", nargs="?", default="handoff", choices=["handoff", "chain"],
+                   help="handoff: text vs cache for one hop; chain: researcher -> analyst -> writer over the "
+                        "store, then a new upstream version makes the chain stale")
+    p.add_argument("--store", default=None, help="store URL for the chain (default: sqlite under C2C_HOME)")
+    p.add_argument("--policy", default="re-pull", choices=["re-pull", "continue"],
+                   help="chain: what the writer does with stale context")
     p.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
     p.add_argument("--questions", type=int, default=3, help="MMLU dev questions the analyst studies")
     p.add_argument("--message-tokens", type=int, default=96, help="token budget of the text message")
@@ -22,6 +30,14 @@ def _demo(args: argparse.Namespace) -> int:
     from c2c.runtime import zoo
 
     runtime = zoo.load(args.model)
+    if args.scenario == "chain":
+        from c2c import chain
+        from c2c.store.url import open_store
+
+        with open_store(args.store) as store:
+            rep = chain.run(runtime, store, policy=args.policy)
+        emit(args, rep.to_dict(), chain.format_report(rep))
+        return 0
     report = demo.run(runtime, questions=args.questions, message_tokens=args.message_tokens,
                       answer_tokens=args.answer_tokens)
     emit(args, report, demo.format_table(report))
