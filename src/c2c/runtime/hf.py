@@ -307,3 +307,47 @@ def rotary_cos_sin(model, layer: int, positions: torch.Tensor, dtype: torch.dtyp
     dummy = torch.empty(1, dtype=dtype, device=device)
     cos, sin = rotary(dummy, positions.to(device)[None, :], **kwargs)  # (1, T, D)
     return cos[0], sin[0]
+
+
+# ------------------------------------------------------------ partial forwards
+@torch.inference_mode()
+def forward_first_layers(model, ids: Sequence[int], past: KVCache, n_layers: int,
+                         windows: tuple) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """K/V of ``ids`` after ``past`` for the first ``n_layers`` layers only (cheap probe).
+
+    Returns ``n_layers`` pairs of ``(1, kv_heads, len(ids), head_dim)`` tensors.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.model
+    layers = decoder.layers
+    device = next(model.parameters()).device
+    cache = _to_hf(model, past)
+    decoder.layers = layers[:n_layers]  # NOTE: the decoder loops over self.layers; the rest is skipped
+    try:
+        model(input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device), cache=cache,
+              use_cache=True, logits_to_keep=1)
+    finally:
+        decoder.layers = layers
+    T = len(ids)
+    return [(cache.layers[i].keys[:, :, -T:], cache.layers[i].values[:, :, -T:]) for i in range(n_layers)]
+
+
+@torch.inference_mode()
+def forward_masked(model, ids: Sequence[int], positions: Sequence[int], past: KVCache,
+                   allowed: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Run ``ids`` at explicit ``positions`` after ``past`` under a custom attention mask.
+
+    ``allowed`` is a bool ``(len(ids), past.seq_len + len(ids))`` matrix: which cache
+    entries (then which of the new tokens) each new token may attend to. Returns the
+    new tokens' K/V per layer, ``(1, kv_heads, len(ids), head_dim)`` each. Only for
+    models without sliding windows (the same mask serves every layer).
+    """
+    device = next(model.parameters()).device
+    cache = _to_hf(model, past)
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)            # (1, q)
+    position_ids = torch.tensor([list(positions)], dtype=torch.long, device=device)   # (1, q)
+    mask = allowed.to(device)[None, None]                                              # (1, 1, q, kv)
+    model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache, use_cache=True,
+          logits_to_keep=1)
+    q = len(ids)
+    return [(layer.keys[:, :, -q:], layer.values[:, :, -q:]) for layer in cache.layers]
