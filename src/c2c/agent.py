@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from c2c.context import Context
 from c2c.fingerprint import Fingerprint
+from c2c.errors import FingerprintMismatchError
 from c2c.prefix import PrefixRef, SharedPrefix
+from c2c.roles import AdapterPolicy, admit
 from c2c.runtime.engine import Generation, Runtime
 from c2c.runtime.kvcache import KVCache
 
@@ -32,6 +34,7 @@ class Team:
 
     shared: SharedPrefix
     domain: str = "default"
+    adapter_policy: AdapterPolicy = field(default_factory=AdapterPolicy)
     _prefix: dict = field(default_factory=dict, repr=False)
 
     def prefix_tokens(self, runtime: Runtime) -> tuple[int, ...]:
@@ -147,21 +150,30 @@ class Agent:
         A full cache replaces this agent's context (it must start with the same
         shared prefix); a slice is re-positioned to follow this agent's context.
 
+        A cache made under another role adapter of the same base is handled by
+        the team's :class:`~c2c.roles.AdapterPolicy` (``attach_note`` says what
+        was done).
+
         Raises:
             FingerprintMismatchError: the artifact comes from another model.
             PrefixMismatchError: the shared prefix differs.
         """
         h = artifact.header
-        self.fingerprint.require_same(h.fingerprint)
         h.prefix.require_match(self.context.token_ids[: self.context.prefix_len])
+        cache = artifact.cache
+        self.attach_note = ""
+        try:
+            self.fingerprint.require_same(h.fingerprint)
+        except FingerprintMismatchError as e:  # another role adapter of the same base?
+            cache, self.attach_note = admit(self.team.adapter_policy, self.runtime, artifact, e, context=self.cache)
         if h.kind == "full":
-            self.cache = artifact.cache
+            self.cache = cache
             ctx = Context(token_ids=self.context.token_ids[: self.context.prefix_len],
                           prefix_len=self.context.prefix_len)
             self.context = ctx.extend(artifact.cache.token_ids[ctx.prefix_len:], f"from:{h.producer.get('agent', '?')}",
                                       private=False)
             self._role_done = not self.role
         else:
-            moved = self.runtime.reposition(artifact.cache, self.cache.end)
+            moved = self.runtime.reposition(cache, self.cache.end)
             self.cache = self.cache.append(moved)
             self.context = self.context.extend(moved.token_ids, f"from:{h.producer.get('agent', '?')}", private=False)

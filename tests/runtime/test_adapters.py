@@ -56,3 +56,39 @@ def test_pickled_adapters_are_refused(tmp_path):
     (tmp_path / "adapter_model.bin").write_bytes(b"\x80\x04pickle")
     with pytest.raises(ModelError, match="pickled"):
         adapters.adapter_digest(tmp_path)
+
+
+def test_team_adapter_policy(rt_and_adapters):
+    from c2c.agent import Agent, Team
+    from c2c.errors import FingerprintMismatchError, VerificationFailedError
+    from c2c.handoff import hand_off
+    from c2c.prefix import SharedPrefix
+    from c2c.roles import AdapterPolicy
+    from c2c.runtime.engine import Runtime
+
+    rt, d, _, _ = rt_and_adapters
+    rt_y = Runtime.load(rt.path, name="tiny-qwen2-roles")  # same base, another role
+    adapters.attach(rt, d / "coder", "coder")
+    adapters.attach(rt_y, d / "writer", "writer")
+    try:
+        def run(policy):
+            team = Team(shared=SharedPrefix.build("roles"), adapter_policy=policy)
+            a, b = Agent("coder", rt, team), Agent("writer", rt_y, team)
+            a.read("def add(a, b): return a + b")
+            return a, b, team
+
+        a, b, _ = run(AdapterPolicy(mode="refuse"))
+        with pytest.raises(FingerprintMismatchError, match="adapter policy is 'refuse'"):
+            hand_off(a, b, mode="full")
+        a, b, _ = run(AdapterPolicy(mode="verify", bound=1e-6))
+        with pytest.raises(VerificationFailedError, match="diverges"):
+            hand_off(a, b, mode="full")
+        a, b, _ = run(AdapterPolicy(mode="verify", bound=1e6))
+        hand_off(a, b, mode="full")
+        assert b.attach_note.startswith("accepted: divergence")
+        a, b, _ = run(AdapterPolicy(mode="reprefill"))
+        hand_off(a, b, mode="full")
+        _, own = rt_y.prefill(list(b.cache.token_ids))
+        assert b.cache.max_abs_diff(own) < 1e-5 and b.attach_note.startswith("re-prefilled")
+    finally:
+        adapters.detach(rt)

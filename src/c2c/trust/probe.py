@@ -13,6 +13,10 @@ Two probes, both used by :mod:`c2c.trust.verify`:
   right after the first attention block, so it costs about ``1/num_layers`` of
   a prefill.
 
+Both forwards end right after the attention block of the last layer they need
+(a module hook raises a private exception): every K/V is in the cache by then,
+and the MLP, final norm and LM head would be wasted work.
+
 NOTE: this is the only module of ``c2c.trust`` that drives the transformers
 model object directly (through :mod:`c2c.runtime.hf` helpers and the model's
 ``forward``/module hooks). It belongs in ``c2c.runtime.hf``; it lives here
@@ -21,6 +25,7 @@ until the runtime owner moves it (see the trust report).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import torch
@@ -57,15 +62,15 @@ def kv_at_positions(runtime, cache: KVCache, positions: Sequence[int]) -> tuple[
         raise RuntimeUnsupportedError(
             f"deep probes need a full cache starting at position 0, not {cache.start}; "
             "check layer 0 only, or pass the prefix cache")
-    T = cache.seq_len
-    if any(w is not None and T >= w - 1 for w in cache.windows) and T > 0:
+    T, pos = cache.seq_len, list(positions)
+    # a sliding layer holds only W - 1 tokens: the context and the appended probes must all fit
+    if any(w is not None and T + min(len(pos), PROBE_CHUNK) > w - 1 for w in cache.windows):
         raise RuntimeUnsupportedError(
             "a sliding-window layer keeps only the last W-1 tokens, so earlier positions cannot be "
             "recomputed from this cache; use strict verification (a full re-prefill)")
     runtime._check_cache(cache)
     keys: list[list[torch.Tensor]] = [[] for _ in range(cache.num_layers)]
     values: list[list[torch.Tensor]] = [[] for _ in range(cache.num_layers)]
-    pos = list(positions)
     for i in range(0, len(pos), PROBE_CHUNK):
         k, v = _probe_chunk(runtime, cache, pos[i: i + PROBE_CHUNK])
         for layer in range(cache.num_layers):
@@ -87,8 +92,9 @@ def _probe_chunk(runtime, cache: KVCache, pos: list[int]) -> tuple[list[torch.Te
     allowed[torch.arange(k, device=device), T + torch.arange(k, device=device)] = True
     mask = torch.zeros(k, T + k, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    model(input_ids=ids, position_ids=p[None, :], attention_mask=mask[None, None], cache=hf_cache,
-          use_cache=True, logits_to_keep=1)
+    with _stop_after_attention(model, -1):  # every K/V is cached by then; skip the rest of the model
+        model(input_ids=ids, position_ids=p[None, :], attention_mask=mask[None, None], cache=hf_cache,
+              use_cache=True, logits_to_keep=1)
     # the k probe tokens were appended after the T cached ones: (1, H, T + k, D) -> (1, H, k, D)
     return ([layer.keys[:, :, T:T + k] for layer in hf_cache.layers],
             [layer.values[:, :, T:T + k] for layer in hf_cache.layers])
@@ -105,24 +111,30 @@ def layer0_kv(runtime, token_ids: Sequence[int], start: int) -> tuple[torch.Tens
     hf_cache = hf._to_hf(model, None)
     ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)             # (1, T)
     positions = torch.arange(start, start + len(token_ids), device=device)[None, :]    # (1, T)
-    attn = _decoder_layers(model)[0].self_attn
-
-    def stop(*_):
-        raise _Stop
-
-    handle = attn.register_forward_hook(stop)
-    try:
+    with _stop_after_attention(model, 0):
         model(input_ids=ids, position_ids=positions, cache=hf_cache, use_cache=True, logits_to_keep=1)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
     layer = hf_cache.layers[0]
     return layer.keys, layer.values
 
 
+@contextlib.contextmanager
+def _stop_after_attention(model, layer: int):
+    """End the forward right after ``layer``'s attention block (its K/V are cached then)."""
+    def stop(*_):
+        raise _Stop
+
+    handle = _decoder_layers(model)[layer].self_attn.register_forward_hook(stop)
+    try:
+        yield
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+
+
 def _decoder_layers(model):
-    inner = getattr(model, "model", model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # unwrap PEFT
+    inner = getattr(base, "model", base)
     layers = getattr(inner, "layers", None)
     if layers is None:
         raise RuntimeUnsupportedError(f"cannot find the decoder layers of {type(model).__name__}")
