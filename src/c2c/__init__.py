@@ -1,21 +1,54 @@
 """c2c: cache-to-cache communication for multi-agent LLM systems.
 
-The public surface is re-exported here and pinned by ``tests/test_public_api.py``.
+The public surface is re-exported here, lazily (``import c2c`` does not load
+torch or transformers until a name is used), and pinned by
+``tests/test_public_api.py``.
 """
 
-from c2c.agent import Agent, Team
-from c2c.artifact import Artifact, ArtifactHeader
-from c2c.errors import C2CError
-from c2c.fingerprint import Fingerprint
-from c2c.handoff import Handoff, hand_off
-from c2c.prefix import PrefixRef, SharedPrefix
-from c2c.runtime.engine import Runtime
-from c2c.runtime.kvcache import KVCache
-from c2c.runtime.zoo import load as load_model
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Agent", "Artifact", "ArtifactHeader", "C2CError", "Fingerprint", "Handoff", "KVCache", "PrefixRef",
-    "Runtime", "SharedPrefix", "Team", "hand_off", "load_model", "__version__",
-]
+_EXPORTS = {
+    "Agent": "c2c.agent", "Team": "c2c.agent",
+    "Artifact": "c2c.artifact", "ArtifactHeader": "c2c.artifact",
+    "C2CError": "c2c.errors",
+    "Fingerprint": "c2c.fingerprint",
+    "Handoff": "c2c.handoff", "hand_off": "c2c.handoff",
+    "KVCache": "c2c.runtime.kvcache",
+    "PrefixRef": "c2c.prefix", "SharedPrefix": "c2c.prefix",
+    "Runtime": "c2c.runtime.engine",
+    "load_model": "c2c.runtime.zoo",
+    "open_store": "c2c.store.url",
+}
+_RENAMES = {"load_model": "load"}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), _RENAMES.get(name, name))
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'c2c' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from c2c.agent import Agent, Team
+    from c2c.artifact import Artifact, ArtifactHeader
+    from c2c.errors import C2CError
+    from c2c.fingerprint import Fingerprint
+    from c2c.handoff import Handoff, hand_off
+    from c2c.prefix import PrefixRef, SharedPrefix
+    from c2c.runtime.engine import Runtime
+    from c2c.runtime.kvcache import KVCache
+    from c2c.runtime.zoo import load as load_model
+    from c2c.store.url import open_store

@@ -76,6 +76,8 @@ class Agent:
         self.cache: KVCache = team.prefix_cache(runtime)
         self.stats = Stats()
         self._role_done = not role
+        # The conversation as text, for paths that re-render it (text fallback, fusers).
+        self.messages: list[dict[str, str]] = [{"role": "system", "content": team.shared.text()}]
 
     # ------------------------------------------------------------ identity
     @property
@@ -93,6 +95,7 @@ class Agent:
         _, self.cache = self.runtime.prefill(ids, self.cache)
         self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
         self.context = self.context.extend(ids, label, private=private)
+        self.messages.append({"role": role, "content": text})
 
     def read_role(self) -> None:
         """Prefill the private role turn now (it is otherwise done before the first own turn)."""
@@ -121,6 +124,7 @@ class Agent:
         # The cache holds every generated token but the last; the context records them all.
         self.cache = gen.cache
         self.context = self.context.extend(gen.token_ids[:-1], label)
+        self.messages += [{"role": "user", "content": instruction}, {"role": "assistant", "content": gen.text}]
         return gen
 
     # ------------------------------------------------------------ exporting

@@ -44,11 +44,15 @@ class RedisServer:
     """A redis-server subprocess on 127.0.0.1 that this test session owns."""
 
     def __init__(self, directory: Path, *, appendonly: bool = False, appendfsync: str = "everysec",
-                 extra: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), tls: tuple[Path, Path] | None = None):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.args = [require_redis(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+        self.tls = tls  # (cert, key); the self-signed cert is its own CA
+        ports = ["--port", str(self.port)] if tls is None else [
+            "--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(tls[0]), "--tls-key-file",
+            str(tls[1]), "--tls-ca-cert-file", str(tls[0]), "--tls-auth-clients", "no"]
+        self.args = [require_redis(), *ports, "--bind", "127.0.0.1", "--dir", str(self.dir),
                      "--save", "", "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
                      "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), *extra]
         self.proc: subprocess.Popen | None = None
@@ -61,7 +65,7 @@ class RedisServer:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{log}")
             try:
-                with redis_py.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2) as r:
+                with self.client(socket_connect_timeout=0.2) as r:
                     if r.ping():
                         # loading an AOF answers PING with -LOADING; wait for a real write
                         r.set("__c2c_probe", "1")
@@ -87,11 +91,15 @@ class RedisServer:
 
     def url(self, domain: str | None = None, db: int = 0, **options) -> str:
         domain = domain or f"t{uuid.uuid4().hex[:10]}"
+        if self.tls:
+            options = {"ssl_ca_certs": self.tls[0], **options}
         query = "&".join([f"domain={domain}", *(f"{k}={v}" for k, v in options.items())])
-        return f"redis://127.0.0.1:{self.port}/{db}?{query}"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/{db}?{query}"
 
-    def client(self) -> redis_py.Redis:
-        return redis_py.Redis(host="127.0.0.1", port=self.port)
+    def client(self, **kw) -> redis_py.Redis:
+        if self.tls:
+            kw.update(ssl=True, ssl_ca_certs=str(self.tls[0]))
+        return redis_py.Redis(host="127.0.0.1", port=self.port, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -137,12 +145,14 @@ def store(store_url):
 
 # ---------------------------------------------------------------- backend probes
 def leftovers(store) -> int:
-    """Partial writes a killed or refused put left behind (temp files / upload chunks)."""
+    """What a killed or refused put left behind: temp files and unreferenced blobs / upload chunks."""
     from c2c.store.redis import RedisStore
     from c2c.store.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        return len(list((store.root / "tmp").iterdir()))
+        referenced = {r.commit.blob for r in store.log()}
+        orphans = [p for p in (store.root / "blobs").glob("??/*") if p.name not in referenced]
+        return len(list((store.root / "tmp").iterdir())) + len(orphans)
     assert isinstance(store, RedisStore)
     return sum(1 for _ in store._r.scan_iter(match=f"{store.prefix}up:*", count=1000))
 

@@ -171,7 +171,7 @@ def test_consumer_chooses_fresh_or_explicitly_stale(store):
         store.get(b1.id)
     rec = store.get(b1.id, allow_stale=True)
     assert rec.stale and rec.data is not None and Artifact.decode(rec.data).id == b1.id
-    assert store.latest("a").version == 2 and not store.latest("a").stale
+    assert store.latest("a").commit.version == 2 and not store.latest("a").stale
 
 
 def test_operator_invalidation_reaches_every_transitive_dependent(store):

@@ -228,13 +228,21 @@ def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview) ->
     table_bytes = _tensor_table(names, header.dtype, shapes)
     if _digest_tensors(table_bytes, data) != header.tensor_digest:
         raise CorruptArtifactError("tensor bytes do not match the header's tensor_digest (corrupted or tampered)")
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
-    tensors = []
-    for (a, b), shape, name in zip(spans, shapes, names):
-        t = flat[a:b].view(torch_dtype).view(*shape)
-        if t.numel() and not bool(torch.isfinite(t).all()):
-            raise CorruptArtifactError(f"tensor {name} contains NaN or Inf")
-        tensors.append(t)
+    if not len(data):
+        flat = torch.empty(0, dtype=torch.uint8)
+    elif isinstance(data.obj, bytearray) and not data.readonly:
+        # NOTE: zero-copy: the tensors share the caller's bytearray, which the caller hands over.
+        flat = torch.frombuffer(data, dtype=torch.uint8)
+    else:
+        flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    values = flat.view(torch_dtype) if len(data) else flat
+    # One fp32-accumulated reduction finds any NaN/Inf (a finite sum cannot overflow fp32
+    # here); only then is the exact, allocating check run to name the tensor.
+    if values.numel() and not bool(torch.isfinite(values.sum(dtype=torch.float32))):
+        for (a, b), name in zip(spans, names):
+            if not bool(torch.isfinite(flat[a:b].view(torch_dtype)).all()):
+                raise CorruptArtifactError(f"tensor {name} contains NaN or Inf")
+    tensors = [flat[a:b].view(torch_dtype).view(*shape) for (a, b), shape in zip(spans, shapes)]
     tokens = header.tokens if header.tokens is not None else (0,) * T
     return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),
                    start=header.start, windows=windows)

@@ -100,6 +100,8 @@ class CommitRecord:
         stale_chain: ids from the root cause down to this commit (both included); () when fresh.
         superseded_by: the next version of the same stream, once there is one.
         data: the artifact bytes (``Artifact.decode``-able), or None for a metadata-only read.
+            NOTE: a ``bytearray``, filled in place by the read; a ``bytes`` copy would cost a
+            second pass over fresh memory (~20% of a 64 MB get on the reference machine).
     """
 
     commit: Commit
@@ -107,7 +109,7 @@ class CommitRecord:
     stale_reason: str | None = None
     stale_chain: tuple[CommitId, ...] = ()
     superseded_by: CommitId | None = None
-    data: bytes | None = field(default=None, repr=False)
+    data: bytes | bytearray | None = field(default=None, repr=False)
 
     @property
     def id(self) -> CommitId:

@@ -20,6 +20,9 @@ expiring chunks; nothing is visible until the script ran.
 NOTE: an acknowledged put is as durable as the server's persistence: run
 redis-server with ``appendonly yes`` and ``appendfsync always`` for "acknowledged
 means on disk"; ``everysec`` can lose the last second if the server host dies.
+Keep ``maxmemory-policy noeviction`` (the default): an evicting policy would drop
+blob chunks, which reads then report as :class:`StoreCorruptError`. When memory
+runs out, puts fail with :class:`StoreWriteError` and leave nothing behind.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
-from c2c.store import redis_lua
+from c2c.store import redis_lua, resp
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
                             check_id, check_stream, invalidated_reason, stale_error)
-from c2c.store.ingest import hash_while_reading, ingest
+from c2c.store.ingest import HashingBuffer, hash_while_reading, ingest
 
 _DOMAIN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events"}
@@ -136,7 +139,7 @@ class RedisStore(Store):
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
             raise err(f"redis at {self.url} is unreachable ({e}){tail}") from e
         except redis.exceptions.ResponseError as e:
-            if str(e).startswith("OOM"):
+            if "OOM" in str(e) or "maxmemory" in str(e):
                 raise err(f"redis at {self.url} is out of memory (maxmemory){tail}") from e
             raise err(f"redis at {self.url} refused: {e}{tail}") from e
 
@@ -185,23 +188,38 @@ class RedisStore(Store):
 
     def _read_blob(self, commit: Commit, chunks: int) -> bytes:
         keys = [f"{self.prefix}blob:{commit.blob}:{i}" for i in range(chunks)]
-
-        def fetch() -> Iterator[bytes]:
-            for g in range(0, chunks, READ_GROUP):
-                pipe = self._r.pipeline(transaction=False)
-                for k in keys[g: g + READ_GROUP]:
-                    pipe.get(k)
-                for k, part in zip(keys[g: g + READ_GROUP], pipe.execute()):
-                    if part is None:
-                        raise StoreCorruptError(f"blob of commit {commit.id[:12]} lost chunk {k}")
-                    yield part
-
         with self._errors(writing=False):
-            data, digest = hash_while_reading(fetch())
+            if resp.supported(self._r):
+                data, digest = self._read_blob_direct(commit, keys)
+            else:
+                data, digest = hash_while_reading(self._read_blob_pipelined(commit, keys))
         if digest != commit.blob or len(data) != commit.size:
             raise StoreCorruptError(f"blob of commit {commit.id[:12]} does not hash to {commit.blob[:12]} "
                                     f"({len(data)} bytes, sha256 {digest[:12]}); run `c2c store verify`")
         return data
+
+    def _read_blob_direct(self, commit: Commit, keys: list[str]) -> tuple[bytearray, str]:
+        """Chunks straight into one buffer (see :mod:`c2c.store.resp`), hashed as each lands."""
+        with HashingBuffer(commit.size) as buf:
+            try:
+                n = resp.get_into(self._r, keys, buf.view, buf.filled)
+            except resp.MissingValue as e:
+                raise StoreCorruptError(f"blob of commit {commit.id[:12]} lost chunk {e.key}") from None
+            except ValueError:
+                raise StoreCorruptError(f"blob of commit {commit.id[:12]} is longer than its "
+                                        f"{commit.size} bytes") from None
+            data, digest = buf.finish()
+        return (data if n == commit.size else data[:n]), digest
+
+    def _read_blob_pipelined(self, commit: Commit, keys: list[str]) -> Iterator[bytes]:
+        for g in range(0, len(keys), READ_GROUP):
+            pipe = self._r.pipeline(transaction=False)
+            for k in keys[g: g + READ_GROUP]:
+                pipe.get(k)
+            for k, part in zip(keys[g: g + READ_GROUP], pipe.execute()):
+                if part is None:
+                    raise StoreCorruptError(f"blob of commit {commit.id[:12]} lost chunk {k}")
+                yield part
 
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
@@ -275,9 +293,9 @@ class RedisStore(Store):
 
     def log(self, stream: str | None = None, *, limit: int | None = None) -> list[CommitRecord]:
         key = f"{self.prefix}all" if stream is None else f"{self.prefix}s:{check_stream(stream)}"
-        end = -1 if limit is None else int(limit) - 1
-        if end < -1:
+        if limit is not None and limit <= 0:
             return []
+        end = -1 if limit is None else int(limit) - 1
         with self._errors(writing=False):
             ids = [_s(i) for i in self._r.zrevrange(key, 0, end)]
             pipe = self._r.pipeline(transaction=False)

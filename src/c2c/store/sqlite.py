@@ -35,7 +35,7 @@ from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, Stor
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
                             check_id, check_stream, invalidated_reason, stale_error, stale_reason_for,
                             superseded_reason)
-from c2c.store.ingest import hash_while_reading, ingest
+from c2c.store.ingest import HashingBuffer, ingest
 
 SCHEMA_VERSION = 1
 CHUNK = 8 << 20  # bytes per read/write call on blob files
@@ -214,18 +214,27 @@ class SQLiteStore(Store):
             raise StoreWriteError(f"cannot store blob {blob[:12]} under {self.root}: {e.strerror or e}; "
                                   "nothing was committed") from e
 
-    def _read_blob(self, commit: Commit) -> bytes:
+    def _read_blob(self, commit: Commit) -> bytearray:
         path = self._blob_path(commit.blob)
         try:
-            with open(path, "rb", buffering=0) as f:
-                data, digest = hash_while_reading(iter(lambda: f.read(CHUNK), b""))
+            with open(path, "rb", buffering=0) as f, HashingBuffer(commit.size) as buf:
+                pos = 0
+                while pos < commit.size:
+                    n = f.readinto(buf.view[pos: pos + CHUNK])
+                    if not n:
+                        break
+                    buf.filled(pos, pos + n)
+                    pos += n
+                longer = bool(f.read(1))
+                data, digest = buf.finish()
         except FileNotFoundError:
             raise StoreCorruptError(f"blob of commit {commit.id[:12]} is missing ({path})") from None
         except OSError as e:
             raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-        if digest != commit.blob or len(data) != commit.size:
+        if digest != commit.blob or pos != commit.size or longer:
             raise StoreCorruptError(f"blob of commit {commit.id[:12]} does not hash to {commit.blob[:12]} "
-                                    f"({len(data)} bytes, sha256 {digest[:12]}); run `c2c store verify`")
+                                    f"({'longer than' if longer else pos} of {commit.size} bytes, "
+                                    f"sha256 {digest[:12]}); run `c2c store verify`")
         return data
 
     # ------------------------------------------------------------------- writing
@@ -235,13 +244,16 @@ class SQLiteStore(Store):
         extra = [check_id(p, "parent") for p in parents]
         ing, tmp = ingest(data, self._write_tmp, _unlink)
         try:
+            stream = stream or ing.default_stream
+            all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
+            if ing.id in all_parents:
+                raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
+            for p in all_parents:  # checked again inside the transaction; this spares an orphan blob
+                if not self._read("SELECT 1 FROM commits WHERE id = ?", (p,)):
+                    raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
             self._publish_blob(tmp, ing.blob)
         finally:
             _unlink(tmp)  # no-op after a rename
-        stream = stream or ing.default_stream
-        all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
-        if ing.id in all_parents:
-            raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
         with self._tx() as db:
             row = db.execute(f"SELECT {_COLUMNS} FROM commits WHERE id = ?", (ing.id,)).fetchone()
             if row:
