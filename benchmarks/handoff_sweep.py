@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from c2c import advise
 from c2c.bench import handoff
 from c2c.runtime import zoo
 
@@ -36,9 +37,18 @@ def main() -> int:
     rows = []
     for name in models:
         rt = zoo.load(name)
+        cal = advise.calibrate(rt)  # the advisor's inputs, measured in this same run
         for n in tqdm(lengths, desc=name, file=sys.stderr):
-            rows.append(handoff.run(rt, handoff.HandoffBenchConfig(message_tokens=n,
-                                                                    context_tokens=args.context_tokens)))
+            r = handoff.run(rt, handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens))
+            a = advise.advise(cal, message_tokens=n, context_tokens=args.context_tokens,
+                              answer_tokens=r["answer_tokens"],
+                              prefix_tokens=len(rt.encode(rt.render_turn("system", handoff.SYSTEM))) + 30)
+            for key in ("text_pipeline_s", "cache_pipeline_s", "text_handoff_s", "cache_handoff_s"):
+                r[f"predicted_{key}"] = getattr(a, key)
+                r[f"prediction_error_{key}"] = getattr(a, key) / r[key] - 1
+            r["advisor_decision"] = a.decision
+            r["calibration"] = cal.__dict__
+            rows.append(r)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "python benchmarks/handoff_sweep.py " + " ".join(sys.argv[1:])
@@ -61,6 +71,15 @@ def table(rows: list[dict], cmd: str) -> str:
                      f"{r['cache_pipeline_s']:.2f} | {r['slice_pipeline_s']:.2f} | {r['speedup_full']:.1f}x | "
                      f"{r['text_handoff_s']:.2f} | {r['cache_handoff_s']:.3f} | {100 * r['handoff_ratio']:.2f}% | "
                      f"{r['artifact_bytes'] / 1e6:.1f} | {r['exact']} |")
+    keys = ("text_pipeline_s", "cache_pipeline_s", "text_handoff_s", "cache_handoff_s")
+    lines += ["", "## Advisor: predicted vs measured (calibrated in the same run)", "",
+              "| model | message tokens | " + " | ".join(f"{k} pred / meas (err)" for k in keys) + " | decision |",
+              "|---|---:|" + "---:|" * len(keys) + "---|"]
+    for r in rows:
+        cells = [f"{r['predicted_' + k]:.2f} / {r[k]:.2f} ({100 * r['prediction_error_' + k]:+.0f}%)" for k in keys]
+        lines.append(f"| {r['model']} | {r['message_tokens']} | " + " | ".join(cells) + f" | {r['advisor_decision']} |")
+    worst = {k: max(abs(r["prediction_error_" + k]) for r in rows) for k in keys}
+    lines += ["", "Worst absolute prediction error: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in worst.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -25,8 +25,11 @@ from pathlib import Path
 from c2c.errors import ConfigError
 from c2c.home import c2c_home
 
-# Template overhead of wrapping a message in a chat turn, in tokens.
+# Shape of a typical hop, in tokens (as in c2c.bench.handoff): chat-turn wrapping,
+# a role prompt, and the instruction that asks for the message or the answer.
 TURN_OVERHEAD_TOKENS = 12
+ROLE_TOKENS = 24
+INSTRUCTION_TOKENS = 32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,14 +82,18 @@ def advise(cal: Calibration, *, message_tokens: int, context_tokens: int, hops: 
     if message_tokens < 1 or context_tokens < 0 or hops < 1:
         raise ConfigError("message_tokens and hops must be ≥ 1, context_tokens ≥ 0")
     N, C, K = message_tokens, context_tokens, answer_tokens
-    read = cal.prefill_s(C + N + 2 * TURN_OVERHEAD_TOKENS)           # the sender reads its material
-    answer = cal.prefill_s(2 * TURN_OVERHEAD_TOKENS) + K * cal.decode_s_per_token
-    text_handoff = (cal.prefill_s(TURN_OVERHEAD_TOKENS) + N * cal.decode_s_per_token   # sender writes
-                    + cal.prefill_s(N + TURN_OVERHEAD_TOKENS))                        # receiver reads
-    nbytes = cal.kv_bytes_per_token * (prefix_tokens + C + N + 2 * TURN_OVERHEAD_TOKENS)
+    # the sender reads: its role turn, the material, its notes (one prefill each)
+    read = (cal.prefill_s(ROLE_TOKENS) + cal.prefill_s(C + TURN_OVERHEAD_TOKENS)
+            + cal.prefill_s(N + TURN_OVERHEAD_TOKENS))
+    # the receiver answers: its instruction, then K greedy tokens (the first comes from the prefill)
+    answer = cal.prefill_s(INSTRUCTION_TOKENS) + (K - 1) * cal.decode_s_per_token
+    text_handoff = (cal.prefill_s(INSTRUCTION_TOKENS) + (N - 1) * cal.decode_s_per_token   # sender writes
+                    + cal.prefill_s(N + TURN_OVERHEAD_TOKENS))                               # receiver reads
+    nbytes = cal.kv_bytes_per_token * (prefix_tokens + ROLE_TOKENS + C + N + 2 * TURN_OVERHEAD_TOKENS)
     cache_handoff = cal.cache_move_s(nbytes, bandwidth_gbps) + verify_samples * cal.verify_sample_s
     text_pipeline = read + text_handoff + answer
-    cache_pipeline = read + cache_handoff + answer
+    # after a cache handoff the receiver still reads its own role turn before answering
+    cache_pipeline = read + cache_handoff + cal.prefill_s(ROLE_TOKENS) + answer
     criteria = {
         "cache_is_faster": cache_handoff < text_handoff,
         "one_trust_domain": not cross_domain,
@@ -148,24 +155,25 @@ def calibrate(runtime, *, short: int = 64, long: int = 512, decode_tokens: int =
     if len(base) < long:
         raise ConfigError("calibration text too short for the tokenizer")
 
-    def best(fn) -> float:
+    def typical(fn) -> float:
+        # NOTE: the mean, not the minimum: predictions are compared with single runs
+        # measured under the same machine load.
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-        return min(times)
+        return sum(times) / len(times)
 
-    _, warm = runtime.prefill(base[:short])  # warm-up
-    t_short = best(lambda: runtime.prefill(base[:short]))
-    t_long = best(lambda: runtime.prefill(base[:long]))
+    runtime.prefill(base[:short])  # warm-up
+    t_short = typical(lambda: runtime.prefill(base[:short]))
+    t_long = typical(lambda: runtime.prefill(base[:long]))
     per_tok = max((t_long - t_short) / (long - short), 1e-9)
     fixed = max(t_short - per_tok * short, 0.0)
     _, ctx = runtime.prefill(base[:long])
-    gen_t = best(lambda: runtime.generate(base[long:long + 1], ctx, max_new_tokens=decode_tokens,
-                                          min_new_tokens=decode_tokens))
-    gen = runtime.generate(base[long:long + 1], ctx, max_new_tokens=decode_tokens, min_new_tokens=decode_tokens)
-    decode = max((gen_t - gen.prefill_s) / max(decode_tokens - 1, 1), 1e-6)
+    gens = [runtime.generate(base[long:long + 1], ctx, max_new_tokens=decode_tokens, min_new_tokens=decode_tokens)
+            for _ in range(repeats)]
+    decode = max(sum(g.decode_s for g in gens) / len(gens) / max(decode_tokens - 1, 1), 1e-6)
     art = Artifact.build(ctx, fingerprint=Fingerprint.of(runtime), prefix=PrefixRef.of(base[:8]))
     t0 = time.perf_counter()
     data = art.encode()
@@ -179,7 +187,7 @@ def calibrate(runtime, *, short: int = 64, long: int = 512, decode_tokens: int =
         write_atomic(p, data)
         p.read_bytes()
         disk = time.perf_counter() - t0
-    step = best(lambda: runtime.prefill(base[long:long + 1], ctx))
+    step = typical(lambda: runtime.prefill(base[long:long + 1], ctx))
     return Calibration(
         model=runtime.name, decode_s_per_token=decode, prefill_s_fixed=fixed, prefill_s_per_token=per_tok,
         kv_bytes_per_token=ctx.nbytes // ctx.seq_len, serialize_gbps=len(data) / ser / 1e9,

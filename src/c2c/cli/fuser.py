@@ -7,6 +7,22 @@ import argparse
 from c2c.cli.main import add_json_flag, command, emit
 
 
+def _threads_flag(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: C2C_THREADS, else torch's choice); use 1 on a shared, "
+                        "busy machine, where more threads than free cores run several times slower")
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    import os
+
+    import torch
+
+    n = args.threads or int(os.environ.get("C2C_THREADS", "0") or 0)
+    if n > 0:
+        torch.set_num_threads(n)
+
+
 def register(sub) -> None:
     p = sub.add_parser("fuser", help="train and evaluate cache fusers between different models",
                        description="Heterogeneous C2C: project a Sharer's KV-cache into a Receiver's.")
@@ -19,6 +35,7 @@ def register(sub) -> None:
                    help="stop after this optimizer step (default: the end of the schedule); resume later")
     c.add_argument("--device", default=None, help="override the config's device (auto, cpu, cuda)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    _threads_flag(c)
     add_json_flag(c)
 
     c = command(s, "eval", help="accuracy and latency of receiver / sharer / t2t / c2c / control",
@@ -27,7 +44,7 @@ def register(sub) -> None:
                 func=_eval)
     c.add_argument("--checkpoint", required=True, help="fuser checkpoint directory")
     c.add_argument("--control-checkpoint", default=None,
-                   help="control fuser directory (default: <checkpoint>-control)")
+                   help="control fuser directory (default: <checkpoint>-control, else control/, next to it)")
     c.add_argument("--data", required=True,
                    help="ARC-style .jsonl file, or a folder of MMLU/C-Eval-style CSVs (or of .jsonl files)")
     c.add_argument("--limit", type=int, default=None,
@@ -36,9 +53,12 @@ def register(sub) -> None:
     c.add_argument("--conditions", default="receiver,sharer,t2t,c2c,control",
                    help="comma-separated subset of receiver,sharer,t2t,c2c,control")
     c.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
+    c.add_argument("--scoring", choices=["label", "text"], default="label",
+                   help="label: log p(label); text: mean log p per token of 'label. option text'")
     c.add_argument("--device", default="cpu", help="cpu or cuda")
     c.add_argument("--records", default=None, help="also write per-question records (JSON) to this file")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    _threads_flag(c)
     add_json_flag(c)
 
     c = command(s, "generate", help="the Receiver's answer from a cache fused with one or more Sharers",
@@ -59,6 +79,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from c2c.fuser.train import TrainConfig, Trainer
 
+    _set_threads(args)
     cfg = TrainConfig.from_file(args.config)
     if args.device:
         cfg = replace(cfg, device=args.device)
@@ -70,8 +91,8 @@ def _train(args: argparse.Namespace) -> int:
             "loss_last20": sum(recent) / len(recent) if recent else None, "seconds": round(state.seconds, 1),
             "gates": trainer.fuser.gates()}
     done = "done" if state.step >= trainer.total_steps else "run the same command again to continue"
-    emit(args, data, f"{trainer.out}: step {state.step}/{trainer.total_steps} ({done}); "
-                     f"mean loss of the last {len(recent)} steps {data['loss_last20']:.4f}")
+    loss = f"; mean loss of the last {len(recent)} steps {data['loss_last20']:.4f}" if recent else ""
+    emit(args, data, f"{trainer.out}: step {state.step}/{trainer.total_steps} ({done}){loss}")
     return 0
 
 
@@ -81,10 +102,12 @@ def _eval(args: argparse.Namespace) -> int:
     from c2c.fuser.data import load_questions, subset
     from c2c.fuser.evaluate import Evaluator
 
+    _set_threads(args)
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     questions = subset(load_questions(args.data), args.limit, args.seed)
     ev = Evaluator.from_checkpoint(args.checkpoint, control_checkpoint=args.control_checkpoint,
-                                   conditions=conditions, device=args.device, hint_tokens=args.hint_tokens)
+                                   conditions=conditions, device=args.device, hint_tokens=args.hint_tokens,
+                                   scoring=args.scoring)
     rep = ev.evaluate(questions, conditions, data=str(args.data), progress=not (args.quiet or args.json))
     if args.records:
         with open(args.records, "w") as f:

@@ -172,7 +172,7 @@ def align_tokens(receiver: Rendered, sharer: Rendered) -> np.ndarray:
     character into a run of tokens (byte-level BPE), the ``j``-th of ``m`` Receiver
     tokens maps proportionally into the Sharer's run of ``n``, the last to the last.
     BOS tokens map to the Sharer's last BOS (or its first token); a token with no
-    characters repeats its predecessor's mapping.
+    characters repeats its predecessor's mapping. The result never decreases.
     """
     cmap = char_map(receiver, sharer)
     owner = _char_to_token(sharer)
@@ -187,7 +187,8 @@ def align_tokens(receiver: Rendered, sharer: Rendered) -> np.ndarray:
         elif b > a:
             u = int(owner[cmap[a:b]].max())           # last token of its run
             first, n = u - int(s_pos[u]), int(s_size[u])
-            out[t] = first + max(0, ((int(r_pos[t]) + 1) * n) // int(r_size[t]) - 1)
+            # never step back: overlapping byte-level spans could otherwise reorder tokens
+            out[t] = max(prev, first + max(0, ((int(r_pos[t]) + 1) * n) // int(r_size[t]) - 1))
         else:
             out[t] = prev
         prev = out[t]

@@ -92,9 +92,20 @@ def hint_messages(q: Question) -> list[dict]:
                                         "or reasoning needed to answer this question."}]
 
 
-def mc_example(q: Question, source: str) -> Example:
+MC_RESPONSES = ("label", "label_text")
+
+
+def mc_response(q: Question, style: str = "label") -> str:
+    """The answer to ``q`` as the Receiver should write it: ``"B"`` or ``"B. the option's text"``."""
+    if style not in MC_RESPONSES:
+        raise FuserDataError(f"unknown multiple-choice response style {style!r}; use one of {MC_RESPONSES}")
+    return q.answer if style == "label" else f"{q.answer}. {dict(q.options)[q.answer]}"
+
+
+def mc_example(q: Question, source: str, style: str = "label") -> Example:
     msgs = mc_messages(q)
-    return Example(messages=tuple((m["role"], m["content"]) for m in msgs), response=q.answer, source=source)
+    return Example(messages=tuple((m["role"], m["content"]) for m in msgs), response=mc_response(q, style),
+                   source=source)
 
 
 def instruction_example(instruction: str, response: str, source: str) -> Example:
@@ -190,8 +201,11 @@ def check_not_reported(path: Path, root: Path) -> None:
             raise FuserDataError(f"{path} is (or contains) the reported split {split}; never train on it")
 
 
-def load_source(name: str, root: str | Path | None = None) -> list[Example]:
-    """All examples of one training source (see :data:`TRAIN_SOURCES`), in file order."""
+def load_source(name: str, root: str | Path | None = None, mc_style: str = "label") -> list[Example]:
+    """All examples of one training source (see :data:`TRAIN_SOURCES`), in file order.
+
+    ``mc_style`` is how multiple-choice answers are written (see :func:`mc_response`).
+    """
     if name not in TRAIN_SOURCES:
         raise FuserDataError(f"unknown training source {name!r}; use one of {sorted(TRAIN_SOURCES)}")
     base = data_root(str(root) if root else None)
@@ -200,7 +214,7 @@ def load_source(name: str, root: str | Path | None = None) -> list[Example]:
     if not path.exists():
         raise FuserDataError(f"training source {name} not found at {path}; set C2C_DATA to the data folder")
     if name in ("arc_easy", "mmlu_dev"):
-        return [mc_example(q, name) for q in load_questions(path)]
+        return [mc_example(q, name, mc_style) for q in load_questions(path)]
     if name == "dolly":
         out = []
         with open(path, encoding="utf-8") as f:
@@ -223,12 +237,13 @@ def _strip_template(prompt: str) -> str:
     return m.group(1) if m else prompt
 
 
-def mixture(counts: dict[str, int], *, seed: int, root: str | Path | None = None) -> list[Example]:
+def mixture(counts: dict[str, int], *, seed: int, root: str | Path | None = None,
+            mc_style: str = "label") -> list[Example]:
     """Up to ``counts[name]`` examples of each source, drawn with ``seed``, then shuffled together."""
     rng = random.Random(seed)
     out: list[Example] = []
     for name in sorted(counts):
-        pool = load_source(name, root)
+        pool = load_source(name, root, mc_style)
         out.extend(rng.sample(pool, min(counts[name], len(pool))))
     rng.shuffle(out)
     return out

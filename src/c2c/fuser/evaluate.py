@@ -10,8 +10,10 @@ Conditions (each question's context is the same system + user messages):
 - ``control``: like c2c, but with a fuser trained the same way on the Receiver's
   own cache in place of the Sharer's: what the extra parameters alone buy.
 
-Scoring: the log-likelihood of each option's label right after the generation
-prompt; the highest wins. Latency is the sum of the steps a condition needs, run
+Scoring (``scoring``): ``label`` compares the log-likelihood of each option's
+label right after the generation prompt; ``text`` compares the mean per-token
+log-likelihood of the whole answer ``"B. <option text>"``, which small models
+bias less towards one label. The highest wins. Latency is the sum of the steps a condition needs, run
 one after another on this process: for c2c, Receiver prefill + Sharer prefill +
 alignment + fusion + scoring; for t2t, the Sharer's hint (prefill and decode) +
 the Receiver's prefill of the longer context + scoring. Caches two conditions
@@ -31,7 +33,7 @@ from tqdm import tqdm
 from c2c.errors import ConfigError, FuserCheckpointError
 from c2c.fuser import checkpoint as ckpt
 from c2c.fuser.align import render
-from c2c.fuser.data import Question, hint_messages, mc_messages
+from c2c.fuser.data import Question, hint_messages, mc_messages, mc_response
 from c2c.fuser.infer import FusedReceiver
 
 CONDITIONS = ("receiver", "sharer", "t2t", "c2c", "control")
@@ -43,6 +45,7 @@ class EvalReport:
 
     data: str
     n: int
+    scoring: str
     accuracy: dict[str, float]
     latency_s: dict[str, float]
     records: tuple[dict, ...] = ()
@@ -54,46 +57,69 @@ class EvalReport:
         return d
 
 
+SCORINGS = ("label", "text")
+
+
 @torch.inference_mode()
-def choose(runtime, gen_ids: Sequence[int], cache, q: Question) -> tuple[str, dict[str, float]]:
-    """The label with the highest log-likelihood after ``gen_ids`` (fed after ``cache``), and all scores."""
-    label_ids = [runtime.encode(label) for label in q.labels]
-    if all(len(ids) == 1 for ids in label_ids):  # one forward scores every option
+def choose(runtime, gen_ids: Sequence[int], cache, q: Question, scoring: str = "label"
+           ) -> tuple[str, dict[str, float]]:
+    """The best option after ``gen_ids`` (fed after ``cache``), and every option's score.
+
+    ``label``: log p(label); ``text``: mean log p per token of ``"label. option text"``.
+    """
+    if scoring not in SCORINGS:
+        raise ConfigError(f"unknown scoring {scoring!r}; use one of {SCORINGS}")
+    answers = q.labels if scoring == "label" else [mc_response(q_, "label_text") for q_ in _as_answers(q)]
+    answer_ids = [runtime.encode(a) for a in answers]
+    if scoring == "label" and all(len(ids) == 1 for ids in answer_ids):  # one forward scores every option
         logits, _ = runtime.prefill(list(gen_ids), cache)
         lp = torch.log_softmax(logits.float(), -1)
-        scores = {label: float(lp[ids[0]]) for label, ids in zip(q.labels, label_ids)}
+        scores = {label: float(lp[ids[0]]) for label, ids in zip(q.labels, answer_ids)}
     else:
         scores = {}
         P = len(gen_ids)
-        for label, ids in zip(q.labels, label_ids):
+        for label, ids in zip(q.labels, answer_ids):
             lp = torch.log_softmax(runtime.logits(list(gen_ids) + ids, cache).float(), -1)  # (P+L, V)
-            scores[label] = float(sum(lp[P - 1 + k, t] for k, t in enumerate(ids)))
+            total = float(sum(lp[P - 1 + k, t] for k, t in enumerate(ids)))
+            scores[label] = total if scoring == "label" else total / len(ids)
     return max(scores, key=scores.get), scores
+
+
+def _as_answers(q: Question) -> list[Question]:
+    """``q`` once per option, with that option as the answer (to spell each candidate response)."""
+    return [Question(id=q.id, question=q.question, options=q.options, answer=label, subject=q.subject)
+            for label in q.labels]
 
 
 class Evaluator:
     """Runs the conditions over questions. Build with :meth:`from_checkpoint` or pass the parts."""
 
     def __init__(self, *, receiver, sharer=None, fused: FusedReceiver | None = None,
-                 control: FusedReceiver | None = None, hint_tokens: int = 48):
+                 control: FusedReceiver | None = None, hint_tokens: int = 48, scoring: str = "label"):
+        if scoring not in SCORINGS:
+            raise ConfigError(f"unknown scoring {scoring!r}; use one of {SCORINGS}")
         self.receiver, self.sharer = receiver, sharer
         self.fused, self.control = fused, control
-        self.hint_tokens = hint_tokens
+        self.hint_tokens, self.scoring = hint_tokens, scoring
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path, *, control_checkpoint: str | Path | None = None,
                         conditions: Sequence[str] = CONDITIONS, device: str = "cpu", dtype: str = "float32",
-                        hint_tokens: int = 48) -> "Evaluator":
+                        hint_tokens: int = 48, scoring: str = "label") -> "Evaluator":
         """Load the fuser, its models, and (for ``control``) the control fuser.
 
-        The control checkpoint defaults to ``<checkpoint>-control`` next to ``checkpoint``.
+        The control checkpoint defaults to ``<checkpoint>-control``, else ``control``,
+        next to ``checkpoint``.
         """
         fused = FusedReceiver.load([checkpoint], device=device, dtype=dtype)
         if fused.links[0].sharer is None:
             raise ConfigError(f"{checkpoint} is a control fuser; pass the Sharer's fuser as --checkpoint")
         control = None
         if "control" in conditions:
-            path = Path(control_checkpoint) if control_checkpoint else Path(str(Path(checkpoint)).rstrip("/") + "-control")
+            here = Path(checkpoint)
+            candidates = [Path(control_checkpoint)] if control_checkpoint else [
+                here.with_name(here.name + "-control"), here.with_name("control")]
+            path = next((c for c in candidates if (c / ckpt.CONFIG).is_file()), candidates[0])
             if not (path / ckpt.CONFIG).is_file():
                 raise FuserCheckpointError(f"no control fuser at {path}; train one (sharer \"self\") or drop "
                                            "'control' from --conditions")
@@ -101,7 +127,7 @@ class Evaluator:
             if control.links[0].sharer is not None:
                 raise FuserCheckpointError(f"{path} is not a control fuser (its sharer is not \"self\")")
         return cls(receiver=fused.receiver, sharer=fused.links[0].sharer, fused=fused, control=control,
-                   hint_tokens=hint_tokens)
+                   hint_tokens=hint_tokens, scoring=scoring)
 
     def _need(self, conditions: Sequence[str]) -> None:
         bad = [c for c in conditions if c not in CONDITIONS]
@@ -140,27 +166,28 @@ class Evaluator:
             for c in conditions:
                 t0 = time.perf_counter()
                 if c == "receiver":
-                    pred, _ = choose(r, r_gen, r_cache, q)
+                    pred, _ = choose(r, r_gen, r_cache, q, self.scoring)
                     spent = t_r
                 elif c == "sharer":
-                    pred, _ = choose(self.sharer, s_gen, s_ctx[1], q)
+                    pred, _ = choose(self.sharer, s_gen, s_ctx[1], q, self.scoring)
                     spent = t_s
                 elif c == "t2t":
                     h = render(self.sharer, hint_messages(q))
-                    hint = self.sharer.generate(list(h.ids), max_new_tokens=self.hint_tokens).text
+                    # the Sharer writes its hint as its own assistant turn
+                    hint = self.sharer.generate(list(h.ids) + s_gen, max_new_tokens=self.hint_tokens).text
                     rh = render(r, mc_messages(q, hint=hint))
                     _, rh_cache = r.prefill(list(rh.ids))
-                    pred, _ = choose(r, r_gen, rh_cache, q)
+                    pred, _ = choose(r, r_gen, rh_cache, q, self.scoring)
                     rec["hint"] = hint
                     spent = 0.0
                 elif c == "c2c":
                     fused = self.fused.fuse(msgs, context=(r_ctx, r_cache),
                                             sharer_contexts={self.fused.links[0].sharer_name: s_ctx})
-                    pred, _ = choose(r, r_gen, fused.cache, q)
+                    pred, _ = choose(r, r_gen, fused.cache, q, self.scoring)
                     spent = t_r + t_s
                 else:  # control
                     fused = self.control.fuse(msgs, context=(r_ctx, r_cache))
-                    pred, _ = choose(r, r_gen, fused.cache, q)
+                    pred, _ = choose(r, r_gen, fused.cache, q, self.scoring)
                     spent = t_r
                 spent += time.perf_counter() - t0
                 rec["pred"][c], rec["latency_s"][c] = pred, spent
@@ -168,5 +195,5 @@ class Evaluator:
                 latency[c] += spent
             records.append(rec)
         n = len(questions)
-        return EvalReport(data=data, n=n, accuracy={c: correct[c] / n if n else 0.0 for c in conditions},
+        return EvalReport(data=data, n=n, scoring=self.scoring, accuracy={c: correct[c] / n if n else 0.0 for c in conditions},
                           latency_s={c: latency[c] / n if n else 0.0 for c in conditions}, records=tuple(records))

@@ -33,7 +33,7 @@ from c2c.fuser.align import LayerMap, align_tokens, render
 from c2c.fuser.data import Example
 from c2c.fuser.infer import aligned_sharer
 
-ALIGN_VERSION = 1  # bump when alignment changes what is stored
+ALIGN_VERSION = 2  # bump when alignment changes what is stored
 
 
 def store_key(*, sharer, receiver, layer_map: LayerMap, examples: Sequence[Example]) -> str:

@@ -76,6 +76,8 @@ class TrainConfig:
     save_every: int = 20
     device: str = "auto"
     dtype: str = "float32"
+    gate_lr_mult: float = 1.0   # the gate logits' learning rate, as a multiple of lr
+    mc_response: str = "label"  # multiple-choice targets: "label" ("B") or "label_text" ("B. text")
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TrainConfig":
@@ -116,7 +118,14 @@ class TrainConfig:
         d = self.to_dict()
         for k in ("out_dir", "cache_dir", "data_root", "device", "save_every"):
             d.pop(k)
+        for k, default in _ADDED_LATER.items():  # so that runs started before they existed still resume
+            if d[k] == default:
+                d.pop(k)
         return sha256_hex(canonical_json(d))
+
+
+# Fields added after the first runs, with the default that reproduces the old behaviour.
+_ADDED_LATER = {"gate_lr_mult": 1.0, "mc_response": "label"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +170,8 @@ class Trainer:
         self.control = cfg.sharer == ckpt.SELF
         self.out = cfg.out_path()
         rf = self.receiver.facts
-        raw = examples if examples is not None else mixture(cfg.sources, seed=cfg.seed, root=cfg.data_root or None)
+        raw = examples if examples is not None else mixture(cfg.sources, seed=cfg.seed, root=cfg.data_root or None,
+                                                            mc_style=cfg.mc_response)
         self.data = self._tokenize(list(iter_nonempty(raw)))
         if not self.data:
             raise ConfigError("no training example fits max_context_tokens; raise it or add sources")
@@ -186,7 +196,14 @@ class Trainer:
                                 layer_map=lmap, hidden=cfg.hidden, gate_init=cfg.gate_init)
         torch.manual_seed(cfg.seed)
         self.fuser = CacheFuser(self.fcfg).to(self.device)
-        self.opt = torch.optim.AdamW(self.fuser.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        params = list(self.fuser.named_parameters())
+        groups = [{"params": [p for n, p in params if not n.endswith("gate_logit")], "lr_mult": 1.0}]
+        gates = {"params": [p for n, p in params if n.endswith("gate_logit")], "lr_mult": cfg.gate_lr_mult}
+        if cfg.gate_lr_mult == 1.0:
+            groups = [{"params": [p for _, p in params], "lr_mult": 1.0}]
+        else:  # NOTE: the gate is one scalar per projector; a larger step lets it close within a short run
+            groups.append(gates)
+        self.opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.total_steps = max(1, math.ceil(len(self.tokens) * cfg.epochs / cfg.grad_accum))
         self.state = TrainState()
@@ -260,7 +277,7 @@ class Trainer:
         while self.state.step < stop:
             step, t0 = self.state.step, time.perf_counter()
             for g in self.opt.param_groups:
-                g["lr"] = self.lr(step)
+                g["lr"] = self.lr(step) * g.get("lr_mult", 1.0)
             tau = self.tau(step)
             self.opt.zero_grad(set_to_none=True)
             total = 0.0
@@ -339,3 +356,7 @@ class Trainer:
         self.opt.load_state_dict({"state": state, "param_groups": st["param_groups"]})
         self.gen.set_state(tensors["gumbel_generator"])
         self.state = TrainState(step=int(st["step"]), losses=list(st["losses"]), seconds=float(st["seconds"]))
+        log = self.out / "train_log.jsonl"
+        if log.is_file():  # drop steps logged after the last save: they are about to be redone
+            keep = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= self.state.step]
+            log.write_text("".join(line + "\n" for line in keep))

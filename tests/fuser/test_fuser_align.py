@@ -110,3 +110,22 @@ def test_layer_maps():
         layer_map([[0, 0], [0, 1]], 4, 3)
     with pytest.raises(ConfigError):
         layer_map("diagonal", 4, 3)
+
+
+@pytest.mark.zoo
+def test_real_qwen_and_smollm_align_on_english_and_chinese(real_rt):
+    r, s = real_rt("Qwen2.5-Coder-0.5B-Instruct"), real_rt("SmolLM2-135M-Instruct")
+    for user in ["Which technology was developed most recently?\n\nA. cellular telephone\nB. television",
+                 "下列关于法律推理的表述，能够成立的是____。\n\nA. 演绎推理\nB. 归纳推理"]:
+        msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": user}]
+        R, S = render(r, msgs), render(s, msgs)
+        idx = align_tokens(R, S)
+        assert len(idx) == len(R.ids) and (np.diff(idx) >= 0).all() and idx.max() < len(S.ids)
+        covered = np.zeros(len(R.text), bool)
+        for a, b in R.offsets:
+            covered[a:b] = True
+        assert covered.all()
+        cmap = char_map(R, S)
+        for t, (a, b) in enumerate(R.offsets):  # the chosen sharer token holds the token's last character
+            lo, hi = S.offsets[idx[t]]
+            assert lo <= cmap[b - 1] < hi

@@ -43,11 +43,15 @@ def test_resume_continues_the_same_loss_curve(tiny_rt, tmp_path):
     first = trainer(tiny_rt, config(tmp_path, "b"))
     first.train(until=3)
     assert first.state.step == 3
+    with open(tmp_path / "b" / "train_log.jsonl", "a") as f:  # a step logged, then killed before its save
+        f.write(json.dumps({"step": 4, "loss": 9.9}) + "\n")
     resumed = trainer(tiny_rt, config(tmp_path, "b"))
     assert resumed.state.step == 3  # picked up train_state/
     state = resumed.train()
     assert state.step == straight.step == 6
     assert torch.allclose(torch.tensor(state.losses), torch.tensor(straight.losses), rtol=1e-5, atol=1e-6)
+    log = [json.loads(line) for line in (tmp_path / "b" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6] and 9.9 not in [r["loss"] for r in log]
     a, _ = ckpt.load(tmp_path / "a")
     b, _ = ckpt.load(tmp_path / "b")
     for x, y in zip(a.state_dict().values(), b.state_dict().values()):
@@ -109,3 +113,24 @@ def test_config_file_validation(tmp_path):
                              "sources": {"alpaca": 1}}))
     cfg = TrainConfig.from_file(p)
     assert cfg.out_path().name == "x" and cfg.out_path().parent.name == "runs"
+
+
+def test_gate_learning_rate_multiplier(tiny_rt, tmp_path):
+    moved = {}
+    for mult in (1.0, 30.0):
+        t = trainer(tiny_rt, config(tmp_path, f"g{mult}", gate_lr_mult=mult, lr=1e-3))
+        assert len(t.opt.param_groups) == (1 if mult == 1.0 else 2)
+        t.train(until=3)
+        moved[mult] = max(abs(float(p.gate_logit.detach()) - 2.0) for p in t.fuser.proj.values())
+    assert moved[30.0] > 5 * moved[1.0]
+
+
+def test_resume_key_ignores_later_fields_at_their_default(tmp_path):
+    from c2c.fingerprint import canonical_json, sha256_hex
+
+    cfg = config(tmp_path)
+    d = cfg.to_dict()
+    for k in ("out_dir", "cache_dir", "data_root", "device", "save_every", "gate_lr_mult", "mc_response"):
+        d.pop(k)
+    assert cfg.resume_key() == sha256_hex(canonical_json(d))  # the key of runs made before the field existed
+    assert config(tmp_path, gate_lr_mult=10.0).resume_key() != cfg.resume_key()

@@ -70,3 +70,11 @@ def test_training_sources_and_the_reported_split_guard(data_root):
         D.load_source("mmlu_val")
     mix = D.mixture({"alpaca": 3, "arc_easy": 2}, seed=0)
     assert len(mix) == 5 and mix == D.mixture({"alpaca": 3, "arc_easy": 2}, seed=0)
+
+
+def test_multiple_choice_response_styles():
+    q = D.Question(id="x", question="q", options=(("A", "red"), ("B", "blue")), answer="B")
+    assert D.mc_response(q) == "B" and D.mc_response(q, "label_text") == "B. blue"
+    assert D.mc_example(q, "s", "label_text").response == "B. blue"
+    with pytest.raises(FuserDataError):
+        D.mc_response(q, "essay")
