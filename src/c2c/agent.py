@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from c2c.context import Context
 from c2c.fingerprint import Fingerprint
-from c2c.errors import FingerprintMismatchError
+from c2c.errors import FingerprintMismatchError, HandoffError
 from c2c.prefix import PrefixRef, SharedPrefix
 from c2c.roles import AdapterPolicy, admit
 from c2c.runtime.engine import Generation, Runtime
@@ -148,6 +148,20 @@ class Agent:
             producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)
 
     # ------------------------------------------------------------ attaching
+    def adopt(self, cache: KVCache, *, label: str) -> None:
+        """Continue from ``cache`` (a whole context for this model, starting with our shared prefix).
+
+        Raises:
+            HandoffError: the cache does not start with this agent's shared prefix tokens.
+        """
+        P = self.context.prefix_len
+        prefix = self.context.token_ids[:P]
+        if cache.start != 0 or tuple(cache.token_ids[:P]) != tuple(prefix):
+            raise HandoffError(f"{self.name} cannot adopt a cache that does not start with its shared prefix")
+        self.cache = cache
+        self.context = Context(token_ids=prefix, prefix_len=P).extend(cache.token_ids[P:], label, private=False)
+        self._role_done = not self.role
+
     def attach(self, artifact: "Artifact") -> None:
         """Continue from a received cache after checking model and prefix.
 
@@ -171,12 +185,7 @@ class Agent:
         except FingerprintMismatchError as e:  # another role adapter of the same base?
             cache, self.attach_note = admit(self.team.adapter_policy, self.runtime, artifact, e, context=self.cache)
         if h.kind == "full":
-            self.cache = cache
-            ctx = Context(token_ids=self.context.token_ids[: self.context.prefix_len],
-                          prefix_len=self.context.prefix_len)
-            self.context = ctx.extend(artifact.cache.token_ids[ctx.prefix_len:], f"from:{h.producer.get('agent', '?')}",
-                                      private=False)
-            self._role_done = not self.role
+            self.adopt(cache, label=f"from:{h.producer.get('agent', '?')}")
         else:
             moved = self.runtime.reposition(cache, self.cache.end)
             self.cache = self.cache.append(moved)
