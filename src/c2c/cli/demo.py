@@ -11,10 +11,14 @@ def register(sub) -> None:
     p = command(sub, "demo", help="run a demo scenario on a real zoo model: handoff (default) or chain",
                 example="c2c demo                      # analyst -> writer, by text and by cache\n"
                         "c2c demo chain --policy continue   # 3-agent chain over the store, upstream changes\n"
+                        "c2c demo router --fuser ~/.cache/c2c/fuser/runs/pair_b   # switch models mid-conversation\n"
                         "c2c demo --model SmolLM2-135M-Instruct --json", func=_demo)
-    p.add_argument("scenario", nargs="?", default="handoff", choices=["handoff", "chain"],
+    p.add_argument("scenario", nargs="?", default="handoff", choices=["handoff", "chain", "router"],
                    help="handoff: text vs cache for one hop; chain: researcher -> analyst -> writer over the "
-                        "store, then a new upstream version makes the chain stale")
+                        "store, then a new upstream version makes the chain stale; router: a conversation that "
+                        "switches between SmolLM2 and Qwen, routed cache / fused / text per hop")
+    p.add_argument("--fuser", default=None,
+                   help="router: a trained SmolLM2 -> Qwen fuser checkpoint dir (enables the fused path)")
     p.add_argument("--store", default=None, help="store URL for the chain (default: sqlite under C2C_HOME)")
     p.add_argument("--policy", default="re-pull", choices=["re-pull", "continue"],
                    help="chain: what the writer does with stale context")
@@ -29,6 +33,12 @@ def _demo(args: argparse.Namespace) -> int:
     from c2c import demo
     from c2c.runtime import zoo
 
+    if args.scenario == "router":
+        from c2c import router
+
+        rep = router.demo(args.model, fuser_checkpoint=args.fuser)
+        emit(args, rep, router.format_demo(rep))
+        return 0
     runtime = zoo.load(args.model)
     if args.scenario == "chain":
         from c2c import chain
