@@ -68,10 +68,58 @@ def test_text_handoff_decodes_and_prefills(tiny):
     assert b.context.spans[-1].label == "message" and h.artifact_bytes == 0
 
 
-def test_auto_uses_cache_when_compatible(tiny):
+def test_auto_uses_cache_when_compatible_and_minimizes(tiny):
     a, b = pair(tiny("qwen2"))
+    a.read("thinking out loud", label="scratch")
+    a.read("The answer is Paris.", label="conclusion")
     h = hand_off(a, b, mode="auto")
-    assert h.used == "full" and "same model" in h.reason
+    # the sender holds private spans (role, scratch): only what follows them leaves
+    assert h.used == "slice" and "same model" in h.reason and "minimized" in h.reason
+    assert b.context.spans[-1].length == a.context.spans_labelled("conclusion")[0].length
+    team = Team(shared=SHARED)
+    c, d = Agent("c", tiny("qwen2"), team), Agent("d", tiny("qwen2"), team)  # no role: nothing private
+    c.read(DOC)
+    assert hand_off(c, d, mode="auto").used == "full"
+
+
+def test_signed_handoff_with_trust_checks(tiny, tmp_path):
+    from c2c.errors import BadSignatureError
+    from c2c.trust import Keyring, VerifyPolicy
+
+    ring = Keyring(tmp_path / "keys")
+    ring.create_key("lab")
+    ring.set_policy("lab", VerifyPolicy(kv="sample", samples=4).to_dict())
+    team = Team(shared=SHARED, domain="lab", keyring=ring)
+    rt = tiny("qwen2")
+    a, b = Agent("a", rt, team), Agent("b", rt, team)
+    a.read(DOC)
+    h = hand_off(a, b, mode="auto")
+    kv = h.trust["kv"]
+    assert h.used == "full" and h.trust["signer"]["domain"] == "lab" and kv["mode"] == "sample"
+    assert kv["max_error"] <= kv["tolerance"] and kv["deep_positions"] == 4
+    assert a.export().signature["domain"] == "lab"
+
+    class Tamper:  # a transport that flips one tensor byte in flight
+        def __init__(self):
+            self.data = {}
+
+        def send(self, key, payload):
+            bad = bytearray(payload)
+            bad[-10] ^= 1
+            self.data[key] = bytes(bad)
+
+        def receive(self, key):
+            return self.data[key]
+
+    a, b = Agent("a", rt, team), Agent("b", rt, team)
+    a.read(DOC)
+    h = hand_off(a, b, mode="auto", transport=Tamper(), message_tokens=3)
+    assert h.used == "text" and "fell back to text" in h.reason
+    a, b = Agent("a", rt, team), Agent("b", rt, team)
+    a.read(DOC)
+    with pytest.raises(Exception) as e:
+        hand_off(a, b, mode="full", transport=Tamper())
+    assert "digest" in str(e.value) or isinstance(e.value, BadSignatureError)
 
 
 def test_auto_falls_back_to_text_on_another_model(tiny):

@@ -16,7 +16,7 @@ def test_hybrid_uses_cache_only_on_expensive_hops(tiny):
     run = Pipeline([Stage(agent=a, instruction="Analyse.", max_new_tokens=4),
                     Stage(agent=b, instruction="Draft.", expensive=True, max_new_tokens=4),
                     Stage(agent=c, instruction="Review.", max_new_tokens=4)]).run("Some material.")
-    assert [h.handoff.used for h in run.hops] == ["full", "text"]
+    assert [h.handoff.used for h in run.hops] == ["slice", "text"]  # minimized: roles are private
     assert run.hops[0].policy_reason == "hop marked expensive"
     assert "hybrid default" in run.hops[1].policy_reason
     assert set(run.outputs) == {"agent0", "agent1", "agent2"} and run.final == run.outputs["agent2"]
@@ -27,7 +27,7 @@ def test_hop_limit_forces_text(tiny):
     stages = [Stage(agent=ags[0], instruction="Go.", max_new_tokens=2)] + [
         Stage(agent=g, instruction="Go on.", expensive=True, max_new_tokens=2) for g in ags[1:]]
     run = Pipeline(stages, policy=HopPolicy(hop_limit=2)).run("x")
-    assert [h.handoff.used for h in run.hops] == ["full", "full", "text"]
+    assert [h.handoff.used for h in run.hops] == ["slice", "slice", "text"]
     assert "hop limit" in run.hops[2].policy_reason
 
 

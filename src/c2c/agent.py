@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from c2c.context import Context
 from c2c.fingerprint import Fingerprint
@@ -35,6 +35,9 @@ class Team:
     shared: SharedPrefix
     domain: str = "default"
     adapter_policy: AdapterPolicy = field(default_factory=AdapterPolicy)
+    # With a keyring, senders sign every exported cache with the domain's key and
+    # receivers check signature, prefix and KV per the domain's policy (c2c.trust).
+    keyring: Any = None
     _prefix: dict = field(default_factory=dict, repr=False)
 
     def prefix_tokens(self, runtime: Runtime) -> tuple[int, ...]:
@@ -127,6 +130,12 @@ class Agent:
         self.messages += [{"role": "user", "content": instruction}, {"role": "assistant", "content": gen.text}]
         return gen
 
+    def exportable_labels(self) -> tuple[str, ...]:
+        """Labels of the non-private spans after the last private one (what a minimized slice holds)."""
+        spans = self.context.spans
+        last_private = max((i for i, s in enumerate(spans) if s.private), default=-1)
+        return tuple(dict.fromkeys(s.label for s in spans[last_private + 1:]))
+
     # ------------------------------------------------------------ exporting
     def export(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
                parents: tuple[str, ...] = ()) -> "Artifact":
@@ -143,9 +152,14 @@ class Agent:
             end = min(end, cache.end)  # the last generated token has no K/V yet
             cache = cache.slice(start, end)
             span_labels = {"span": ",".join(labels)}
-        return Artifact.build(
+        artifact = Artifact.build(
             cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
             producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)
+        if self.team.keyring is not None:
+            from c2c.trust import sign
+
+            artifact = sign(artifact, self.team.keyring.signing_key(self.team.domain))
+        return artifact
 
     # ------------------------------------------------------------ attaching
     def adopt(self, cache: KVCache, *, label: str) -> None:

@@ -71,6 +71,7 @@ class Handoff:
     tokens_decoded: int = 0      # by the sender, writing a message
     tokens_prefilled: int = 0    # by the receiver, reading the message
     timings: dict[str, float] = field(default_factory=dict)
+    trust: dict | None = None    # the receiver's c2c.trust.TrustReport, when its team has a keyring
 
     @property
     def seconds(self) -> float:
@@ -93,12 +94,16 @@ def decide(sender: Agent, receiver: Agent) -> tuple[bool, str]:
 def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tuple[str, ...] = ("evidence",),
              auto_cache_mode: str = "full", transport: Transport | None = None,
              message_prompt: str = DEFAULT_MESSAGE_PROMPT, message_tokens: int = 128,
-             min_message_tokens: int = 0, check: Callable[[Artifact], None] | None = None) -> Handoff:
+             min_message_tokens: int = 0, check: Callable[[Artifact], None] | None = None,
+             critical: bool = False) -> Handoff:
     """Hand ``sender``'s knowledge to ``receiver`` in ``mode``.
 
     Args:
         labels: spans exported in ``slice`` mode.
-        auto_cache_mode: the cache mode ``auto`` uses when a cache can cross.
+        auto_cache_mode: the cache mode ``auto`` uses when a cache can cross. With
+            ``"full"``, a sender holding private spans (role prompt, scratch work)
+            exports only the non-private spans after them instead (minimization).
+        critical: verify strictly (re-prefill) when the receiver's team has a keyring.
         transport: where artifact bytes go; a temporary directory by default.
         message_tokens / min_message_tokens: the message budget in ``text`` mode.
         check: extra verification of the received artifact (e.g. a trust
@@ -121,18 +126,29 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
         if not ok:
             return _by_text(sender, receiver, "auto", f"fell back to text: {reason}", message_prompt,
                             message_tokens, min_message_tokens)
+        cache_mode, auto_labels = auto_cache_mode, labels
+        if auto_cache_mode == "full" and any(s.private for s in sender.context.spans):
+            cache_mode, auto_labels = "slice", sender.exportable_labels()
+            private = sorted({s.label for s in sender.context.spans if s.private})
+            reason += f"; minimized to spans {list(auto_labels)} (private {private} never leave)"
+            if not auto_labels:
+                return _by_text(sender, receiver, "auto", "fell back to text: nothing exportable after the "
+                                "private spans", message_prompt, message_tokens, min_message_tokens)
         try:
-            return _by_cache(sender, receiver, auto_cache_mode, "auto", reason, labels, transport, check)
+            return _by_cache(sender, receiver, cache_mode, "auto", reason, auto_labels, transport, check, critical)
         except C2CError as e:
             return _by_text(sender, receiver, "auto", f"fell back to text: {type(e).__name__}: {e}",
                             message_prompt, message_tokens, min_message_tokens)
     if sender.team.domain != receiver.team.domain:
         raise HandoffError(f"{mode} handoff refused: {decide(sender, receiver)[1]}; use mode text or auto")
-    return _by_cache(sender, receiver, mode, mode, f"{mode} requested", labels, transport, check)
+    why = f"{mode} requested"
+    if mode == "full" and any(s.private for s in sender.context.spans):
+        why += f" (includes private spans {sorted({s.label for s in sender.context.spans if s.private})})"
+    return _by_cache(sender, receiver, mode, mode, why, labels, transport, check, critical)
 
 
 def _by_cache(sender: Agent, receiver: Agent, mode: str, requested: str, reason: str,
-              labels: tuple[str, ...], transport: Transport, check) -> Handoff:
+              labels: tuple[str, ...], transport: Transport, check, critical: bool = False) -> Handoff:
     t0 = time.perf_counter()
     artifact = sender.export(labels=labels if mode == "slice" else None)
     payload = artifact.encode()
@@ -141,15 +157,28 @@ def _by_cache(sender: Agent, receiver: Agent, mode: str, requested: str, reason:
     t2 = time.perf_counter()
     received = transport.receive(artifact.id)
     t3 = time.perf_counter()
-    got = Artifact.decode(received)
+    keyring = receiver.team.keyring
+    if keyring is not None:
+        from c2c.trust import check as trust_check
+        from c2c.trust.signing import decode_exact
+
+        got = decode_exact(received)
+    else:
+        got = Artifact.decode(received)
     if got.id != artifact.id:
         raise HandoffError("the artifact changed in transit")
+    report = None
+    if keyring is not None:
+        context = receiver.cache if got.header.start == receiver.cache.end else None
+        report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime, critical=critical,
+                             prefix_ids=receiver.context.token_ids[: receiver.context.prefix_len],
+                             context=context).to_dict()
     if check is not None:
         check(got)
     receiver.attach(got)
     t4 = time.perf_counter()
     return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode, reason=reason,
-                   artifact_id=artifact.id, artifact_bytes=len(payload),
+                   artifact_id=artifact.id, artifact_bytes=len(payload), trust=report,
                    timings={"export_s": t1 - t0, "write_s": t2 - t1, "read_s": t3 - t2, "import_s": t4 - t3})
 
 

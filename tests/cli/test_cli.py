@@ -71,3 +71,20 @@ def test_bad_flags_are_config_errors(tmp_path, capsys, tiny):
     assert code == 2 and json.loads(capsys.readouterr().out)["error"] == "ConfigError"
     assert main(["export", "--model", "no-such-model", "--prompt", "x", "--out", str(tmp_path / "o")]) == 2
     assert "UnknownModelError" in capsys.readouterr().err
+
+
+def test_export_sign_as_then_verify(tiny, tmp_path, capsys):
+    from c2c.trust import Keyring
+
+    ring = tmp_path / "keys"
+    Keyring(ring).create_key("lab")
+    out = tmp_path / "s.c2c"
+    assert main(["export", "--model", str(tiny("qwen2").path), "--prompt", "signed hello", "--out", str(out),
+                 "--sign-as", "lab", "--keyring", str(ring), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--json"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert h["signed"] and h["signature"]["domain"] == "lab"
+    assert main(["export", "--model", str(tiny("qwen2").path), "--prompt", "x", "--out", str(out),
+                 "--sign-as", "nodomain", "--keyring", str(ring)]) == 2
+    assert "c2c keys new" in capsys.readouterr().err

@@ -75,9 +75,13 @@ def test_loose_permissions_are_refused(ring, key):
 
 
 def test_malformed_files_get_keyring_errors(ring, key, tmp_path):
-    (ring.root / "keyring.json").write_text("[1, 2")
-    with pytest.raises(KeyringError, match="not a c2c keyring"):
-        ring.domains()
+    good = (ring.root / "keyring.json").read_text()
+    d = json.loads(good)
+    d["domains"][DOMAIN]["keys"][key.key_id]["public_key"] = "!!"
+    for text in ("[1, 2", json.dumps(d), good.replace(key.key_id, "0" * 64)):
+        (ring.root / "keyring.json").write_text(text)
+        with pytest.raises(KeyringError, match="not a c2c keyring"):
+            ring.public_key(key.key_id, DOMAIN)
     for bad in (b"{}", b'{"alg": "ed25519", "domain": "x", "public_key": "AAAA"}', b"\xff",
                 json.dumps({"alg": "ed25519", "domain": "x", "public_key": "A" * 44, "key_id": "0" * 64}).encode()):
         with pytest.raises(KeyringError):

@@ -67,14 +67,16 @@ def test_compromised_signer_outside_the_keyring_cannot_re_sign(ring, key):
 def test_every_single_bit_flip_of_a_signed_artifact_is_refused(ring, key):
     data = sign(synthetic_artifact(T=3), key).encode()
     assert load_signed(data, ring, domain=DOMAIN)
+    sig_at = data.index(b'"c2c.signature"')
     kinds = set()
-    for i in range(len(data)):
-        bad = bytearray(data)
-        bad[i] ^= 1 << (i % 8)
-        with pytest.raises(C2CError) as e:
-            load_signed(bytes(bad), ring, domain=DOMAIN)
-        assert isinstance(e.value, (ArtifactError, TrustError)), (i, e.value)
-        kinds.add(type(e.value).__name__)
+    for i in range(len(data)):  # every byte; every bit of the signature entry (all bits: benchmarks/trust_fuzz.py)
+        for bit in range(8) if sig_at <= i < sig_at + 400 else [i % 8]:
+            bad = bytearray(data)
+            bad[i] ^= 1 << bit
+            with pytest.raises(C2CError) as e:
+                load_signed(bytes(bad), ring, domain=DOMAIN)
+            assert isinstance(e.value, (ArtifactError, TrustError)), (i, e.value)
+            kinds.add(type(e.value).__name__)
     assert len(kinds) >= 3, kinds  # truncation, corruption and signature failures all occur
 
 
@@ -88,3 +90,27 @@ def test_decode_exact_refuses_variants_that_decode_accepts(key):
     with pytest.raises(CorruptArtifactError, match="canonical"):
         decode_exact(spaced)
     assert decode_exact(data).id == Artifact.decode(data).id
+
+
+def test_non_canonical_base64_signature_is_refused(ring, key):
+    art = sign(synthetic_artifact(), key)
+    s = art.signature["sig"]
+    assert s.endswith("==")  # 64 bytes: the last char before '==' carries 4 unused bits
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    twin = s[:-3] + alphabet[alphabet.index(s[-3]) ^ 1] + "=="
+    import base64
+    assert base64.b64decode(twin) == base64.b64decode(s)  # same bytes, other text
+    with pytest.raises(BadSignatureError, match="canonical"):
+        verify_signature(art.with_signature(dict(art.signature, sig=twin)), ring, domain=DOMAIN)
+
+
+@pytest.mark.parametrize("kind", ["signed", "signed-bf16", "signed-slice", "signed-withheld", "signed-sliding",
+                                  "unsigned"])
+def test_canonical_head_is_what_encode_writes(key, kind):
+    from c2c.trust.signing import canonical_head
+
+    from .hostile import base_artifacts
+    art = dict(base_artifacts(key))[kind]
+    data = art.encode()
+    head = canonical_head(art)
+    assert data[:len(head)] == head and len(data) - len(head) == art.cache.nbytes

@@ -8,8 +8,6 @@ import torch
 
 from c2c.artifact import Artifact
 from c2c.errors import FingerprintMismatchError, UnverifiableError, VerificationFailedError
-from c2c.fingerprint import Fingerprint
-from c2c.prefix import PrefixRef
 from c2c.trust.probe import kv_at_positions, layer0_kv
 from c2c.trust.verify import default_tolerance, stratified_positions, verify_kv
 
@@ -156,3 +154,15 @@ def test_default_tolerances_widen_with_lower_precision():
     f32, f16, bf16 = (default_tolerance(d, "cpu") for d in (torch.float32, torch.float16, torch.bfloat16))
     assert f32 < f16 < bf16
     assert default_tolerance(torch.float32, "cuda") > f32
+
+
+def test_short_sliding_cache_is_probed_exactly(tiny):
+    rt = tiny("gemma3")  # window 16: 6 tokens + 4 probes fit in the 15 a sliding layer holds
+    ids = rt.encode("short one")[:6]
+    art = build(rt, ids)
+    r = verify_kv(art, rt, mode="sample", samples=4, rng=random.Random(0))
+    assert r.mode == "sample" and r.deep_positions == 4 and r.max_error < 1e-4
+    c = art.cache
+    bad = rebuild(art, keys=c.keys[:5] + (c.keys[5] * 1.01,))
+    with pytest.raises(VerificationFailedError):
+        verify_kv(bad, rt, mode="sample", samples=6, layer0=False)

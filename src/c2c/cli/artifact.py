@@ -12,7 +12,8 @@ from c2c.errors import ConfigError
 def register(sub) -> None:
     p = command(sub, "export", help="prefill a prompt on a model and write its KV-cache as an artifact",
                 example="c2c export --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Hello' --out hello.c2c\n"
-                        "c2c export --model SmolLM2-135M-Instruct --prompt-file notes.txt --slice 40:80 --out notes.c2c",
+                        "c2c export --model SmolLM2-135M-Instruct --prompt-file notes.txt --slice 40:80 --out notes.c2c\n"
+                        "c2c export --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Hello' --out hi.c2c --sign-as lab",
                 func=_export)
     p.add_argument("--model", required=True, help="zoo model name or local model directory")
     src = p.add_mutually_exclusive_group(required=True)
@@ -23,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, type=Path, help="artifact file to write (atomically)")
     p.add_argument("--slice", help="export only token positions START:END (absolute, end exclusive)")
     p.add_argument("--withhold-tokens", action="store_true", help="do not put token ids in the header")
+    p.add_argument("--sign-as", metavar="DOMAIN", help="sign with this trust domain's key (see `c2c keys new`)")
+    p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
     add_json_flag(p)
 
     p = command(sub, "inspect", help="validate an artifact and print its header",
@@ -60,6 +63,10 @@ def _export(args: argparse.Namespace) -> int:
         artifact = Artifact.build(agent.cache.slice(start, end), fingerprint=artifact.header.fingerprint,
                                   prefix=artifact.header.prefix, withhold_tokens=args.withhold_tokens,
                                   producer=artifact.header.producer)
+    if args.sign_as:
+        from c2c.trust import Keyring, sign
+
+        artifact = sign(artifact, Keyring(args.keyring).signing_key(args.sign_as))
     n = artifact.write(args.out)
     info = {"id": artifact.id, "path": str(args.out), "bytes": n, "start": artifact.header.start,
             "end": artifact.header.end, "model": runtime.name}

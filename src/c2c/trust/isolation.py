@@ -105,7 +105,7 @@ def require_exportable(ctx: Context, start: int, end: int) -> None:
 
 def minimize(cache: KVCache, ctx: Context, labels: Sequence[str] | None = None) -> tuple[KVCache, ...]:
     """Slices of the sender's ``cache`` at :func:`exportable_ranges`, at their original positions."""
-    if cache.start != 0 or cache.token_ids != ctx.token_ids[: cache.seq_len]:
+    if cache.start != 0 or cache.token_ids[: len(ctx.token_ids)] != ctx.token_ids:
         raise ConfigError("the cache does not hold this context's tokens from position 0")
     return tuple(cache.slice(a, b) for a, b in exportable_ranges(ctx, labels))
 

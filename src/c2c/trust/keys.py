@@ -364,7 +364,15 @@ class Keyring:
                 raise ValueError(f"version {data.get('version') if isinstance(data, dict) else None!r}")
             if not isinstance(data.get("domains"), dict) or not isinstance(data.get("revoked"), dict):
                 raise ValueError("missing domains or revoked")
-        except ValueError as e:
+            for domain, d in data["domains"].items():
+                keys = d.get("keys") if isinstance(d, dict) else None
+                if not isinstance(keys, dict):
+                    raise ValueError(f"domain {domain!r} has no key table")
+                for kid, e in keys.items():
+                    if not isinstance(e, dict) or len(base64.b64decode(e.get("public_key", ""), validate=True)) != 32 \
+                            or key_id_of(base64.b64decode(e["public_key"])) != kid:
+                        raise ValueError(f"key {kid[:16]} of domain {domain!r} is malformed")
+        except (ValueError, TypeError) as e:  # binascii.Error is a ValueError
             raise KeyringError(f"{path} is not a c2c keyring: {e}") from None
         return data
 

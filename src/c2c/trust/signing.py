@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,8 @@ def verify_signature(artifact: Artifact, keyring: Keyring, *, domain: str | None
         raw = base64.b64decode(sig["sig"], validate=True)
     except (binascii.Error, ValueError):
         raise BadSignatureError("signature bytes are not valid base64") from None
+    if base64.b64encode(raw).decode() != sig["sig"]:  # unused low bits of the last char could vary
+        raise BadSignatureError("signature bytes are not canonical base64")
     if len(raw) != 64 or not public.verify(raw, _message(sig)):
         raise BadSignatureError(f"signature by key {sig['key_id'][:16]} does not verify: the artifact or "
                                 "its signature fields were changed")
@@ -117,10 +121,34 @@ def decode_exact(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAU
             when the bytes are a non-canonical variant (e.g. edited whitespace).
     """
     artifact = Artifact.decode(data, max_bytes=max_bytes)
-    if artifact.encode() != bytes(data):
+    # The data section is already pinned by tensor_digest (checked by decode, with exact
+    # offsets and length), so only the header bytes need comparing: no re-encode of tensors.
+    head = canonical_head(artifact)
+    if bytes(memoryview(data)[:len(head)]) != head:
         raise CorruptArtifactError("artifact bytes are not the canonical encoding of their content "
                                    "(edited whitespace or key order); refusing a modified file")
     return artifact
+
+
+def canonical_head(artifact: Artifact) -> bytes:
+    """The first ``8 + n`` bytes (length and table) that :meth:`Artifact.encode` writes.
+
+    NOTE: mirrors the table layout of ``c2c.artifact.codec``; ``tests/trust/test_signing.py``
+    pins it to ``encode()`` so that a format change there fails loudly here.
+    """
+    meta = {"c2c.header": artifact.header.canonical().decode("utf-8")}
+    if artifact.signature is not None:
+        meta["c2c.signature"] = canonical_json(artifact.signature).decode("utf-8")
+    table: dict[str, Any] = {"__metadata__": meta}
+    offset = 0
+    for i, (k, v) in enumerate(zip(artifact.cache.keys, artifact.cache.values)):
+        for name, t in ((f"k.{i:03d}", k), (f"v.{i:03d}", v)):
+            size = t.numel() * t.element_size()
+            table[name] = {"dtype": artifact.header.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+            offset += size
+    head = json.dumps(table, separators=(",", ":"), ensure_ascii=True).encode()
+    head += b" " * (-len(head) % 8)
+    return struct.pack("<Q", len(head)) + head
 
 
 def load_signed(source: bytes | bytearray | memoryview | str | Path, keyring: Keyring, *,

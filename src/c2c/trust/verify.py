@@ -60,7 +60,7 @@ from c2c.artifact.header import token_digest
 from c2c.errors import ConfigError, UnverifiableError, VerificationFailedError
 from c2c.fingerprint import Fingerprint
 from c2c.runtime.kvcache import KVCache
-from c2c.trust.probe import kv_at_positions, layer0_kv
+from c2c.trust.probe import PROBE_CHUNK, kv_at_positions, layer0_kv
 
 KVMode = Literal["sample", "strict"]
 DEFAULT_SAMPLES = 48
@@ -214,7 +214,7 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
             full = context.to(device=runtime.device).append(cache)
 
     note = ""
-    if mode == "sample" and full is not None and _needs_strict(full):
+    if mode == "sample" and full is not None and _needs_strict(full, samples):
         mode, note = "strict", "sliding-window layers cannot be probed from the artifact's own cache; ran strict"
     found: list[dict] = []
     deep = n0 = 0
@@ -254,8 +254,9 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
     return report
 
 
-def _needs_strict(full: KVCache) -> bool:
-    return any(w is not None and full.seq_len >= w - 1 for w in full.windows)
+def _needs_strict(full: KVCache, samples: int) -> bool:
+    """A sliding layer holds W - 1 tokens: the cache plus the appended probes must fit in it."""
+    return any(w is not None and full.seq_len + min(samples, PROBE_CHUNK) > w - 1 for w in full.windows)
 
 
 def _strict(runtime, cache: KVCache, context: KVCache | None) -> torch.Tensor:

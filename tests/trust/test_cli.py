@@ -1,0 +1,116 @@
+"""`c2c keys ...` and `c2c verify`: thin commands over the library, with exit codes that mean something."""
+
+import json
+
+
+from c2c.artifact import Artifact
+from c2c.cli.main import build_parser, main
+
+from .conftest import DOMAIN
+from .hostile import synthetic_artifact
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def jrun(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    return code, json.loads(out)
+
+
+def test_every_trust_command_has_an_example():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    keys = next(a for a in sub.choices["keys"]._actions if a.dest == "keys_command")
+    for name, p in list(keys.choices.items()) + [("verify", sub.choices["verify"])]:
+        assert "Example:" in (p.epilog or ""), name
+        assert all(a.help for a in p._actions if a.dest != "help"), name
+
+
+def test_keys_life_cycle(capsys, tmp_path):
+    ring, other = tmp_path / "ring", tmp_path / "other"
+    code, new = jrun(capsys, "keys", "new", "--domain", DOMAIN, "--label", "alice", "--keyring", ring)
+    assert code == 0 and len(new["key_id"]) == 64
+    code, listed = jrun(capsys, "keys", "list", "--keyring", ring)
+    assert [(k["domain"], k["key_id"], k["private_key_here"]) for k in listed["keys"]] == [(DOMAIN, new["key_id"], True)]
+    code, t = jrun(capsys, "keys", "trust", new["public_key_file"], "--keyring", other)
+    assert code == 0 and t == {"key_id": new["key_id"], "domain": DOMAIN}
+    code, p = jrun(capsys, "keys", "policy", "--domain", DOMAIN, "--kv", "strict", "--keyring", other)
+    assert p["kv"] == "strict"
+    code, r = jrun(capsys, "keys", "revoke", new["key_id"][:12], "--reason", "test", "--keyring", other)
+    assert code == 0 and r["key_id"] == new["key_id"]
+    code, listed = jrun(capsys, "keys", "list", "--keyring", other)
+    assert listed["keys"][0]["revoked"] and listed["policies"][DOMAIN]["kv"] == "strict"
+    code, out, err = run(capsys, "keys", "trust", tmp_path / "missing.json", "--keyring", other)
+    assert code == 2 and "KeyringError" in err
+
+
+def test_sign_verify_seal_unseal(capsys, tmp_path):
+    ring = tmp_path / "ring"
+    jrun(capsys, "keys", "new", "--domain", DOMAIN, "--keyring", ring)
+    path = tmp_path / "a.c2c"
+    synthetic_artifact().write(path)
+    code, res = jrun(capsys, "verify", path, "--keyring", ring)
+    assert code == 1 and res["error"] == "UnsignedArtifactError" and not res["ok"]
+    assert jrun(capsys, "keys", "sign", path, "--domain", DOMAIN, "--keyring", ring)[0] == 0
+    code, res = jrun(capsys, "verify", path, "--keyring", ring, "--domain", DOMAIN)
+    assert code == 0 and res["ok"] and res["signer"]["domain"] == DOMAIN
+    code, res = jrun(capsys, "verify", path, "--keyring", ring, "--domain", "ops")
+    assert code == 1 and res["error"] == "DomainMismatchError"
+    sealed = tmp_path / "a.sealed"
+    assert jrun(capsys, "keys", "seal", path, "--domain", DOMAIN, "--out", sealed, "--keyring", ring)[0] == 0
+    code, res = jrun(capsys, "verify", sealed, "--keyring", ring)  # sealed files are opened first
+    assert code == 0 and res["sealed_for"] == DOMAIN
+    data = bytearray(sealed.read_bytes())
+    data[-5] ^= 1
+    sealed.write_bytes(bytes(data))
+    code, out, err = run(capsys, "verify", sealed, "--keyring", ring)
+    assert code == 1 and "SealError" in out
+    opened = tmp_path / "b.c2c"
+    code, out, err = run(capsys, "keys", "unseal", sealed, "--domain", DOMAIN, "--out", opened, "--keyring", ring)
+    assert code == 2 and not opened.exists()
+    # tampered bytes in the artifact itself
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x40
+    path.write_bytes(bytes(data))
+    code, out, err = run(capsys, "verify", path, "--keyring", ring)
+    assert code == 1 and out.startswith("REFUSED") and "CorruptArtifactError" in out
+
+
+def test_seal_key_export_import(capsys, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    jrun(capsys, "keys", "new", "--domain", DOMAIN, "--keyring", a)
+    f = tmp_path / "lab.seal"
+    code, exp = jrun(capsys, "keys", "seal-key", "--domain", DOMAIN, "--export", f, "--keyring", a)
+    assert code == 0 and (f.stat().st_mode & 0o077) == 0
+    code, imp = jrun(capsys, "keys", "seal-key", "--domain", DOMAIN, "--import", f, "--keyring", b)
+    assert imp["seal_key_id"] == exp["seal_key_id"]
+    code, out, err = run(capsys, "keys", "seal-key", "--domain", "ops", "--import", f, "--keyring", b)
+    assert code == 2 and "ConfigError" in err
+
+
+def test_verify_kv_modes_with_a_tiny_model(capsys, tmp_path, qwen, qwen_art):
+    ring = tmp_path / "ring"
+    jrun(capsys, "keys", "new", "--domain", DOMAIN, "--keyring", ring)
+    path = tmp_path / "q.c2c"
+    qwen_art.write(path)
+    jrun(capsys, "keys", "sign", path, "--domain", DOMAIN, "--keyring", ring)
+    for mode in ("sample", "strict"):
+        code, res = jrun(capsys, "verify", path, "--mode", mode, "--samples", "5", "--keyring", ring, "--seed", "1")
+        assert code == 0 and res["kv"]["mode"] == mode and res["kv"]["max_error"] < 1e-3, res
+    # a compromised signer re-signs a cache whose tokens were swapped in the header
+    c = qwen_art.cache
+    from dataclasses import replace
+    from c2c.prefix import PrefixRef
+    bad = Artifact.build(replace(c, token_ids=c.token_ids[::-1]), fingerprint=qwen_art.header.fingerprint,
+                         prefix=PrefixRef.of(list(c.token_ids[::-1][:8])))
+    bad.write(path)
+    jrun(capsys, "keys", "sign", path, "--domain", DOMAIN, "--keyring", ring)
+    assert jrun(capsys, "verify", path, "--keyring", ring)[0] == 0  # the signature alone cannot tell
+    code, res = jrun(capsys, "verify", path, "--mode", "sample", "--keyring", ring)
+    assert code == 1 and res["error"] == "VerificationFailedError" and res["kv"]["max_error"] > 1e-3
+    code, out, err = run(capsys, "verify", path, "--mode", "sample", "--samples", "0", "--keyring", ring)
+    assert code == 2
