@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import struct
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -112,41 +113,17 @@ class Artifact:
 
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
-        """Parse and fully validate artifact bytes (see module docstring)."""
-        buf = memoryview(data)
-        if len(buf) > max_bytes:
-            raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
-        if len(buf) < 8:
-            raise TruncatedArtifactError(f"artifact is {len(buf)} bytes; too short to hold a header length")
-        (n,) = struct.unpack("<Q", buf[:8])
-        if n > MAX_HEADER_BYTES:
-            raise ArtifactTooLargeError(f"declared header of {n} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
-        if 8 + n > len(buf):
-            raise TruncatedArtifactError(f"declared header of {n} bytes but only {len(buf) - 8} follow")
-        table = _parse_json(bytes(buf[8: 8 + n]), "tensor table")
-        if not isinstance(table, dict):
-            raise CorruptArtifactError("the safetensors header is not a JSON object")
-        meta = table.pop("__metadata__", None)
-        if not isinstance(meta, dict) or not isinstance(meta.get("c2c.header"), str):
-            raise CorruptArtifactError("no c2c header in __metadata__: this is not a c2c artifact")
-        extra_meta = set(meta) - {"c2c.header", "c2c.signature"}
-        if extra_meta or not all(isinstance(v, str) for v in meta.values()):
-            raise CorruptArtifactError(f"unexpected __metadata__ entries {sorted(extra_meta)}")
-        raw_header = meta["c2c.header"].encode("utf-8")
-        header = ArtifactHeader.from_dict(_parse_json(raw_header, "c2c header"))
-        try:
-            canonical = header.canonical()
-        except ValueError:  # e.g. 1e400 in extra parses as inf, which canonical JSON cannot write
-            raise CorruptArtifactError("the c2c header holds a non-finite number") from None
-        if canonical != raw_header:
-            raise CorruptArtifactError("the c2c header is not in canonical form; refusing an ambiguous header")
-        signature = None
-        if "c2c.signature" in meta:
-            signature = _parse_json(meta["c2c.signature"].encode("utf-8"), "signature")
-            if not isinstance(signature, dict):
-                raise CorruptArtifactError("the signature entry is not a JSON object")
-        cache = _tensors(header, table, buf[8 + n:])
+        """Parse and fully validate artifact bytes (see module docstring).
+
+        A ``bytearray`` is used in place (its tensors share it); other buffers are copied.
+        """
+        header, signature, cache = _parse(data, max_bytes, materialize=True)
         return cls(header=header, cache=cache, signature=signature)
+
+    @classmethod
+    def check(cls, data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ArtifactHeader:
+        """Every check of :meth:`decode`, without building tensors (no copy); returns the header."""
+        return _parse(data, max_bytes, materialize=False)[0]
 
     # ------------------------------------------------------------------ files
     def write(self, path: str | Path) -> int:
@@ -156,6 +133,42 @@ class Artifact:
     @classmethod
     def read(cls, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
         return cls.decode(read_bounded(Path(path), max_bytes), max_bytes=max_bytes)
+
+
+def _parse(data, max_bytes: int, *, materialize: bool):
+    buf = memoryview(data)
+    if len(buf) > max_bytes:
+        raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
+    if len(buf) < 8:
+        raise TruncatedArtifactError(f"artifact is {len(buf)} bytes; too short to hold a header length")
+    (n,) = struct.unpack("<Q", buf[:8])
+    if n > MAX_HEADER_BYTES:
+        raise ArtifactTooLargeError(f"declared header of {n} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
+    if 8 + n > len(buf):
+        raise TruncatedArtifactError(f"declared header of {n} bytes but only {len(buf) - 8} follow")
+    table = _parse_json(bytes(buf[8: 8 + n]), "tensor table")
+    if not isinstance(table, dict):
+        raise CorruptArtifactError("the safetensors header is not a JSON object")
+    meta = table.pop("__metadata__", None)
+    if not isinstance(meta, dict) or not isinstance(meta.get("c2c.header"), str):
+        raise CorruptArtifactError("no c2c header in __metadata__: this is not a c2c artifact")
+    extra_meta = set(meta) - {"c2c.header", "c2c.signature"}
+    if extra_meta or not all(isinstance(v, str) for v in meta.values()):
+        raise CorruptArtifactError(f"unexpected __metadata__ entries {sorted(extra_meta)}")
+    raw_header = meta["c2c.header"].encode("utf-8")
+    header = ArtifactHeader.from_dict(_parse_json(raw_header, "c2c header"))
+    try:
+        canonical = header.canonical()
+    except ValueError:  # e.g. 1e400 in extra parses as inf, which canonical JSON cannot write
+        raise CorruptArtifactError("the c2c header holds a non-finite number") from None
+    if canonical != raw_header:
+        raise CorruptArtifactError("the c2c header is not in canonical form; refusing an ambiguous header")
+    signature = None
+    if "c2c.signature" in meta:
+        signature = _parse_json(meta["c2c.signature"].encode("utf-8"), "signature")
+        if not isinstance(signature, dict):
+            raise CorruptArtifactError("the signature entry is not a JSON object")
+    return header, signature, _tensors(header, table, buf[8 + n:], materialize=materialize)
 
 
 # ------------------------------------------------------------------ helpers
@@ -188,7 +201,8 @@ def _parse_json(raw: bytes, what: str) -> Any:
         raise CorruptArtifactError(f"the {what} is not valid JSON: {str(e)[:200]}") from None
 
 
-def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview) -> KVCache:
+def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview, *,
+             materialize: bool = True) -> KVCache | None:
     fp = header.fingerprint
     names = _tensor_names(fp.num_layers)
     if sorted(table) != sorted(names):
@@ -233,6 +247,11 @@ def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview) ->
     elif isinstance(data.obj, bytearray) and not data.readonly:
         # NOTE: zero-copy: the tensors share the caller's bytearray, which the caller hands over.
         flat = torch.frombuffer(data, dtype=torch.uint8)
+    elif not materialize:
+        # only scanned, never written and never returned: a read-only view avoids a copy
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            flat = torch.frombuffer(data, dtype=torch.uint8)
     else:
         flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     values = flat.view(torch_dtype) if len(data) else flat
@@ -242,6 +261,8 @@ def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview) ->
         for (a, b), name in zip(spans, names):
             if not bool(torch.isfinite(flat[a:b].view(torch_dtype)).all()):
                 raise CorruptArtifactError(f"tensor {name} contains NaN or Inf")
+    if not materialize:
+        return None
     tensors = [flat[a:b].view(torch_dtype).view(*shape) for (a, b), shape in zip(spans, shapes)]
     tokens = header.tokens if header.tokens is not None else (0,) * T
     return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),

@@ -56,7 +56,7 @@ def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T
         written = pool.submit(write, view)
         decoded = pool.submit(_decode_single_threaded, view)
         try:
-            artifact = decoded.result()
+            header = decoded.result()
         except BaseException:
             # Wait for the writer so that nothing it wrote outlives the refusal.
             try:
@@ -66,8 +66,7 @@ def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T
             raise
         digest = hashed.result()
         wrote = written.result()
-    header = artifact.header
-    return Ingested(id=check_id(artifact.id), blob=BlobDigest(digest), size=len(view),
+    return Ingested(id=check_id(header.digest), blob=BlobDigest(digest), size=len(view),
                     parents=tuple(CommitId(p) for p in header.parents),
                     default_stream=_stream_of(header.producer.get("agent")),
                     summary=summarize(header)), wrote
@@ -90,7 +89,7 @@ def _decode_single_threaded(view: memoryview):
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return Artifact.decode(view)
+        return Artifact.check(view)
     finally:
         torch.set_num_threads(previous)
 
