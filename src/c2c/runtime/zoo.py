@@ -175,7 +175,7 @@ def load(name: str, *, dtype: str = "float32", device: str = "cpu", pull_if_miss
 
     path = model_path(name)
     if not (path / "config.json").is_file():
-        if not pull_if_missing:
+        if not pull_if_missing and not resolve(name).tiny:  # tiny models are built locally in a second
             raise ModelError(f"{name} is not pulled yet; run `c2c models pull {name}`")
         path = pull(name)
     label = resolve(name).name if name.lower() in _ALIASES else path.name
