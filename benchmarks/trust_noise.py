@@ -29,11 +29,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from c2c.home import data_dir
 from c2c.runtime import zoo
 from c2c.trust.noise import NoiseConfig, add_noise
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path("/work/shared/data/eval/arc_challenge/ARC-Challenge-Dev.jsonl")
+DATA = data_dir() / "eval" / "arc_challenge" / "ARC-Challenge-Dev.jsonl"
 SYSTEM = "You are a careful science tutor. Answer multiple-choice questions with the label of the correct choice."
 
 

@@ -27,10 +27,11 @@ import torch
 from c2c.agent import Agent, Team
 from c2c.errors import ConfigError
 from c2c.handoff import DirectoryTransport, hand_off
+from c2c.home import data_dir
 from c2c.prefix import SharedPrefix
 from c2c.runtime.engine import Runtime
 
-DATA_DIR = Path(os.environ.get("C2C_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
+DATA_DIR = data_dir()
 
 SYSTEM = ("You are one agent of a small software team. Agents pass work to each other; "
           "be precise and brief.")

@@ -34,8 +34,10 @@ REPORTED_SPLITS = ("eval/arc_challenge", "eval/openbookqa", "eval/mmlu/val", "ev
 
 
 def data_root(root: str | None = None) -> Path:
-    """``root``, else ``C2C_DATA``, else ``/work/shared/data``."""
-    return Path(root or os.environ.get("C2C_DATA") or "/work/shared/data").expanduser()
+    """``root``, else ``C2C_DATA``, else ``../shared/data`` beside the checkout (:func:`c2c.home.data_dir`)."""
+    from c2c.home import data_dir
+
+    return Path(root).expanduser() if root else data_dir()
 
 
 @dataclass(frozen=True, kw_only=True)
