@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
 import re
 from dataclasses import dataclass
