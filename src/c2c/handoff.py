@@ -16,6 +16,7 @@ the bytes really hit the disk as they would between processes).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -43,17 +44,26 @@ class Transport(Protocol):
 
 
 class DirectoryTransport:
-    """Artifacts as files in a directory, written atomically with fsync."""
+    """Artifacts as files in a directory, written atomically with fsync.
+
+    Without ``root`` the files go to a per-process temporary folder and each is
+    deleted once received (one-shot handoffs leave nothing behind).
+    """
 
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="c2c-handoff-"))
+        self.ephemeral = root is None
+        self.root = Path(root) if root else Path(tempfile.gettempdir()) / f"c2c-handoff-{os.getpid()}"
         self.root.mkdir(parents=True, exist_ok=True)
 
     def send(self, key: str, payload: bytes) -> None:
         write_atomic(self.root / f"{key}.c2c", payload)
 
     def receive(self, key: str) -> bytes:
-        return read_bounded(self.root / f"{key}.c2c", 1 << 40)
+        path = self.root / f"{key}.c2c"
+        data = read_bounded(path, 1 << 40)
+        if self.ephemeral:
+            path.unlink(missing_ok=True)
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)
