@@ -88,3 +88,19 @@ def test_export_sign_as_then_verify(tiny, tmp_path, capsys):
     assert main(["export", "--model", str(tiny("qwen2").path), "--prompt", "x", "--out", str(out),
                  "--sign-as", "nodomain", "--keyring", str(ring)]) == 2
     assert "c2c keys new" in capsys.readouterr().err
+
+
+def test_advise_uses_the_saved_calibration(tmp_path, monkeypatch, capsys):
+    from c2c.advise import Calibration, save_calibration
+
+    monkeypatch.setenv("C2C_HOME", str(tmp_path))
+    save_calibration(Calibration(model="tiny-qwen2", decode_s_per_token=0.1, prefill_s_fixed=0.01,
+                                 prefill_s_per_token=0.005, kv_bytes_per_token=1000, serialize_gbps=1.0,
+                                 disk_gbps=1.0))
+    assert main(["advise", "--model", "tiny-qwen2", "--message-tokens", "200", "--context-tokens", "500",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "cache" and out["calibration"]["decode_s_per_token"] == 0.1
+    assert main(["advise", "--model", "tiny-qwen2", "--message-tokens", "200", "--cross-domain"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("decision: TEXT") and "trust domains" in text
