@@ -175,19 +175,16 @@ def calibrate(runtime, *, short: int = 64, long: int = 512, decode_tokens: int =
             for _ in range(repeats)]
     decode = max(sum(g.decode_s for g in gens) / len(gens) / max(decode_tokens - 1, 1), 1e-6)
     fp = Fingerprint.of(runtime)
-    t0 = time.perf_counter()
-    # everything a handoff does to the bytes besides disk I/O: build (tensor digest), encode, decode + validate
-    data = Artifact.build(ctx, fingerprint=fp, prefix=PrefixRef.of(base[:8])).encode()
-    Artifact.decode(data)
-    ser = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as d:
-        from c2c.artifact import write_atomic
+    from c2c.artifact import write_atomic
 
+    def serialize():  # what a handoff does to the bytes besides disk I/O: build (digest), encode, decode
+        Artifact.decode(Artifact.build(ctx, fingerprint=fp, prefix=PrefixRef.of(base[:8])).encode())
+
+    data = Artifact.build(ctx, fingerprint=fp, prefix=PrefixRef.of(base[:8])).encode()
+    ser = typical(serialize)
+    with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "cal.c2c"
-        t0 = time.perf_counter()
-        write_atomic(p, data)
-        p.read_bytes()
-        disk = time.perf_counter() - t0
+        disk = typical(lambda: (write_atomic(p, data), p.read_bytes()))
     step = typical(lambda: runtime.prefill(base[long:long + 1], ctx))
     return Calibration(
         model=runtime.name, decode_s_per_token=decode, prefill_s_fixed=fixed, prefill_s_per_token=per_tok,

@@ -101,10 +101,14 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     a, read_s = analyst()
     b = Agent("writer", runtime, team, role=WRITER_ROLE)
     h = hand_off(a, b, mode="full", transport=transport)
+    # NOTE: a cache handoff takes tens of milliseconds, where one fsync can double it:
+    # its time is the median of three handoffs of the same cache to fresh writers.
+    handoff_s = _median([h.seconds] + [hand_off(a, Agent("writer", runtime, team, role=WRITER_ROLE), mode="full",
+                                                transport=transport).seconds for _ in range(2)])
     t0 = time.perf_counter()
     g_full = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
     answer_s = time.perf_counter() - t0
-    out.update(cache_pipeline_s=read_s + h.seconds + answer_s, cache_handoff_s=h.seconds,
+    out.update(cache_pipeline_s=read_s + handoff_s + answer_s, cache_handoff_s=handoff_s,
                artifact_bytes=h.artifact_bytes, cache_tokens=a.cache.seq_len, cache_answer=g_full.text,
                cache_timings=h.timings)
     # exactness: the writer prefilling the very same tokens itself
@@ -115,10 +119,12 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     a, read_s = analyst()
     b = Agent("writer", runtime, team, role=WRITER_ROLE)
     h = hand_off(a, b, mode="slice", labels=("notes",), transport=transport)
+    handoff_s = _median([h.seconds] + [hand_off(a, Agent("writer", runtime, team, role=WRITER_ROLE), mode="slice",
+                                                labels=("notes",), transport=transport).seconds for _ in range(2)])
     t0 = time.perf_counter()
     g_slice = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
     answer_s = time.perf_counter() - t0
-    out.update(slice_pipeline_s=read_s + h.seconds + answer_s, slice_handoff_s=h.seconds,
+    out.update(slice_pipeline_s=read_s + handoff_s + answer_s, slice_handoff_s=handoff_s,
                slice_artifact_bytes=h.artifact_bytes, slice_answer=g_slice.text)
     out.update(
         speedup_full=out["text_pipeline_s"] / out["cache_pipeline_s"],
@@ -130,3 +136,8 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     return out
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
