@@ -110,3 +110,25 @@ def test_chat_rendering(tiny):
     rt = tiny("qwen2")
     assert rt.render_turn("user", "hi") == "<|im_start|>user\nhi<|im_end|>\n"
     assert rt.generation_prompt() == "<|im_start|>assistant\n"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_prefill_matches_cpu_and_artifacts_round_trip(tiny):
+    from c2c.artifact import Artifact
+    from c2c.fingerprint import Fingerprint
+    from c2c.prefix import PrefixRef
+    from c2c.runtime.engine import Runtime
+
+    cpu = tiny("qwen2")
+    gpu = Runtime.load(cpu.path, name="tiny-qwen2", device="cuda")
+    ids = ids_for(cpu, 40)
+    _, c_cpu = cpu.prefill(ids)
+    _, c_gpu = gpu.prefill(ids)
+    assert c_gpu.keys[0].is_cuda
+    assert c_gpu.to("cpu").max_abs_diff(c_cpu) < 1e-2  # TF32 / other kernels on the GPU
+    art = Artifact.build(c_gpu, fingerprint=Fingerprint.of(gpu), prefix=PrefixRef.of(ids[:8]))
+    back = Artifact.decode(art.encode())
+    assert back.cache.max_abs_diff(c_gpu.to("cpu")) == 0.0
+    moved = gpu.reposition(c_gpu.slice(30, 40), 5)
+    assert moved.keys[0].is_cuda
