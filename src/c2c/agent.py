@@ -45,7 +45,7 @@ class Team:
 
     def prefix_cache(self, runtime: Runtime) -> KVCache:
         """The KV of the shared prefix for ``runtime``, computed once per model and reused."""
-        key = (id(runtime), runtime.name)
+        key = (id(runtime), runtime.name, runtime.adapters)  # an adapter changes every K/V
         if key not in self._prefix:
             _, cache = runtime.prefill(self.prefix_tokens(runtime))
             self._prefix[key] = cache
