@@ -92,3 +92,20 @@ def test_team_adapter_policy(rt_and_adapters):
         assert b.cache.max_abs_diff(own) < 1e-5 and b.attach_note.startswith("re-prefilled")
     finally:
         adapters.detach(rt)
+
+
+def test_team_prefix_cache_follows_the_active_adapter(rt_and_adapters):
+    from c2c.agent import Team
+    from c2c.prefix import SharedPrefix
+
+    rt, d, _, _ = rt_and_adapters
+    team = Team(shared=SharedPrefix.build("roles share this prefix"))
+    base = team.prefix_cache(rt)
+    adapters.attach(rt, d / "coder", "coder")
+    try:
+        coder = team.prefix_cache(rt)
+        _, fresh = rt.prefill(list(coder.token_ids))
+        assert coder.max_abs_diff(base) > 1e-4 and coder.max_abs_diff(fresh) < 1e-5
+    finally:
+        adapters.detach(rt)
+    assert team.prefix_cache(rt) is base
