@@ -104,3 +104,20 @@ def test_advise_uses_the_saved_calibration(tmp_path, monkeypatch, capsys):
     assert main(["advise", "--model", "tiny-qwen2", "--message-tokens", "200", "--cross-domain"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("decision: TEXT") and "trust domains" in text
+
+
+def test_continue_from_an_exported_artifact(tiny, tmp_path, capsys):
+    model_dir = str(tiny("qwen2").path)
+    out = tmp_path / "a.c2c"
+    assert main(["export", "--model", model_dir, "--prompt", "hello agents", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["continue", str(out), "--model", model_dir, "--prompt", "go on", "--max-new-tokens", "3",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["kind"] == "full" and res["attached_tokens"] > 0 and isinstance(res["text"], str)
+    # another shared prefix: refused, one line, exit 2
+    assert main(["continue", str(out), "--model", model_dir, "--prompt", "go on", "--system", "Other."]) == 2
+    assert "PrefixMismatchError" in capsys.readouterr().err
+    # another model: refused
+    assert main(["continue", str(out), "--model", str(tiny("llama").path), "--prompt", "go on"]) == 2
+    assert "FingerprintMismatchError" in capsys.readouterr().err

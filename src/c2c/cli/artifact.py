@@ -28,6 +28,20 @@ def register(sub) -> None:
     p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
     add_json_flag(p)
 
+    p = command(sub, "continue", help="attach an artifact (after checking model and prefix) and generate from it",
+                example="c2c continue hello.c2c --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Summarize that.'\n"
+                        "c2c continue signed.c2c --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Go on.' --domain lab",
+                func=_continue)
+    p.add_argument("file", type=Path, help="artifact file (from `c2c export` or a handoff)")
+    p.add_argument("--model", required=True, help="zoo model name or local model directory")
+    p.add_argument("--prompt", required=True, help="the instruction to answer after the attached cache")
+    p.add_argument("--system", default="You are a helpful assistant.",
+                   help="shared system prompt; must be the one the artifact was made after")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate")
+    p.add_argument("--domain", help="check signature and KV per this trust domain's policy before attaching")
+    p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
+    add_json_flag(p)
+
     p = command(sub, "inspect", help="validate an artifact and print its header",
                 example="c2c inspect hello.c2c --json", func=_inspect)
     p.add_argument("file", type=Path, help="artifact file")
@@ -71,6 +85,29 @@ def _export(args: argparse.Namespace) -> int:
     info = {"id": artifact.id, "path": str(args.out), "bytes": n, "start": artifact.header.start,
             "end": artifact.header.end, "model": runtime.name}
     emit(args, info, f"wrote {args.out} ({n:,} bytes, positions {info['start']}:{info['end']}, id {artifact.id[:16]})")
+    return 0
+
+
+def _continue(args: argparse.Namespace) -> int:
+    from c2c.agent import Agent, Team
+    from c2c.artifact import Artifact
+    from c2c.prefix import SharedPrefix
+    from c2c.runtime import zoo
+
+    artifact = Artifact.read(args.file)
+    runtime = zoo.load(args.model)
+    agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
+    report = None
+    if args.domain:
+        from c2c.trust import Keyring, check
+
+        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime,
+                       prefix_ids=agent.context.token_ids[: agent.context.prefix_len]).to_dict()
+    agent.attach(artifact)
+    gen = agent.respond(args.prompt, max_new_tokens=args.max_new_tokens)
+    info = {"id": artifact.id, "attached_tokens": artifact.header.seq_len, "kind": artifact.header.kind,
+            "text": gen.text, "prefill_s": gen.prefill_s, "decode_s": gen.decode_s, "trust": report}
+    emit(args, info, gen.text)
     return 0
 
 
