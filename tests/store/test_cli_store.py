@@ -106,3 +106,17 @@ def test_errors_are_one_line_and_exit_2(env, capsys, tmp_path):
     assert code == 2 and "CorruptArtifactError" in err
     code, _, err = run(capsys, "store", "log", "--store", "ftp://nowhere")
     assert code == 2 and "ConfigError" in err
+
+
+def test_get_writes_the_artifact_and_refuses_stale(env, capsys, tmp_path):
+    code, out, _ = run(capsys, "store", "put", str(env["a"]))
+    a = out.strip()
+    dst = tmp_path / "got.c2c"
+    code, out, _ = run(capsys, "store", "get", a[:8], "--out", str(dst), "--json")
+    assert code == 0 and json.loads(out)["stale"] is False
+    assert dst.read_bytes() == env["a"].read_bytes()
+    run(capsys, "store", "invalidate", a, "--reason", "retracted")
+    code, _, err = run(capsys, "store", "get", a, "--out", str(tmp_path / "x.c2c"))
+    assert code == 2 and "StaleCommitError" in err and not (tmp_path / "x.c2c").exists()
+    code, out, _ = run(capsys, "store", "get", a, "--out", str(tmp_path / "x.c2c"), "--allow-stale")
+    assert code == 0 and "STALE: " in out and (tmp_path / "x.c2c").exists()

@@ -36,6 +36,15 @@ def register(sub) -> None:
     c.add_argument("id", help="commit id or unambiguous prefix")
     _common(c)
 
+    c = command(s, "get", help="write a commit's artifact to a file (refuses stale commits unless --allow-stale)",
+                example="c2c store get 3f2a9c1b --out notes.c2c\nc2c store get 3f2a9c1b --out old.c2c --allow-stale",
+                func=_get)
+    c.add_argument("id", help="commit id or unambiguous prefix")
+    c.add_argument("--out", required=True, type=Path, help="artifact file to write (atomically)")
+    c.add_argument("--allow-stale", action="store_true",
+                   help="continue on stale context: write it anyway, flagged stale in the output")
+    _common(c)
+
     c = command(s, "log", help="commits newest first, of one stream or all",
                 example="c2c store log --stream analyst --limit 20", func=_log)
     c.add_argument("--stream", help="only this stream")
@@ -113,6 +122,18 @@ def _put(args: argparse.Namespace) -> int:
         parents = [store.resolve(p) for p in args.parent]
         commit = store.put(data, stream=args.stream, parents=parents)
     emit(args, commit.to_dict(), commit.id)
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    from c2c.artifact import write_atomic
+
+    with _open(args) as store:
+        rec = store.get(store.resolve(args.id), allow_stale=args.allow_stale)
+    n = write_atomic(args.out, bytes(rec.data))
+    info = {"id": rec.id, "path": str(args.out), "bytes": n, "stale": rec.stale, "stale_reason": rec.stale_reason}
+    flag = f"  STALE: {rec.stale_reason}" if rec.stale else ""
+    emit(args, info, f"wrote {args.out} ({n:,} bytes) from commit {rec.id[:12]}{flag}")
     return 0
 
 
