@@ -145,7 +145,7 @@ def test_cross_domain_is_always_text(tiny):
     rt = tiny("qwen2")
     a, b = pair(rt, team=Team(shared=SHARED, domain="red"), team_b=Team(shared=SHARED, domain="blue"))
     h = hand_off(a, b, mode="auto", message_tokens=4)
-    assert h.used == "text" and "trust domains differ" in h.reason
+    assert h.used == "text" and "crosses trust domains" in h.reason
     a, b = pair(rt, team=Team(shared=SHARED, domain="red"), team_b=Team(shared=SHARED, domain="blue"))
     with pytest.raises(HandoffError, match="trust"):
         hand_off(a, b, mode="slice")

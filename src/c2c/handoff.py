@@ -27,6 +27,7 @@ from c2c.agent import Agent
 from c2c.artifact import Artifact
 from c2c.artifact.codec import read_bounded, write_atomic
 from c2c.errors import C2CError, ConfigError, HandoffError
+from c2c.trust.isolation import decide as isolation_decide
 
 MODES = ("full", "slice", "text", "auto")
 DEFAULT_MESSAGE_PROMPT = (
@@ -90,9 +91,9 @@ class Handoff:
 
 def decide(sender: Agent, receiver: Agent) -> tuple[bool, str]:
     """Can a cache cross from ``sender`` to ``receiver``? Returns (ok, reason)."""
-    if sender.team.domain != receiver.team.domain:
-        return False, (f"trust domains differ ({sender.team.domain!r} -> {receiver.team.domain!r}): "
-                       "caches never cross a trust boundary")
+    isolation = isolation_decide(sender.team.domain, receiver.team.domain)  # the one rule, in c2c.trust
+    if not isolation.allows_cache:
+        return False, isolation.reason
     diff = sender.fingerprint.diff(receiver.fingerprint)
     if diff:
         return False, f"models differ in {', '.join(sorted(diff))}"
@@ -149,8 +150,9 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
         except C2CError as e:
             return _by_text(sender, receiver, "auto", f"fell back to text: {type(e).__name__}: {e}",
                             message_prompt, message_tokens, min_message_tokens)
-    if sender.team.domain != receiver.team.domain:
-        raise HandoffError(f"{mode} handoff refused: {decide(sender, receiver)[1]}; use mode text or auto")
+    isolation = isolation_decide(sender.team.domain, receiver.team.domain)
+    if not isolation.allows_cache:
+        raise HandoffError(f"{mode} handoff refused: {isolation.reason}; use mode text or auto")
     why = f"{mode} requested"
     if mode == "full" and any(s.private for s in sender.context.spans):
         why += f" (includes private spans {sorted({s.label for s in sender.context.spans if s.private})})"

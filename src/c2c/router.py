@@ -17,6 +17,7 @@ from typing import Sequence
 from c2c.agent import Agent, Team
 from c2c.errors import C2CError
 from c2c.handoff import Handoff, decide, hand_off
+from c2c.trust.isolation import decide as isolation_decide
 
 
 class Router:
@@ -37,8 +38,8 @@ class Router:
         ok, reason = decide(sender, receiver)
         if ok:
             return "cache", reason
-        if sender.team.domain != receiver.team.domain:
-            return "text", reason
+        if not isolation_decide(sender.team.domain, receiver.team.domain).allows_cache:
+            return "text", reason  # no fuser crosses a trust boundary either
         if self.fuser_for(sender, receiver) is not None:
             return "fused", f"{reason}; a trained fuser exists for {sender.runtime.name} -> {receiver.runtime.name}"
         return "text", f"{reason}; no trained fuser for {sender.runtime.name} -> {receiver.runtime.name}"
