@@ -30,6 +30,9 @@ def main() -> int:
                                                       "and SmolLM2-135M-Instruct")
     ap.add_argument("--lengths", default="32,64,128,256", help="message lengths in tokens, comma separated")
     ap.add_argument("--context-tokens", type=int, default=512, help="document length the analyst reads")
+    ap.add_argument("--repeats", type=int, default=1, help="run each point this many times and report the "
+                                                          "median of every timing (pipelines are single runs "
+                                                          "otherwise; cache handoffs are always median of 5)")
     ap.add_argument("--out", default=str(RESULTS / "handoff"), help="output path prefix")
     args = ap.parse_args()
     models = args.model or ["Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct"]
@@ -39,7 +42,8 @@ def main() -> int:
         rt = zoo.load(name)
         cal = advise.calibrate(rt)  # the advisor's inputs, measured in this same run
         for n in tqdm(lengths, desc=name, file=sys.stderr):
-            r = handoff.run(rt, handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens))
+            cfg = handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens)
+            r = median_run([handoff.run(rt, cfg) for _ in range(args.repeats)])
             a = advise.advise(cal, message_tokens=n, context_tokens=args.context_tokens,
                               answer_tokens=r["answer_tokens"],
                               prefix_tokens=len(rt.encode(rt.render_turn("system", handoff.SYSTEM))) + 30)
@@ -59,9 +63,25 @@ def main() -> int:
     return 0
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The first run, with every ``*_s`` timing replaced by its median over ``runs`` (ratios recomputed)."""
+    import statistics
+
+    r = dict(runs[0])
+    for k, v in r.items():
+        if k.endswith("_s") and isinstance(v, float):
+            r[k] = statistics.median(x[k] for x in runs)
+    r.update(speedup_full=r["text_pipeline_s"] / r["cache_pipeline_s"],
+             speedup_slice=r["text_pipeline_s"] / r["slice_pipeline_s"],
+             handoff_ratio=r["cache_handoff_s"] / r["text_handoff_s"], repeats=len(runs),
+             exact=all(x["exact"] for x in runs))
+    return r
+
+
 def table(rows: list[dict], cmd: str) -> str:
     lines = [f"# Handoff: text vs full cache vs slice\n\nProduced by `{cmd}` on "
-             f"{rows[0]['machine']['cpus']} CPU cores, {rows[0]['machine']['dtype']}. Context "
+             f"{rows[0]['machine']['cpus']} CPU cores, {rows[0]['machine']['dtype']}, median of "
+             f"{rows[0].get('repeats', 1)} run(s) per point. Context "
              f"{rows[0]['context_tokens']} tokens; writer answers {rows[0]['answer_tokens']} tokens.\n",
              "| model | message tokens | text pipeline s | full pipeline s | slice pipeline s | speedup full | "
              "text handoff s | cache handoff s | cache/text handoff | artifact MB | exact |",

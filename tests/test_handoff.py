@@ -160,3 +160,33 @@ def test_auto_falls_back_when_a_check_refuses(tiny):
     a, b = pair(tiny("qwen2"))
     h = hand_off(a, b, mode="auto", check=refuse, message_tokens=4)
     assert h.used == "text" and "UnsignedArtifactError" in h.reason
+
+
+def test_auto_asks_the_advisor_and_records_its_prediction(tiny, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from c2c.advise import Calibration
+
+    monkeypatch.setenv("C2C_HOME", str(tmp_path))  # no saved calibration here
+    rt = tiny("qwen2")
+    team = Team(shared=SHARED)
+    fast = Calibration(model=rt.name, decode_s_per_token=0.05, decode_s_per_position=0.0, prefill_s_fixed=0.01,
+                       prefill_s_per_token=0.001, prefill_s_per_pair=0.0, prefill_s_per_past=0.0,
+                       kv_bytes_per_token=rt.facts["num_layers"] * 2 * 2 * 16 * 4, handoff_points=((10**6, 0.001),))
+    c, d = Agent("c", rt, team), Agent("d", rt, team)
+    c.read(DOC)
+    h = hand_off(c, d, mode="auto", calibration=fast)
+    assert h.used == "full" and "advisor predicts cache" in h.reason
+    assert h.advice["decision"] == "cache" and h.advice["cache_handoff_s"] < h.advice["text_handoff_s"]
+    # a link so slow that moving the cache costs more than writing 4 tokens: text, and why
+    slow = replace(fast, handoff_points=((1, 10.0),))  # 10 s per byte
+    c, d = Agent("c", rt, team), Agent("d", rt, team)
+    c.read(DOC)
+    h = hand_off(c, d, mode="auto", calibration=slow, message_tokens=4)
+    assert h.used == "text" and "costs more than writing and reading 4 tokens" in h.reason
+    assert h.advice["decision"] == "text" and d.context.spans[-1].label == "message"
+    # without any calibration auto still works, and says it did not predict
+    c, d = Agent("c", rt, team), Agent("d", rt, team)
+    c.read(DOC)
+    h = hand_off(c, d, mode="auto")
+    assert h.used == "full" and h.advice is None and "latency not predicted" in h.reason

@@ -1,9 +1,19 @@
 """Advisor: predict text-path and cache-path latency of a hop, and decide.
 
 Inputs are calibrated per machine and model (:func:`calibrate`, cached under
-``C2C_HOME/calibration``): decode seconds per token, prefill cost as a linear
-function of tokens, K/V bytes per token, artifact serialization and disk I/O
-throughput. The user supplies the link bandwidth between agents.
+``C2C_HOME/calibration``). Costs depend on where in the context a step runs,
+so the model has a term for it (``T`` new tokens after ``past`` cached ones)::
+
+    prefill_s(T, past) = fixed + per_token*T + per_pair*T*(past + (T-1)/2) + per_past*past
+    decode_s(n, start) = sum over the n steps i of (per_step + per_position*(start + i))
+    cache_handoff_s(B)  = piecewise linear in the artifact's bytes B through measured points
+                          (+ B*8 / link bandwidth, + sampled verification)
+
+``per_pair`` is attention (each new token looks at every earlier one); ``per_past``
+is handing the cache to the model on every call. The cache handoff is measured
+on the real path (export, write with fsync, read, import) at several sizes,
+because its cost is not linear in the bytes (allocation, page cache, fsync).
+The user supplies the link bandwidth between agents.
 
 The decision applies the four criteria of the sources:
 
@@ -17,10 +27,12 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
 from c2c.errors import ConfigError
 from c2c.home import c2c_home
@@ -30,28 +42,60 @@ from c2c.home import c2c_home
 TURN_OVERHEAD_TOKENS = 12
 ROLE_TOKENS = 24
 INSTRUCTION_TOKENS = 32
+CALIBRATION_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True)
 class Calibration:
-    """Measured costs of one model on one machine."""
+    """Measured costs of one model on one machine (see the module docstring for the formulas)."""
 
     model: str
-    decode_s_per_token: float
-    prefill_s_fixed: float        # seconds per prefill call, independent of length
-    prefill_s_per_token: float    # seconds per prefilled token
+    prefill_s_fixed: float          # seconds per prefill call, independent of length
+    prefill_s_per_token: float      # seconds per prefilled token
+    prefill_s_per_pair: float       # seconds per (new token, earlier token) pair: attention
+    prefill_s_per_past: float       # seconds per token already cached, per call
+    decode_s_per_token: float       # one greedy step with an empty cache
+    decode_s_per_position: float    # extra seconds per step per cached token
     kv_bytes_per_token: int
-    serialize_gbps: float         # encode + decode + validate, GB/s of artifact bytes
-    disk_gbps: float              # write (fsync) + read, GB/s
-    verify_sample_s: float = 0.0  # one sampled-verification position (one decode step)
+    handoff_points: tuple           # ((artifact bytes, seconds), ...) of local cache handoffs, by size
+    verify_sample_s: float = 0.0    # one sampled-verification position (one decode step)
+    version: int = CALIBRATION_VERSION
     machine: dict = field(default_factory=dict)
     created: str = ""
 
-    def prefill_s(self, tokens: int) -> float:
-        return self.prefill_s_fixed + self.prefill_s_per_token * tokens
+    def prefill_s(self, tokens: int, past: int = 0) -> float:
+        T = tokens
+        return (self.prefill_s_fixed + self.prefill_s_per_token * T
+                + self.prefill_s_per_pair * T * (past + (T - 1) / 2) + self.prefill_s_per_past * past)
+
+    def decode_s(self, steps: int, start: int) -> float:
+        """``steps`` greedy steps, the first fed at position ``start``."""
+        n = max(steps, 0)
+        return n * self.decode_s_per_token + self.decode_s_per_position * (n * start + n * (n - 1) / 2)
+
+    def __post_init__(self):
+        pts = tuple(sorted((int(b), float(t)) for b, t in self.handoff_points))
+        if not pts:
+            raise ConfigError("a calibration needs at least one measured cache handoff")
+        object.__setattr__(self, "handoff_points", pts)
+
+    @property
+    def handoff_gbps(self) -> float:
+        """Artifact throughput of a local cache handoff (export + fsync write + read + import), GB/s."""
+        b, t = self.handoff_points[-1]
+        return b / max(t, 1e-12) / 1e9
+
+    def local_handoff_s(self, nbytes: int) -> float:
+        """Interpolated between the measured sizes; beyond them, the nearest segment's slope."""
+        pts = self.handoff_points
+        if len(pts) == 1:
+            return pts[0][1] * nbytes / max(pts[0][0], 1)
+        i = next((k for k in range(1, len(pts) - 1) if nbytes <= pts[k][0]), len(pts) - 1)
+        (b0, t0), (b1, t1) = pts[i - 1], pts[i]
+        return max(t0 + (t1 - t0) * (nbytes - b0) / max(b1 - b0, 1), 0.0)
 
     def cache_move_s(self, nbytes: int, bandwidth_gbps: float | None) -> float:
-        s = nbytes / (self.serialize_gbps * 1e9) + nbytes / (self.disk_gbps * 1e9)
+        s = self.local_handoff_s(nbytes)
         if bandwidth_gbps:
             s += nbytes * 8 / (bandwidth_gbps * 1e9)
         return s
@@ -78,22 +122,33 @@ def advise(cal: Calibration, *, message_tokens: int, context_tokens: int, hops: 
            bandwidth_gbps: float | None = None, cross_domain: bool = False, same_model: bool = True,
            fuser_available: bool = False, hop_limit: int = 3, answer_tokens: int = 16,
            prefix_tokens: int = 60, verify_samples: int = 0) -> Advice:
-    """Predict both paths of one hop (and its whole two-agent pipeline) and decide."""
+    """Predict both paths of one hop (and its whole two-agent pipeline) and decide.
+
+    The pipeline is the one of :mod:`c2c.bench.handoff`: the sender reads its role,
+    ``context_tokens`` of material and its ``message_tokens`` of notes; then either
+    it writes the message and the receiver reads it (text), or the receiver takes
+    the sender's cache (cache); then the receiver answers ``answer_tokens`` tokens.
+    """
     if message_tokens < 1 or context_tokens < 0 or hops < 1:
         raise ConfigError("message_tokens and hops must be ≥ 1, context_tokens ≥ 0")
-    N, C, K = message_tokens, context_tokens, answer_tokens
-    # the sender reads: its role turn, the material, its notes (one prefill each)
-    read = (cal.prefill_s(ROLE_TOKENS) + cal.prefill_s(C + TURN_OVERHEAD_TOKENS)
-            + cal.prefill_s(N + TURN_OVERHEAD_TOKENS))
-    # the receiver answers: its instruction, then K greedy tokens (the first comes from the prefill)
-    answer = cal.prefill_s(INSTRUCTION_TOKENS) + (K - 1) * cal.decode_s_per_token
-    text_handoff = (cal.prefill_s(INSTRUCTION_TOKENS) + (N - 1) * cal.decode_s_per_token   # sender writes
-                    + cal.prefill_s(N + TURN_OVERHEAD_TOKENS))                               # receiver reads
-    nbytes = cal.kv_bytes_per_token * (prefix_tokens + ROLE_TOKENS + C + N + 2 * TURN_OVERHEAD_TOKENS)
+    N, C, K, P0 = message_tokens, context_tokens, answer_tokens, prefix_tokens
+    R, O, I = ROLE_TOKENS, TURN_OVERHEAD_TOKENS, INSTRUCTION_TOKENS
+    pf, dec = cal.prefill_s, cal.decode_s
+    # the sender reads its role turn, the material, its notes (one prefill each)
+    read = pf(R, P0) + pf(C + O, P0 + R) + pf(N + O, P0 + R + C + O)
+    S = P0 + R + C + N + 2 * O                       # tokens in the sender's cache
+    # text: the sender writes N tokens (the first comes from the instruction's prefill),
+    # the receiver (after its own role turn) reads them
+    text_handoff = pf(I, S) + dec(N - 1, S + I) + pf(N + O, P0 + R)
+
+    def answer(at: int) -> float:  # the receiver's question, then K greedy tokens
+        return pf(I, at) + dec(K - 1, at + I)
+
+    nbytes = cal.kv_bytes_per_token * S
     cache_handoff = cal.cache_move_s(nbytes, bandwidth_gbps) + verify_samples * cal.verify_sample_s
-    text_pipeline = read + text_handoff + answer
+    text_pipeline = read + text_handoff + answer(P0 + R + N + O)
     # after a cache handoff the receiver still reads its own role turn before answering
-    cache_pipeline = read + cache_handoff + cal.prefill_s(ROLE_TOKENS) + answer
+    cache_pipeline = read + cache_handoff + pf(R, S) + answer(S + R)
     criteria = {
         "cache_is_faster": cache_handoff < text_handoff,
         "one_trust_domain": not cross_domain,
@@ -128,11 +183,13 @@ def calibration_path(model: str) -> Path:
 
 
 def load_calibration(model: str) -> Calibration | None:
+    """The saved calibration of ``model`` on this machine, or ``None`` (absent or from an older version)."""
     p = calibration_path(model)
     try:
-        return Calibration(**json.loads(p.read_text()))
+        cal = Calibration(**json.loads(p.read_text()))
     except (OSError, ValueError, TypeError):
         return None
+    return cal if cal.version == CALIBRATION_VERSION else None
 
 
 def save_calibration(cal: Calibration) -> Path:
@@ -143,53 +200,94 @@ def save_calibration(cal: Calibration) -> Path:
     return p
 
 
-def calibrate(runtime, *, short: int = 64, long: int = 512, decode_tokens: int = 16, repeats: int = 2) -> Calibration:
-    """Measure this machine's costs for ``runtime`` (takes a few seconds to a minute)."""
+def fit_nonnegative(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
+    """Least squares ``rows @ x ≈ ys`` with ``x ≥ 0`` (drop the most negative coefficient, refit)."""
     import torch
 
-    from c2c.artifact import Artifact
-    from c2c.fingerprint import Fingerprint
-    from c2c.prefix import PrefixRef
+    active = list(range(len(rows[0])))
+    x = [0.0] * len(rows[0])
+    while active:
+        A = torch.tensor([[r[j] for j in active] for r in rows], dtype=torch.float64)
+        b = torch.tensor(list(ys), dtype=torch.float64)[:, None]
+        sol = torch.linalg.lstsq(A, b, driver="gelsd").solution[:, 0].tolist()
+        worst = min(range(len(active)), key=lambda i: sol[i])
+        if sol[worst] >= 0:
+            for j, v in zip(active, sol):
+                x[j] = v
+            break
+        active.pop(worst)
+    return x
 
-    base = runtime.encode("The quick brown fox jumps over the lazy dog. " * (long // 8 + 8))
-    if len(base) < long:
+
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls (a single fsync or scheduler hiccup cannot move it)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def calibrate(runtime, *, short: int = 16, long: int = 512, far: int = 1024, decode_tokens: int = 16,
+              repeats: int = 3, handoff_repeats: int = 5) -> Calibration:
+    """Measure this machine's costs for ``runtime`` (a few seconds to about a minute)."""
+    import torch
+
+    base = runtime.encode("The quick brown fox jumps over the lazy dog. " * (far // 4 + 16))
+    if len(base) < far + 2 * long:
         raise ConfigError("calibration text too short for the tokenizer")
-
-    def typical(fn) -> float:
-        # NOTE: the mean, not the minimum: predictions are compared with single runs
-        # measured under the same machine load.
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return sum(times) / len(times)
-
+    mid = (short + long) // 2
     runtime.prefill(base[:short])  # warm-up
-    t_short = typical(lambda: runtime.prefill(base[:short]))
-    t_long = typical(lambda: runtime.prefill(base[:long]))
-    per_tok = max((t_long - t_short) / (long - short), 1e-9)
-    fixed = max(t_short - per_tok * short, 0.0)
-    _, ctx = runtime.prefill(base[:long])
-    gens = [runtime.generate(base[long:long + 1], ctx, max_new_tokens=decode_tokens, min_new_tokens=decode_tokens)
-            for _ in range(repeats)]
-    decode = max(sum(g.decode_s for g in gens) / len(gens) / max(decode_tokens - 1, 1), 1e-6)
-    fp = Fingerprint.of(runtime)
-    from c2c.artifact import write_atomic
-
-    def serialize():  # what a handoff does to the bytes besides disk I/O: build (digest), encode, decode
-        Artifact.decode(Artifact.build(ctx, fingerprint=fp, prefix=PrefixRef.of(base[:8])).encode())
-
-    data = Artifact.build(ctx, fingerprint=fp, prefix=PrefixRef.of(base[:8])).encode()
-    ser = typical(serialize)
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "cal.c2c"
-        disk = typical(lambda: (write_atomic(p, data), p.read_bytes()))
-    step = typical(lambda: runtime.prefill(base[long:long + 1], ctx))
+    # prefill: new tokens T after `past` cached ones, several shapes, median of `repeats` each
+    _, near_cache = runtime.prefill(base[:long])
+    _, far_cache = runtime.prefill(base[:far])
+    caches = {0: None, long: near_cache, far: far_cache}
+    shapes = [(short, 0), (mid, 0), (long, 0), (short, long), (mid, long), (short, far)]
+    ys = [_median_time(lambda T=T, p=p: runtime.prefill(base[p:p + T], caches[p]), repeats) for T, p in shapes]
+    fixed, per_tok, per_pair, per_past = fit_nonnegative(
+        [[1.0, T, T * (p + (T - 1) / 2), p] for T, p in shapes], ys)
+    # decode: greedy steps near the start and far into the context
+    steps = []
+    for p, ctx in ((short, None), (far, far_cache)):
+        g = [runtime.generate(base[p:p + 1], ctx, max_new_tokens=decode_tokens, min_new_tokens=decode_tokens)
+             for _ in range(repeats)]
+        per_step = statistics.median(x.decode_s for x in g) / max(decode_tokens - 1, 1)
+        steps.append((p + 1 + decode_tokens / 2, per_step))   # (mean position of a step, seconds per step)
+    (p1, s1), (p2, s2) = steps
+    per_pos = max((s2 - s1) / (p2 - p1), 0.0)
+    per_step0 = max(s1 - per_pos * p1, 1e-6)
+    handoffs = _calibrate_handoff(runtime, base, sizes=(short, long // 2, long, far), repeats=handoff_repeats)
+    step = _median_time(lambda: runtime.prefill(base[long:long + 1], near_cache), repeats)
     return Calibration(
-        model=runtime.name, decode_s_per_token=decode, prefill_s_fixed=fixed, prefill_s_per_token=per_tok,
-        kv_bytes_per_token=ctx.nbytes // ctx.seq_len, serialize_gbps=len(data) / ser / 1e9,
-        disk_gbps=len(data) / disk / 1e9, verify_sample_s=step,
+        model=runtime.name, prefill_s_fixed=fixed, prefill_s_per_token=per_tok, prefill_s_per_pair=per_pair,
+        prefill_s_per_past=per_past, decode_s_per_token=per_step0, decode_s_per_position=per_pos,
+        kv_bytes_per_token=near_cache.nbytes // near_cache.seq_len, handoff_points=handoffs, verify_sample_s=step,
         machine={"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(runtime.device)},
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+
+
+def _calibrate_handoff(runtime, base: list[int], *, sizes: Sequence[int], repeats: int
+                       ) -> tuple[tuple[int, float], ...]:
+    """((artifact bytes, median seconds), ...) of real local ``full`` handoffs of senders holding ``sizes`` tokens."""
+    from c2c.agent import Agent, Team
+    from c2c.handoff import DirectoryTransport, hand_off
+    from c2c.prefix import SharedPrefix
+
+    team = Team(shared=SharedPrefix.build("Calibration of the c2c advisor."))
+    points = []
+    with tempfile.TemporaryDirectory() as d:
+        transport = DirectoryTransport(d)
+        for n in sizes:
+            sender = Agent("sender", runtime, team, role="Read.")
+            sender.read(runtime.decode(base[:n]))
+            hand_off(sender, Agent("receiver", runtime, team, role="Answer."), mode="full", transport=transport)
+            times, nbytes = [], 0
+            for _ in range(repeats):
+                h = hand_off(sender, Agent("receiver", runtime, team, role="Answer."), mode="full",
+                             transport=transport)
+                times.append(h.seconds)
+                nbytes = h.artifact_bytes
+            points.append((nbytes, statistics.median(times)))
+    return tuple(points)

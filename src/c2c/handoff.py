@@ -8,7 +8,9 @@ Modes:
 - ``text``  A writes a message (decode), B reads it (prefill): the baseline and
   the fallback that always works.
 - ``auto``  a cache mode when the models' fingerprints, the shared prefix and
-  the trust domain match, text otherwise. The reason is recorded.
+  the trust domain match and the advisor (:mod:`c2c.advise`, with this
+  machine's calibration) predicts the cache to be faster; text otherwise.
+  The reason, and the advisor's prediction, are recorded.
 
 The artifact travels through a :class:`Transport` (a directory by default, so
 the bytes really hit the disk as they would between processes).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -83,6 +85,7 @@ class Handoff:
     tokens_prefilled: int = 0    # by the receiver, reading the message
     timings: dict[str, float] = field(default_factory=dict)
     trust: dict | None = None    # the receiver's c2c.trust.TrustReport, when its team has a keyring
+    advice: dict | None = None   # auto: the advisor's c2c.advise.Advice for this hop, when calibrated
 
     @property
     def seconds(self) -> float:
@@ -106,7 +109,7 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
              auto_cache_mode: str = "full", transport: Transport | None = None,
              message_prompt: str = DEFAULT_MESSAGE_PROMPT, message_tokens: int = 128,
              min_message_tokens: int = 0, check: Callable[[Artifact], None] | None = None,
-             critical: bool = False) -> Handoff:
+             critical: bool = False, calibration=None) -> Handoff:
     """Hand ``sender``'s knowledge to ``receiver`` in ``mode``.
 
     Args:
@@ -119,6 +122,9 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
         message_tokens / min_message_tokens: the message budget in ``text`` mode.
         check: extra verification of the received artifact (e.g. a trust
             policy); a :class:`C2CError` it raises makes ``auto`` fall back to text.
+        calibration: the :class:`c2c.advise.Calibration` ``auto`` predicts latency
+            with; by default the one saved for the sender's model (``c2c advise``
+            saves it). Without one, ``auto`` does not predict and says so.
 
     Raises:
         HandoffError, FingerprintMismatchError, PrefixMismatchError, ...: when a
@@ -137,6 +143,12 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
         if not ok:
             return _by_text(sender, receiver, "auto", f"fell back to text: {reason}", message_prompt,
                             message_tokens, min_message_tokens)
+        advice, why = _advice(sender, message_tokens, calibration)
+        if advice is not None and advice.decision == "text":
+            h = _by_text(sender, receiver, "auto", f"fell back to text: {why}", message_prompt, message_tokens,
+                         min_message_tokens)
+            return replace(h, advice=advice.to_dict())
+        reason += f"; {why}"
         cache_mode, auto_labels = auto_cache_mode, labels
         if auto_cache_mode == "full" and any(s.private for s in sender.context.spans):
             cache_mode, auto_labels = "slice", sender.exportable_labels()
@@ -146,7 +158,8 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
                 return _by_text(sender, receiver, "auto", "fell back to text: nothing exportable after the "
                                 "private spans", message_prompt, message_tokens, min_message_tokens)
         try:
-            return _by_cache(sender, receiver, cache_mode, "auto", reason, auto_labels, transport, check, critical)
+            h = _by_cache(sender, receiver, cache_mode, "auto", reason, auto_labels, transport, check, critical)
+            return replace(h, advice=advice.to_dict()) if advice is not None else h
         except C2CError as e:
             return _by_text(sender, receiver, "auto", f"fell back to text: {type(e).__name__}: {e}",
                             message_prompt, message_tokens, min_message_tokens)
@@ -157,6 +170,24 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
     if mode == "full" and any(s.private for s in sender.context.spans):
         why += f" (includes private spans {sorted({s.label for s in sender.context.spans if s.private})})"
     return _by_cache(sender, receiver, mode, mode, why, labels, transport, check, critical)
+
+
+def _advice(sender: Agent, message_tokens: int, calibration):
+    """The advisor's view of this hop: (Advice or None, one-line reason)."""
+    from c2c import advise
+
+    name = sender.runtime.name
+    cal = calibration or advise.load_calibration(name)
+    if cal is None:
+        return None, f"latency not predicted (no calibration for {name}; `c2c advise --model {name}` makes one)"
+    ctx = sender.context
+    context_tokens = max(len(ctx.token_ids) - ctx.prefix_len - message_tokens, 0)
+    a = advise.advise(cal, message_tokens=message_tokens, context_tokens=context_tokens,
+                      prefix_tokens=ctx.prefix_len)
+    if a.decision == "text":
+        return a, "advisor: " + "; ".join(a.reasons)
+    return a, (f"advisor predicts cache {a.cache_handoff_s * 1e3:.0f} ms vs text {a.text_handoff_s:.2f} s "
+               f"for a {message_tokens}-token message")
 
 
 def _by_cache(sender: Agent, receiver: Agent, mode: str, requested: str, reason: str,

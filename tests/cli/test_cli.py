@@ -94,9 +94,9 @@ def test_advise_uses_the_saved_calibration(tmp_path, monkeypatch, capsys):
     from c2c.advise import Calibration, save_calibration
 
     monkeypatch.setenv("C2C_HOME", str(tmp_path))
-    save_calibration(Calibration(model="tiny-qwen2", decode_s_per_token=0.1, prefill_s_fixed=0.01,
-                                 prefill_s_per_token=0.005, kv_bytes_per_token=1000, serialize_gbps=1.0,
-                                 disk_gbps=1.0))
+    save_calibration(Calibration(model="tiny-qwen2", decode_s_per_token=0.1, decode_s_per_position=0.0,
+                                 prefill_s_fixed=0.01, prefill_s_per_token=0.005, prefill_s_per_pair=0.0,
+                                 prefill_s_per_past=0.0, kv_bytes_per_token=1000, handoff_points=((10**6, 0.01),)))
     assert main(["advise", "--model", "tiny-qwen2", "--message-tokens", "200", "--context-tokens", "500",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

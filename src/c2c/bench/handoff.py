@@ -102,9 +102,9 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     b = Agent("writer", runtime, team, role=WRITER_ROLE)
     h = hand_off(a, b, mode="full", transport=transport)
     # NOTE: a cache handoff takes tens of milliseconds, where one fsync can double it:
-    # its time is the median of three handoffs of the same cache to fresh writers.
+    # its time is the median of five handoffs of the same cache to fresh writers.
     handoff_s = _median([h.seconds] + [hand_off(a, Agent("writer", runtime, team, role=WRITER_ROLE), mode="full",
-                                                transport=transport).seconds for _ in range(2)])
+                                                transport=transport).seconds for _ in range(4)])
     t0 = time.perf_counter()
     g_full = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
     answer_s = time.perf_counter() - t0
@@ -120,7 +120,7 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     b = Agent("writer", runtime, team, role=WRITER_ROLE)
     h = hand_off(a, b, mode="slice", labels=("notes",), transport=transport)
     handoff_s = _median([h.seconds] + [hand_off(a, Agent("writer", runtime, team, role=WRITER_ROLE), mode="slice",
-                                                labels=("notes",), transport=transport).seconds for _ in range(2)])
+                                                labels=("notes",), transport=transport).seconds for _ in range(4)])
     t0 = time.perf_counter()
     g_slice = b.respond(QUESTION, max_new_tokens=K, min_new_tokens=K)
     answer_s = time.perf_counter() - t0
