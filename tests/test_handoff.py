@@ -190,3 +190,21 @@ def test_auto_asks_the_advisor_and_records_its_prediction(tiny, tmp_path, monkey
     c.read(DOC)
     h = hand_off(c, d, mode="auto")
     assert h.used == "full" and h.advice is None and "latency not predicted" in h.reason
+
+
+def test_rooted_transport_is_durable_and_the_ephemeral_one_is_not(tmp_path, monkeypatch):
+    import os
+
+    from c2c.handoff import DirectoryTransport
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    kept = DirectoryTransport(tmp_path / "kept")
+    kept.send("k", b"payload")
+    assert len(synced) == 2 and kept.receive("k") == b"payload" and (tmp_path / "kept" / "k.c2c").exists()
+    synced.clear()
+    once = DirectoryTransport()
+    once.send("k", b"payload")
+    assert synced == [] and once.receive("k") == b"payload"
+    assert not (once.root / "k.c2c").exists() and not list(once.root.glob(".*.tmp"))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -257,7 +256,8 @@ def calibrate(runtime, *, short: int = 16, long: int = 512, far: int = 1024, dec
     (p1, s1), (p2, s2) = steps
     per_pos = max((s2 - s1) / (p2 - p1), 0.0)
     per_step0 = max(s1 - per_pos * p1, 1e-6)
-    handoffs = _calibrate_handoff(runtime, base, sizes=(short, long // 2, long, far), repeats=handoff_repeats)
+    ladder = sorted({short, *range(256, far, 256), far})
+    handoffs = _calibrate_handoff(runtime, base, sizes=ladder, repeats=handoff_repeats)
     step = _median_time(lambda: runtime.prefill(base[long:long + 1], near_cache), repeats)
     return Calibration(
         model=runtime.name, prefill_s_fixed=fixed, prefill_s_per_token=per_tok, prefill_s_per_pair=per_pair,
@@ -268,7 +268,7 @@ def calibrate(runtime, *, short: int = 16, long: int = 512, far: int = 1024, dec
     )
 
 
-def _calibrate_handoff(runtime, base: list[int], *, sizes: Sequence[int], repeats: int
+def _calibrate_handoff(runtime, base: list[int], *, sizes: Sequence[int], repeats: int, pause_s: float = 0.25
                        ) -> tuple[tuple[int, float], ...]:
     """((artifact bytes, median seconds), ...) of real local ``full`` handoffs of senders holding ``sizes`` tokens."""
     from c2c.agent import Agent, Team
@@ -276,18 +276,24 @@ def _calibrate_handoff(runtime, base: list[int], *, sizes: Sequence[int], repeat
     from c2c.prefix import SharedPrefix
 
     team = Team(shared=SharedPrefix.build("Calibration of the c2c advisor."))
+    transport = DirectoryTransport()  # what hand_off uses by default: a temporary file per handoff
+    senders = []
+    for n in sizes:
+        sender = Agent("sender", runtime, team, role="Read.")
+        sender.read(runtime.decode(base[:n]))
+        senders.append(sender)
+
+    def once(sender):
+        time.sleep(pause_s)  # NOTE: agents compute between handoffs; back to back, fsync queues behind writeback
+        return hand_off(sender, Agent("receiver", runtime, team, role="Answer."), mode="full", transport=transport)
+
+    # NOTE: the first handoffs of a process run up to 2x slower (allocator, page cache):
+    # warm the whole ladder before measuring any of it.
+    for _ in range(2):
+        for sender in senders:
+            once(sender)
     points = []
-    with tempfile.TemporaryDirectory() as d:
-        transport = DirectoryTransport(d)
-        for n in sizes:
-            sender = Agent("sender", runtime, team, role="Read.")
-            sender.read(runtime.decode(base[:n]))
-            hand_off(sender, Agent("receiver", runtime, team, role="Answer."), mode="full", transport=transport)
-            times, nbytes = [], 0
-            for _ in range(repeats):
-                h = hand_off(sender, Agent("receiver", runtime, team, role="Answer."), mode="full",
-                             transport=transport)
-                times.append(h.seconds)
-                nbytes = h.artifact_bytes
-            points.append((nbytes, statistics.median(times)))
+    for sender in senders:
+        runs = [once(sender) for _ in range(repeats)]
+        points.append((runs[0].artifact_bytes, statistics.median(h.seconds for h in runs)))
     return tuple(points)

@@ -269,16 +269,23 @@ def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview, *,
                    start=header.start, windows=windows)
 
 
-def write_atomic(path: Path, payload: bytes) -> int:
-    """Write ``payload`` to ``path`` so that readers see all of it or nothing."""
+def write_atomic(path: Path, payload: bytes, *, durable: bool = True) -> int:
+    """Write ``payload`` to ``path`` so that readers see all of it or nothing.
+
+    ``durable`` also fsyncs the file and its directory, so that it survives a power
+    loss. Only throwaway files (a one-shot handoff inside one machine) skip it.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(payload)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+        if not durable:
+            return len(payload)
         try:
             dfd = os.open(path.parent, os.O_RDONLY)
             try:

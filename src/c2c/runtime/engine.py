@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from c2c.errors import ConfigError, IncompatibleCacheError
-from c2c.runtime import hf
+from c2c.runtime import alloc, hf
 from c2c.runtime.kvcache import KVCache
 
 
@@ -45,6 +45,7 @@ class Runtime:
     """One loaded model. Build with :meth:`load` (a directory) or :func:`c2c.models.load`."""
 
     def __init__(self, model, tokenizer, *, name: str, path: Path | None = None):
+        alloc.keep_large_buffers()  # once per process; see c2c.runtime.alloc
         self.model = model
         self.tokenizer = tokenizer
         self.name = name

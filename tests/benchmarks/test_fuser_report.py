@@ -1,0 +1,37 @@
+"""The fuser report's JSON: parallel runs of one pair merge; a new checkpoint starts the pair over."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("fuser_report", ROOT / "benchmarks" / "fuser_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _entry(acc: float) -> dict:
+    conds = ("receiver", "sharer", "t2t", "c2c", "control")
+    return {"n": 10, "accuracy": {c: acc for c in conds}, "latency_s": {c: 0.5 for c in conds}}
+
+
+def test_two_runs_of_one_pair_merge_and_a_new_checkpoint_starts_over(tmp_path):
+    rep = _report()
+    out = tmp_path / "fuser.json"
+    ident = {"fuser_id": "f1", "control_id": "c1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text"}
+    meta = {**ident, "receiver": "R", "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
+    # two processes, each started before the other wrote anything
+    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.25))
+    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "OpenBookQA", _entry(0.75))
+    pair = json.loads(out.read_text())["pairs"]["b"]
+    assert set(pair["benchmarks"]) == {"MMLU val", "OpenBookQA"}
+    assert pair["summary"]["accuracy"]["c2c"] == 0.5 and pair["summary"]["benchmarks"] == 2
+    assert "| **average** | 20 |" in (tmp_path / "fuser.md").read_text() and (tmp_path / "fuser.png").is_file()
+    # another checkpoint: its numbers are not comparable, the old benchmarks go
+    rep.record_benchmark(out, "b", {**meta, "fuser_id": "f2", "benchmarks": {}}, "C-Eval val", _entry(0.1))
+    pair = json.loads(out.read_text())["pairs"]["b"]
+    assert set(pair["benchmarks"]) == {"C-Eval val"} and pair["fuser_id"] == "f2"
