@@ -10,6 +10,8 @@ Tensor layout of every K/V tensor crossing this module: ``[1, kv_heads, seq, hea
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 from dataclasses import replace
@@ -340,14 +342,61 @@ def forward_masked(model, ids: Sequence[int], positions: Sequence[int], past: KV
     ``allowed`` is a bool ``(len(ids), past.seq_len + len(ids))`` matrix: which cache
     entries (then which of the new tokens) each new token may attend to. Returns the
     new tokens' K/V per layer, ``(1, kv_heads, len(ids), head_dim)`` each. Only for
-    models without sliding windows (the same mask serves every layer).
+    models without sliding windows (the same mask serves every layer). The forward
+    ends after the last attention block: the MLP, norm and LM head would be wasted.
     """
     device = next(model.parameters()).device
     cache = _to_hf(model, past)
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)            # (1, q)
     position_ids = torch.tensor([list(positions)], dtype=torch.long, device=device)   # (1, q)
     mask = allowed.to(device)[None, None]                                              # (1, 1, q, kv)
-    model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache, use_cache=True,
-          logits_to_keep=1)
+    with _stop_after_attention(model, -1):
+        model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache, use_cache=True,
+              logits_to_keep=1)
     q = len(ids)
     return [(layer.keys[:, :, -q:], layer.values[:, :, -q:]) for layer in cache.layers]
+
+
+@torch.inference_mode()
+def forward_layer0(model, ids: Sequence[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer-0 K/V of ``ids`` at positions ``start, start + 1, ...`` (about 1/num_layers of a prefill).
+
+    Returns ``(keys, values)``, each ``(1, kv_heads, T_0, head_dim)`` where ``T_0`` is
+    what layer 0 keeps (all ``T``, or the last ``W - 1`` for a sliding window).
+    """
+    device = next(model.parameters()).device
+    cache = _to_hf(model, None)
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)              # (1, T)
+    positions = torch.arange(start, start + len(ids), device=device)[None, :]          # (1, T)
+    with _stop_after_attention(model, 0):
+        model(input_ids=input_ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    layer = cache.layers[0]
+    return layer.keys, layer.values
+
+
+class _Stop(Exception):
+    """Raised from a module hook to end a forward after the layer we need."""
+
+
+@contextlib.contextmanager
+def _stop_after_attention(model, layer: int):
+    """End the forward right after ``layer``'s attention block (its K/V are cached by then)."""
+    def stop(*_):
+        raise _Stop
+
+    handle = _decoder_layers(model)[layer].self_attn.register_forward_hook(stop)
+    try:
+        yield
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+
+
+def _decoder_layers(model):
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # unwrap PEFT
+    inner = getattr(base, "model", base)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise RuntimeUnsupportedError(f"cannot find the decoder layers of {type(model).__name__}")
+    return layers

@@ -14,18 +14,12 @@ Two probes, both used by :mod:`c2c.trust.verify`:
   a prefill.
 
 Both forwards end right after the attention block of the last layer they need
-(a module hook raises a private exception): every K/V is in the cache by then,
-and the MLP, final norm and LM head would be wasted work.
-
-NOTE: this is the only module of ``c2c.trust`` that drives the transformers
-model object directly (through :mod:`c2c.runtime.hf` helpers and the model's
-``forward``/module hooks). It belongs in ``c2c.runtime.hf``; it lives here
-until the runtime owner moves it (see the trust report).
+(:func:`c2c.runtime.hf.forward_masked` and :func:`~c2c.runtime.hf.forward_layer0`,
+which own everything that drives the transformers model).
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Sequence
 
 import torch
@@ -36,10 +30,6 @@ from c2c.runtime.kvcache import KVCache
 
 #: probe at most this many positions per forward (bounds the (k, T + k) mask)
 PROBE_CHUNK = 256
-
-
-class _Stop(Exception):
-    """Raised from a module hook to end a forward after the layer we need."""
 
 
 def kv_at_positions(runtime, cache: KVCache, positions: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -79,63 +69,21 @@ def kv_at_positions(runtime, cache: KVCache, positions: Sequence[int]) -> tuple[
     return [torch.cat(k, dim=2) for k in keys], [torch.cat(v, dim=2) for v in values]
 
 
-@torch.inference_mode()
 def _probe_chunk(runtime, cache: KVCache, pos: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    model, T, k = runtime.model, cache.seq_len, len(pos)
-    device, dtype = runtime.device, runtime.dtype
-    hf_cache = hf._to_hf(model, cache)
+    T, k, device = cache.seq_len, len(pos), runtime.device
     p = torch.tensor(pos, dtype=torch.long, device=device)                       # (k,)
-    ids = torch.tensor([[cache.token_ids[i] for i in pos]], dtype=torch.long, device=device)  # (1, k)
     # Row i may see cache columns [0, p_i) and its own new column T + i, nothing else.
     cols = torch.arange(T + k, device=device)                                   # (T + k,)
     allowed = cols[None, :] < p[:, None]                                         # (k, T + k)
     allowed[torch.arange(k, device=device), T + torch.arange(k, device=device)] = True
-    mask = torch.zeros(k, T + k, dtype=dtype, device=device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    with _stop_after_attention(model, -1):  # every K/V is cached by then; skip the rest of the model
-        model(input_ids=ids, position_ids=p[None, :], attention_mask=mask[None, None], cache=hf_cache,
-              use_cache=True, logits_to_keep=1)
-    # the k probe tokens were appended after the T cached ones: (1, H, T + k, D) -> (1, H, k, D)
-    return ([layer.keys[:, :, T:T + k] for layer in hf_cache.layers],
-            [layer.values[:, :, T:T + k] for layer in hf_cache.layers])
+    kv = hf.forward_masked(runtime.model, [cache.token_ids[i] for i in pos], pos, cache, allowed)
+    return [k_ for k_, _ in kv], [v for _, v in kv]
 
 
-@torch.inference_mode()
 def layer0_kv(runtime, token_ids: Sequence[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer-0 K/V of ``token_ids`` at positions ``start, start + 1, ...``.
 
     Returns ``(keys, values)``, each ``(1, kv_heads, T_0, head_dim)`` where ``T_0``
     is what layer 0 keeps (all ``T``, or the last ``W - 1`` for a sliding window).
     """
-    model, device = runtime.model, runtime.device
-    hf_cache = hf._to_hf(model, None)
-    ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)             # (1, T)
-    positions = torch.arange(start, start + len(token_ids), device=device)[None, :]    # (1, T)
-    with _stop_after_attention(model, 0):
-        model(input_ids=ids, position_ids=positions, cache=hf_cache, use_cache=True, logits_to_keep=1)
-    layer = hf_cache.layers[0]
-    return layer.keys, layer.values
-
-
-@contextlib.contextmanager
-def _stop_after_attention(model, layer: int):
-    """End the forward right after ``layer``'s attention block (its K/V are cached then)."""
-    def stop(*_):
-        raise _Stop
-
-    handle = _decoder_layers(model)[layer].self_attn.register_forward_hook(stop)
-    try:
-        yield
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-
-
-def _decoder_layers(model):
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # unwrap PEFT
-    inner = getattr(base, "model", base)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise RuntimeUnsupportedError(f"cannot find the decoder layers of {type(model).__name__}")
-    return layers
+    return hf.forward_layer0(runtime.model, token_ids, start)
