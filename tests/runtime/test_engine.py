@@ -132,3 +132,17 @@ def test_gpu_prefill_matches_cpu_and_artifacts_round_trip(tiny):
     assert back.cache.max_abs_diff(c_gpu.to("cpu")) == 0.0
     moved = gpu.reposition(c_gpu.slice(30, 40), 5)
     assert moved.keys[0].is_cuda
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_logits_batch_matches_one_forward_per_sequence(tiny, arch):
+    rt = tiny(arch)
+    _, past = rt.prefill(rt.encode("The options are scored after this shared context."))
+    seqs = [rt.encode(" A. red"), rt.encode(" B. a much longer option text"), rt.encode(" C")]
+    batch = rt.logits_batch(seqs, past)
+    for s, got in zip(seqs, batch):
+        want = rt.logits(s, past)
+        assert got.shape == want.shape == (len(s), rt.facts["vocab_size"])
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ConfigError):
+        rt.logits_batch([seqs[0], []], past)

@@ -78,8 +78,9 @@ def choose(runtime, gen_ids: Sequence[int], cache, q: Question, scoring: str = "
     else:
         scores = {}
         P = len(gen_ids)
-        for label, ids in zip(q.labels, answer_ids):
-            lp = torch.log_softmax(runtime.logits(list(gen_ids) + ids, cache).float(), -1)  # (P+L, V)
+        batch = runtime.logits_batch([list(gen_ids) + ids for ids in answer_ids], cache)  # one forward
+        for label, ids, logits in zip(q.labels, answer_ids, batch):
+            lp = torch.log_softmax(logits.float(), -1)                                     # (P+L, V)
             total = float(sum(lp[P - 1 + k, t] for k, t in enumerate(ids)))
             scores[label] = total if scoring == "label" else total / len(ids)
     return max(scores, key=scores.get), scores

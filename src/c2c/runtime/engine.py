@@ -146,6 +146,13 @@ class Runtime:
         self._check_cache(past)
         return hf.forward_all_logits(self.model, ids, past)
 
+    def logits_batch(self, seqs: Sequence[Sequence[int]], past: KVCache | None = None) -> list[torch.Tensor]:
+        """:meth:`logits` of several continuations of the same ``past``, in one batched forward."""
+        if not seqs or any(len(s) == 0 for s in seqs):
+            raise ConfigError("logits_batch needs at least one non-empty sequence")
+        self._check_cache(past)
+        return hf.forward_batch_logits(self.model, seqs, past)
+
     def logits_with_grad(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Like :meth:`logits` but differentiable w.r.t. ``past``'s tensors (fuser training)."""
         self._check_cache(past)

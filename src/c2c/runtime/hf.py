@@ -210,7 +210,8 @@ def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = F
 
 
 # ------------------------------------------------------------------ forward
-def _to_hf(model, kv: KVCache | None) -> DynamicCache:
+def _to_hf(model, kv: KVCache | None, batch: int = 1) -> DynamicCache:
+    """``kv`` as a transformers cache; ``batch`` > 1 repeats it (as views) for that many sequences."""
     cache = DynamicCache(config=model.config)
     if kv is None or kv.seq_len == 0:
         return cache
@@ -222,7 +223,7 @@ def _to_hf(model, kv: KVCache | None) -> DynamicCache:
     if len(cache.layers) != kv.num_layers:
         raise RuntimeUnsupportedError(f"cache has {kv.num_layers} layers, model has {len(cache.layers)}")
     for layer, k, v in zip(cache.layers, kv.keys, kv.values):
-        layer.update(k, v)
+        layer.update(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1))
         if hasattr(layer, "cumulative_length"):
             # sliding layers hold only the last W-1 tokens; the count of tokens seen is T
             layer.cumulative_length = kv.seq_len
@@ -264,6 +265,24 @@ def forward_all_logits(model, ids: Sequence[int], past: KVCache | None) -> torch
     cache = _to_hf(model, past)
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
     return model(input_ids=input_ids, cache=cache, use_cache=True).logits[0].float()
+
+
+@torch.inference_mode()
+def forward_batch_logits(model, seqs: Sequence[Sequence[int]], past: KVCache | None) -> list[torch.Tensor]:
+    """Logits ``(len(s), vocab)`` for each sequence ``s`` fed after ``past``, in one forward.
+
+    The sequences are right-padded into one batch: under causal attention a real
+    token never sees the padding after it, so no mask is needed. (Scoring the
+    options of a question this way costs one forward instead of one per option.)
+    """
+    device = next(model.parameters()).device
+    B, L = len(seqs), max(len(s) for s in seqs)
+    cache = _to_hf(model, past, batch=B)
+    input_ids = torch.zeros(B, L, dtype=torch.long, device=device)                    # (B, L), right-padded
+    for b, s in enumerate(seqs):
+        input_ids[b, :len(s)] = torch.tensor(list(s), dtype=torch.long)
+    logits = model(input_ids=input_ids, cache=cache, use_cache=True).logits.float()  # (B, L, V)
+    return [logits[b, :len(s)] for b, s in enumerate(seqs)]
 
 
 def forward_logits_grad(model, ids: Sequence[int], past: KVCache | None) -> torch.Tensor:
