@@ -35,7 +35,7 @@ BENCHMARKS = {  # name -> path under the data root; all four are reported splits
     "C-Eval val": "eval/ceval/val",
 }
 CONDS = ("receiver", "sharer", "t2t", "c2c", "control")
-IDENT = ("fuser_id", "control_id", "limit", "seed", "hint_tokens", "scoring")  # what makes results comparable
+IDENT = ("fuser_id", "limit", "seed", "hint_tokens", "scoring")  # what makes results comparable
 
 
 def load_results(path: Path) -> dict:
@@ -60,6 +60,11 @@ def record_benchmark(path: Path, name: str, pair: dict, bench: str, entry: dict)
         res = load_results(path)
         old = res["pairs"].get(name)
         keep = old["benchmarks"] if old and all(old.get(k) == pair.get(k) for k in IDENT) else {}
+        prior = keep.get(bench)
+        if prior and prior.get("questions") == entry.get("questions"):  # same questions: add these conditions
+            entry = {**prior, **entry, "accuracy": {**prior["accuracy"], **entry["accuracy"]},
+                     "latency_s": {**prior["latency_s"], **entry["latency_s"]},
+                     "wall_s": round(prior.get("wall_s", 0) + entry.get("wall_s", 0), 1)}
         merged = {**pair, "benchmarks": {**keep, **pair["benchmarks"], bench: entry}}
         merged["summary"] = summarize(merged)
         res["pairs"][name] = merged
@@ -86,7 +91,8 @@ def render_outputs(res: dict, outdir: Path = RESULTS) -> None:
              "fixed random subset of each benchmark.", ""]
     for name, pair in sorted(res["pairs"].items()):
         lines += [f"## Pair {name}: {pair['sharer']} → {pair['receiver']}", "",
-                  f"Checkpoint `{pair['fuser_id'][:12]}` (step {pair['step']}), control `{pair['control_id'][:12]}`, "
+                  f"Checkpoint `{pair['fuser_id'][:12]}` (step {pair['step']}), control "
+                  f"`{', '.join(sorted({b['control_id'][:12] for b in pair['benchmarks'].values() if 'control_id' in b})) or '–'}`, "
                   f"device {pair['device']}, subset {pair['limit']} per benchmark (seed {pair['seed']}), "
                   f"scoring {pair.get('scoring', 'label')}.", "",
                   "| benchmark | n | " + " | ".join(CONDS) + " | t2t ms | c2c ms | t2t/c2c |",
@@ -140,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=200, help="questions per benchmark (fixed random subset)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the subset")
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated subset of the benchmarks")
+    ap.add_argument("--conditions", default=",".join(CONDS),
+                    help="conditions to run now; others already in the JSON for the same questions are kept")
     ap.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
     ap.add_argument("--scoring", choices=["label", "text"], default="label", help="see c2c.fuser.evaluate")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -165,11 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     from c2c.fuser.data import data_root, load_questions, subset
     from c2c.fuser.evaluate import Evaluator
 
-    ev = Evaluator.from_checkpoint(args.checkpoint, control_checkpoint=args.control_checkpoint,
+    from c2c.fingerprint import canonical_json, sha256_hex
+
+    conds = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    ev = Evaluator.from_checkpoint(args.checkpoint, control_checkpoint=args.control_checkpoint, conditions=conds,
                                    device=args.device, hint_tokens=args.hint_tokens, scoring=args.scoring)
-    link, ctl = ev.fused.links[0], ev.control.links[0]
+    link = ev.fused.links[0]
+    control_id = ev.control.links[0].meta.fuser_id if ev.control is not None else None
     pair = res["pairs"].get(args.pair)
-    ident = {"fuser_id": link.meta.fuser_id, "control_id": ctl.meta.fuser_id, "limit": args.limit,
+    ident = {"fuser_id": link.meta.fuser_id, "limit": args.limit,
              "seed": args.seed, "hint_tokens": args.hint_tokens, "scoring": args.scoring}
     if pair is None or any(pair.get(k) != v for k, v in ident.items()):
         pair = {"benchmarks": {}}  # a new checkpoint or subset: start this pair over
@@ -180,14 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     for bench in [b.strip() for b in args.benchmarks.split(",") if b.strip()]:
         if bench not in BENCHMARKS:
             ap.error(f"unknown benchmark {bench!r}; choose from {', '.join(BENCHMARKS)}")
-        if bench in pair["benchmarks"] and not args.redo:
+        done = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
+        todo = [c for c in conds if args.redo or c not in done]
+        if not todo:
             print(f"{bench}: done, skipping", file=sys.stderr)
             continue
         qs = subset(load_questions(root / BENCHMARKS[bench]), args.limit, args.seed)
         t0 = time.perf_counter()
-        rep = ev.evaluate(qs, CONDS, data=bench)
+        rep = ev.evaluate(qs, todo, data=bench)
+        ids = sha256_hex(canonical_json([q.id for q in qs]))
         pair = record_benchmark(out, args.pair, pair, bench,
-                                {**rep.to_dict(), "wall_s": round(time.perf_counter() - t0, 1)})
+                                {**rep.to_dict(), "questions": ids, "wall_s": round(time.perf_counter() - t0, 1),
+                                 **({"control_id": control_id} if control_id else {})})
         print(f"{bench}: " + ", ".join(f"{c} {100 * a:.1f}" for c, a in rep.accuracy.items()), file=sys.stderr)
     return 0
 

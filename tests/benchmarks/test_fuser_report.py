@@ -14,15 +14,15 @@ def _report():
     return mod
 
 
-def _entry(acc: float) -> dict:
-    conds = ("receiver", "sharer", "t2t", "c2c", "control")
-    return {"n": 10, "accuracy": {c: acc for c in conds}, "latency_s": {c: 0.5 for c in conds}}
+def _entry(acc: float, conds=("receiver", "sharer", "t2t", "c2c", "control"), questions="q") -> dict:
+    return {"n": 10, "accuracy": {c: acc for c in conds}, "latency_s": {c: 0.5 for c in conds},
+            "questions": questions, "control_id": "c1"}
 
 
 def test_two_runs_of_one_pair_merge_and_a_new_checkpoint_starts_over(tmp_path):
     rep = _report()
     out = tmp_path / "fuser.json"
-    ident = {"fuser_id": "f1", "control_id": "c1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text"}
+    ident = {"fuser_id": "f1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text"}
     meta = {**ident, "receiver": "R", "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
     # two processes, each started before the other wrote anything
     rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.25))
@@ -35,3 +35,18 @@ def test_two_runs_of_one_pair_merge_and_a_new_checkpoint_starts_over(tmp_path):
     rep.record_benchmark(out, "b", {**meta, "fuser_id": "f2", "benchmarks": {}}, "C-Eval val", _entry(0.1))
     pair = json.loads(out.read_text())["pairs"]["b"]
     assert set(pair["benchmarks"]) == {"C-Eval val"} and pair["fuser_id"] == "f2"
+
+
+def test_conditions_run_later_join_the_same_questions_only(tmp_path):
+    rep = _report()
+    out = tmp_path / "fuser.json"
+    meta = {"fuser_id": "f1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text", "receiver": "R",
+            "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
+    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.3, ("receiver", "c2c")))
+    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.2, ("control",)))
+    acc = json.loads(out.read_text())["pairs"]["b"]["benchmarks"]["MMLU val"]["accuracy"]
+    assert acc == {"receiver": 0.3, "c2c": 0.3, "control": 0.2}
+    # other questions (another subset): the entry is replaced, not mixed
+    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.9, ("control",), "other"))
+    acc = json.loads(out.read_text())["pairs"]["b"]["benchmarks"]["MMLU val"]["accuracy"]
+    assert acc == {"control": 0.9}
