@@ -11,7 +11,7 @@ def register(sub) -> None:
     p = command(sub, "demo", help="run a demo scenario on a real zoo model: handoff (default) or chain",
                 example="c2c demo                      # analyst -> writer, by text and by cache\n"
                         "c2c demo chain --policy continue   # 3-agent chain over the store, upstream changes\n"
-                        "c2c demo router --fuser ~/.cache/c2c/fuser/runs/pair_b   # switch models mid-conversation\n"
+                        "c2c demo router --fuser checkpoints/fuser/pair_b   # switch models mid-conversation\n"
                         "c2c demo --model SmolLM2-135M-Instruct --json", func=_demo)
     p.add_argument("scenario", nargs="?", default="handoff", choices=["handoff", "chain", "router"],
                    help="handoff: text vs cache for one hop; chain: researcher -> analyst -> writer over the "
