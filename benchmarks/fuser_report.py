@@ -198,9 +198,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{bench}: done, skipping", file=sys.stderr)
             continue
         qs = subset(load_questions(root / BENCHMARKS[bench]), args.limit, args.seed)
-        t0 = time.perf_counter()
-        rep = ev.evaluate(qs, todo, data=bench)
         ids = sha256_hex(canonical_json([q.id for q in qs]))
+        # progress of an interrupted run of these questions and conditions (resumed, then removed)
+        key = sha256_hex(canonical_json([ident, ids, todo]))[:16]
+        partial = out.parent / "fuser_partial" / f"{args.pair}-{key}.jsonl"
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        done = [json.loads(line) for line in partial.read_text().splitlines()] if partial.is_file() else []
+        if done:
+            print(f"{bench}: resuming after {len(done)} questions", file=sys.stderr)
+        t0 = time.perf_counter()
+        with open(partial, "a") as f:
+            rep = ev.evaluate(qs, todo, data=bench, done=done,
+                              on_record=lambda rec: (f.write(json.dumps(rec) + "\n"), f.flush()))
+        partial.unlink()
         pair = record_benchmark(out, args.pair, pair, bench,
                                 {**rep.to_dict(), "questions": ids, "wall_s": round(time.perf_counter() - t0, 1),
                                  **({"control_id": control_id} if control_id else {})})

@@ -82,3 +82,21 @@ def test_t2t_hint_is_written_after_the_sharers_generation_prompt(tiny_rt):
         del s.generate
     prompt = s.encode(s.generation_prompt())
     assert len(seen) == 1 and seen[0][-len(prompt):] == prompt
+
+
+def test_an_interrupted_evaluation_resumes_from_its_records(make_link, tiny_rt):
+    r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
+    ev = Evaluator(receiver=r, sharer=s, fused=FusedReceiver(r, [make_link(r, s)]), hint_tokens=4)
+    conds = ["receiver", "c2c"]
+    full = ev.evaluate(QUESTIONS, conds, progress=False)
+    saved = []
+    first = ev.evaluate(QUESTIONS[:2], conds, progress=False, on_record=saved.append)
+    assert [rec["id"] for rec in saved] == [q.id for q in QUESTIONS[:2]]
+    new = []
+    resumed = ev.evaluate(QUESTIONS, conds, progress=False, done=saved, on_record=new.append)
+    assert [rec["id"] for rec in new] == [QUESTIONS[2].id]      # only the question not asked before
+    assert resumed.accuracy == full.accuracy and resumed.n == 3 and first.n == 2
+    # records lacking a condition asked for now are not reused
+    again = []
+    ev.evaluate(QUESTIONS[:1], ["receiver", "sharer"], progress=False, done=saved, on_record=again.append)
+    assert len(again) == 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -142,8 +142,17 @@ class Evaluator:
             raise ConfigError("control needs a control fuser")
 
     def evaluate(self, questions: Sequence[Question], conditions: Sequence[str] = CONDITIONS, *,
-                 data: str = "", progress: bool = True) -> EvalReport:
+                 data: str = "", progress: bool = True, done: Sequence[dict] = (),
+                 on_record: Callable[[dict], None] | None = None) -> EvalReport:
+        """Run ``conditions`` over ``questions``.
+
+        ``done`` holds records of an interrupted run of the same questions and
+        conditions (by question id): those questions are not asked again, and the
+        report counts them. ``on_record`` gets each new record as it is made (to
+        save progress).
+        """
         self._need(conditions)
+        prior = {rec["id"]: rec for rec in done}
         conditions = [c for c in CONDITIONS if c in conditions]
         r = self.receiver
         r_gen = r.encode(r.generation_prompt())
@@ -152,6 +161,13 @@ class Evaluator:
         latency = {c: 0.0 for c in conditions}
         records = []
         for q in tqdm(questions, desc="eval", unit="q", disable=not progress):
+            if q.id in prior and all(c in prior[q.id]["pred"] for c in conditions):
+                rec = prior[q.id]
+                for c in conditions:
+                    correct[c] += int(rec["pred"][c] == q.answer)
+                    latency[c] += rec["latency_s"][c]
+                records.append(rec)
+                continue
             msgs = mc_messages(q)
             rec: dict = {"id": q.id, "answer": q.answer, "pred": {}, "latency_s": {}}
             t0 = time.perf_counter()
@@ -195,6 +211,8 @@ class Evaluator:
                 correct[c] += int(pred == q.answer)
                 latency[c] += spent
             records.append(rec)
+            if on_record is not None:
+                on_record(rec)
         n = len(questions)
         return EvalReport(data=data, n=n, scoring=self.scoring, accuracy={c: correct[c] / n if n else 0.0 for c in conditions},
                           latency_s={c: latency[c] / n if n else 0.0 for c in conditions}, records=tuple(records))
