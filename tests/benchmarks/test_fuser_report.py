@@ -50,3 +50,11 @@ def test_conditions_run_later_join_the_same_questions_only(tmp_path):
     rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.9, ("control",), "other"))
     acc = json.loads(out.read_text())["pairs"]["b"]["benchmarks"]["MMLU val"]["accuracy"]
     assert acc == {"control": 0.9}
+
+
+def test_a_progress_file_cut_mid_line_keeps_its_complete_records(tmp_path):
+    rep = _report()
+    p = tmp_path / "b-key.jsonl"
+    p.write_text('{"id": "q1", "pred": {}}\n{"id": "q2", "pred": {}}\n{"id": "q3", "pr')
+    assert [r["id"] for r in rep._read_records(p)] == ["q1", "q2"]
+    assert rep._read_records(tmp_path / "missing.jsonl") == []
