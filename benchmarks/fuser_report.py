@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     for bench in [b.strip() for b in args.benchmarks.split(",") if b.strip()]:
         if bench not in BENCHMARKS:
             ap.error(f"unknown benchmark {bench!r}; choose from {', '.join(BENCHMARKS)}")
-        done = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
-        todo = [c for c in conds if args.redo or c not in done]
+        measured = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
+        todo = [c for c in conds if args.redo or c not in measured]
         if not todo:
             print(f"{bench}: done, skipping", file=sys.stderr)
             continue

@@ -11,8 +11,8 @@ so the model has a term for it (``T`` new tokens after ``past`` cached ones)::
 
 ``per_pair`` is attention (each new token looks at every earlier one); ``per_past``
 is handing the cache to the model on every call. The cache handoff is measured
-on the real path (export, write with fsync, read, import) at several sizes,
-because its cost is not linear in the bytes (allocation, page cache, fsync).
+on the real path (export, write, read, import) at several sizes and
+interpolated, because its cost need not be linear in the bytes (page cache).
 The user supplies the link bandwidth between agents.
 
 The decision applies the four criteria of the sources:
@@ -80,7 +80,7 @@ class Calibration:
 
     @property
     def handoff_gbps(self) -> float:
-        """Artifact throughput of a local cache handoff (export + fsync write + read + import), GB/s."""
+        """Artifact throughput of a local cache handoff (export + write + read + import), GB/s."""
         b, t = self.handoff_points[-1]
         return b / max(t, 1e-12) / 1e9
 
@@ -284,7 +284,7 @@ def _calibrate_handoff(runtime, base: list[int], *, sizes: Sequence[int], repeat
         senders.append(sender)
 
     def once(sender):
-        time.sleep(pause_s)  # NOTE: agents compute between handoffs; back to back, fsync queues behind writeback
+        time.sleep(pause_s)  # NOTE: agents compute between handoffs; back to back, writes queue behind writeback
         return hand_off(sender, Agent("receiver", runtime, team, role="Answer."), mode="full", transport=transport)
 
     # NOTE: the first handoffs of a process run up to 2x slower (allocator, page cache):

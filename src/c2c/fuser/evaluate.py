@@ -161,58 +161,60 @@ class Evaluator:
         latency = {c: 0.0 for c in conditions}
         records = []
         for q in tqdm(questions, desc="eval", unit="q", disable=not progress):
-            if q.id in prior and all(c in prior[q.id]["pred"] for c in conditions):
-                rec = prior[q.id]
-                for c in conditions:
-                    correct[c] += int(rec["pred"][c] == q.answer)
-                    latency[c] += rec["latency_s"][c]
-                records.append(rec)
-                continue
-            msgs = mc_messages(q)
-            rec: dict = {"id": q.id, "answer": q.answer, "pred": {}, "latency_s": {}}
-            t0 = time.perf_counter()
-            r_ctx = render(r, msgs)
-            _, r_cache = r.prefill(list(r_ctx.ids))
-            t_r = time.perf_counter() - t0
-            s_ctx = None
-            if self.sharer is not None and {"sharer", "c2c"} & set(conditions):
-                t0 = time.perf_counter()
-                sr = render(self.sharer, msgs)
-                _, s_cache = self.sharer.prefill(list(sr.ids))
-                s_ctx, t_s = (sr, s_cache), time.perf_counter() - t0
+            rec = prior.get(q.id)
+            if rec is None or not all(c in rec["pred"] for c in conditions):
+                rec = self._ask(q, conditions, r_gen, s_gen)
+                if on_record is not None:
+                    on_record(rec)
             for c in conditions:
-                t0 = time.perf_counter()
-                if c == "receiver":
-                    pred, _ = choose(r, r_gen, r_cache, q, self.scoring)
-                    spent = t_r
-                elif c == "sharer":
-                    pred, _ = choose(self.sharer, s_gen, s_ctx[1], q, self.scoring)
-                    spent = t_s
-                elif c == "t2t":
-                    h = render(self.sharer, hint_messages(q))
-                    # the Sharer writes its hint as its own assistant turn
-                    hint = self.sharer.generate(list(h.ids) + s_gen, max_new_tokens=self.hint_tokens).text
-                    rh = render(r, mc_messages(q, hint=hint))
-                    _, rh_cache = r.prefill(list(rh.ids))
-                    pred, _ = choose(r, r_gen, rh_cache, q, self.scoring)
-                    rec["hint"] = hint
-                    spent = 0.0
-                elif c == "c2c":
-                    fused = self.fused.fuse(msgs, context=(r_ctx, r_cache),
-                                            sharer_contexts={self.fused.links[0].sharer_name: s_ctx})
-                    pred, _ = choose(r, r_gen, fused.cache, q, self.scoring)
-                    spent = t_r + t_s
-                else:  # control
-                    fused = self.control.fuse(msgs, context=(r_ctx, r_cache))
-                    pred, _ = choose(r, r_gen, fused.cache, q, self.scoring)
-                    spent = t_r
-                spent += time.perf_counter() - t0
-                rec["pred"][c], rec["latency_s"][c] = pred, spent
-                correct[c] += int(pred == q.answer)
-                latency[c] += spent
+                correct[c] += int(rec["pred"][c] == q.answer)
+                latency[c] += rec["latency_s"][c]
             records.append(rec)
-            if on_record is not None:
-                on_record(rec)
         n = len(questions)
         return EvalReport(data=data, n=n, scoring=self.scoring, accuracy={c: correct[c] / n if n else 0.0 for c in conditions},
                           latency_s={c: latency[c] / n if n else 0.0 for c in conditions}, records=tuple(records))
+
+    def _ask(self, q: Question, conditions: Sequence[str], r_gen: list[int], s_gen: list[int]) -> dict:
+        """One question under every condition: ``{"id", "answer", "pred", "latency_s"[, "hint"]}``."""
+        r = self.receiver
+        msgs = mc_messages(q)
+        rec: dict = {"id": q.id, "answer": q.answer, "pred": {}, "latency_s": {}}
+        t0 = time.perf_counter()
+        r_ctx = render(r, msgs)
+        _, r_cache = r.prefill(list(r_ctx.ids))
+        t_r = time.perf_counter() - t0
+        s_ctx = None
+        if self.sharer is not None and {"sharer", "c2c"} & set(conditions):
+            t0 = time.perf_counter()
+            sr = render(self.sharer, msgs)
+            _, s_cache = self.sharer.prefill(list(sr.ids))
+            s_ctx, t_s = (sr, s_cache), time.perf_counter() - t0
+        for c in conditions:
+            t0 = time.perf_counter()
+            if c == "receiver":
+                pred, _ = choose(r, r_gen, r_cache, q, self.scoring)
+                spent = t_r
+            elif c == "sharer":
+                pred, _ = choose(self.sharer, s_gen, s_ctx[1], q, self.scoring)
+                spent = t_s
+            elif c == "t2t":
+                h = render(self.sharer, hint_messages(q))
+                # the Sharer writes its hint as its own assistant turn
+                hint = self.sharer.generate(list(h.ids) + s_gen, max_new_tokens=self.hint_tokens).text
+                rh = render(r, mc_messages(q, hint=hint))
+                _, rh_cache = r.prefill(list(rh.ids))
+                pred, _ = choose(r, r_gen, rh_cache, q, self.scoring)
+                rec["hint"] = hint
+                spent = 0.0
+            elif c == "c2c":
+                fused = self.fused.fuse(msgs, context=(r_ctx, r_cache),
+                                        sharer_contexts={self.fused.links[0].sharer_name: s_ctx})
+                pred, _ = choose(r, r_gen, fused.cache, q, self.scoring)
+                spent = t_r + t_s
+            else:  # control
+                fused = self.control.fuse(msgs, context=(r_ctx, r_cache))
+                pred, _ = choose(r, r_gen, fused.cache, q, self.scoring)
+                spent = t_r
+            spent += time.perf_counter() - t0
+            rec["pred"][c], rec["latency_s"][c] = pred, spent
+        return rec

@@ -11,7 +11,6 @@ Tensor layout of every K/V tensor crossing this module: ``[1, kv_heads, seq, hea
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 from dataclasses import replace
@@ -338,17 +337,11 @@ def forward_first_layers(model, ids: Sequence[int], past: KVCache, n_layers: int
 
     Returns ``n_layers`` pairs of ``(1, kv_heads, len(ids), head_dim)`` tensors.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = base.model
-    layers = decoder.layers
     device = next(model.parameters()).device
     cache = _to_hf(model, past)
-    decoder.layers = layers[:n_layers]  # NOTE: the decoder loops over self.layers; the rest is skipped
-    try:
+    with _stop_after_attention(model, n_layers - 1):  # the later layers never run
         model(input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device), cache=cache,
               use_cache=True, logits_to_keep=1)
-    finally:
-        decoder.layers = layers
     T = len(ids)
     return [(cache.layers[i].keys[:, :, -T:], cache.layers[i].values[:, :, -T:]) for i in range(n_layers)]
 
