@@ -73,6 +73,31 @@ def record_benchmark(path: Path, name: str, pair: dict, bench: str, entry: dict)
     return merged
 
 
+SHAREABLE = ("receiver", "control")  # conditions that do not involve the Sharer
+
+
+def shared_conditions(other: dict | None, bench: str, questions: str, *, receiver: str, scoring: str,
+                      control_id: str | None) -> dict:
+    """The receiver/control results of another pair's ``bench`` that this pair would compute identically.
+
+    Same Receiver, same scoring and the same questions make ``receiver`` the same
+    computation; ``control`` also needs the same control checkpoint. Empty when nothing
+    can be shared.
+    """
+    entry = (other or {}).get("benchmarks", {}).get(bench)
+    if not entry or entry.get("questions") != questions or other.get("receiver") != receiver \
+            or other.get("scoring", "label") != scoring:
+        return {}
+    conds = [c for c in SHAREABLE if c in entry["accuracy"]
+             and (c != "control" or (control_id and entry.get("control_id") == control_id))]
+    if not conds:
+        return {}
+    return {"data": entry.get("data", bench), "n": entry["n"], "scoring": scoring, "questions": questions,
+            "accuracy": {c: entry["accuracy"][c] for c in conds},
+            "latency_s": {c: entry["latency_s"][c] for c in conds},
+            **({"control_id": control_id} if "control" in conds else {})}
+
+
 def summarize(pair: dict) -> dict:
     """Average accuracy and latency over the benchmarks present, per condition."""
     benches = list(pair["benchmarks"].values())
@@ -118,6 +143,10 @@ def render_outputs(res: dict, outdir: Path = RESULTS) -> None:
             speed = f"{lt / lc:.1f}×" if lt and lc else "–"
             lines.append(f"| {bench} | {r['n']} | {acc} | {lt * 1000 if lt else 0:.0f} | "
                          f"{lc * 1000 if lc else 0:.0f} | {speed} |")
+        shared = sorted({b["shared_from"] for b in pair["benchmarks"].values() if b.get("shared_from")})
+        if shared:
+            lines += ["", f"`receiver` and `control` are shared with pair {', '.join(shared)}: the same Receiver, "
+                          "control checkpoint, questions and scoring, so the same computation."]
         lines.append("")
     (outdir / "fuser.md").write_text("\n".join(lines))
     _plot(res, outdir)
@@ -165,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 on a busy shared machine)")
     ap.add_argument("--out", default=str(RESULTS / "fuser.json"), help="results JSON")
     ap.add_argument("--redo", action="store_true", help="evaluate benchmarks already in the JSON again")
+    ap.add_argument("--share-from", default=None, metavar="PAIR",
+                    help="take receiver and control from another pair's finished benchmarks when they are the "
+                         "same computation (same Receiver, control checkpoint, questions and scoring)")
     ap.add_argument("--render-only", action="store_true", help="only rewrite the markdown and plot from the JSON")
     args = ap.parse_args(argv)
 
@@ -203,13 +235,19 @@ def main(argv: list[str] | None = None) -> int:
     for bench in [b.strip() for b in args.benchmarks.split(",") if b.strip()]:
         if bench not in BENCHMARKS:
             ap.error(f"unknown benchmark {bench!r}; choose from {', '.join(BENCHMARKS)}")
+        qs = subset(load_questions(root / BENCHMARKS[bench]), args.limit, args.seed)
+        ids = sha256_hex(canonical_json([q.id for q in qs]))
+        if args.share_from and not args.redo:
+            shared = shared_conditions(res["pairs"].get(args.share_from), bench, ids, receiver=ev.receiver.name,
+                                       scoring=args.scoring, control_id=control_id)
+            if shared:
+                pair = record_benchmark(out, args.pair, pair, bench, {**shared, "shared_from": args.share_from})
+                print(f"{bench}: {', '.join(shared['accuracy'])} shared with pair {args.share_from}", file=sys.stderr)
         measured = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
         todo = [c for c in conds if args.redo or c not in measured]
         if not todo:
             print(f"{bench}: done, skipping", file=sys.stderr)
             continue
-        qs = subset(load_questions(root / BENCHMARKS[bench]), args.limit, args.seed)
-        ids = sha256_hex(canonical_json([q.id for q in qs]))
         # progress of an interrupted run of these questions and conditions (resumed, then removed)
         key = sha256_hex(canonical_json([ident, ids, todo]))[:16]
         partial = out.parent / "fuser_partial" / f"{args.pair}-{key}.jsonl"

@@ -58,3 +58,19 @@ def test_a_progress_file_cut_mid_line_keeps_its_complete_records(tmp_path):
     p.write_text('{"id": "q1", "pred": {}}\n{"id": "q2", "pred": {}}\n{"id": "q3", "pr')
     assert [r["id"] for r in rep._read_records(p)] == ["q1", "q2"]
     assert rep._read_records(tmp_path / "missing.jsonl") == []
+
+
+def test_only_the_same_computation_is_shared_between_pairs():
+    rep = _report()
+    other = {"receiver": "R", "scoring": "text", "benchmarks": {"MMLU val": _entry(0.4, questions="q")}}
+    got = rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="text", control_id="c1")
+    assert got["accuracy"] == {"receiver": 0.4, "control": 0.4} and got["control_id"] == "c1"
+    # another control checkpoint: only the Receiver alone is the same computation
+    got = rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="text", control_id="c2")
+    assert set(got["accuracy"]) == {"receiver"} and "control_id" not in got
+    # other questions, another Receiver, other scoring or a missing benchmark: nothing is shared
+    assert rep.shared_conditions(other, "MMLU val", "other", receiver="R", scoring="text", control_id="c1") == {}
+    assert rep.shared_conditions(other, "MMLU val", "q", receiver="R2", scoring="text", control_id="c1") == {}
+    assert rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="label", control_id="c1") == {}
+    assert rep.shared_conditions(other, "OpenBookQA", "q", receiver="R", scoring="text", control_id="c1") == {}
+    assert rep.shared_conditions(None, "MMLU val", "q", receiver="R", scoring="text", control_id="c1") == {}
