@@ -137,7 +137,9 @@ class RedisStore(Store):
         except redis.exceptions.AuthenticationError as e:
             raise StoreError(f"redis at {self.url} refused the credentials: {e}") from e
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
-            raise err(f"redis at {self.url} is unreachable ({e}){tail}") from e
+            # NOTE: a reply lost mid-commit leaves the outcome unknown; a put is idempotent, so say to retry
+            lost = "; put it again (an artifact never commits twice)" if writing else ""
+            raise err(f"redis at {self.url} is unreachable ({e}){lost}") from e
         except redis.exceptions.ResponseError as e:
             if "OOM" in str(e) or "maxmemory" in str(e):
                 raise err(f"redis at {self.url} is out of memory (maxmemory){tail}") from e
@@ -237,8 +239,12 @@ class RedisStore(Store):
             res = self._put(args=self._args(ing.id, stream, ing.blob, ing.size, n, json.dumps(list(all_parents)),
                                             json.dumps(ing.summary, sort_keys=True), token))
         code = int(res[0])
-        if code == 0:
-            return self.show(ing.id).commit
+        if code == 0:  # already committed (by an earlier put whose reply was lost, say)
+            try:
+                return self.show(ing.id).commit
+            except StoreError as e:
+                raise StoreWriteError(f"{ing.id[:12]} is already committed but could not be read back ({e}); "
+                                      "put it again") from e
         if code == -1:
             raise CommitNotFoundError(f"parent {_s(res[1])[:12]} is not in store {self.url}; put it first")
         if code == -2:
