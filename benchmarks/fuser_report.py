@@ -141,8 +141,8 @@ def render_outputs(res: dict, outdir: Path = RESULTS) -> None:
             acc = " | ".join(f"{100 * r['accuracy'][c]:.1f}" if c in r["accuracy"] else "–" for c in CONDS)
             lt, lc = r["latency_s"].get("t2t"), r["latency_s"].get("c2c")
             speed = f"{lt / lc:.1f}×" if lt and lc else "–"
-            lines.append(f"| {bench} | {r['n']} | {acc} | {lt * 1000 if lt else 0:.0f} | "
-                         f"{lc * 1000 if lc else 0:.0f} | {speed} |")
+            ms = " | ".join(f"{1000 * x:.0f}" if x else "–" for x in (lt, lc))
+            lines.append(f"| {bench} | {r['n']} | {acc} | {ms} | {speed} |")
         shared = sorted({b["shared_from"] for b in pair["benchmarks"].values() if b.get("shared_from")})
         if shared:
             lines += ["", f"`receiver` and `control` are shared with pair {', '.join(shared)}: the same Receiver, "
