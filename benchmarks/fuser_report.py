@@ -99,12 +99,12 @@ def shared_conditions(other: dict | None, bench: str, questions: str, *, receive
 
 
 def summarize(pair: dict) -> dict:
-    """Average accuracy and latency over the benchmarks present, per condition."""
-    benches = list(pair["benchmarks"].values())
+    """Average accuracy and latency per condition over the benchmarks that have every condition."""
+    benches = [b for b in pair["benchmarks"].values() if all(c in b["accuracy"] for c in CONDS)]
     if not benches:
         return {}
-    conds = [c for c in CONDS if all(c in b["accuracy"] for b in benches)]
-    return {"benchmarks": len(benches),
+    conds = list(CONDS)
+    return {"benchmarks": len(benches), "n": sum(b["n"] for b in benches),
             "accuracy": {c: sum(b["accuracy"][c] for b in benches) / len(benches) for c in conds},
             "latency_s": {c: sum(b["latency_s"][c] for b in benches) / len(benches) for c in conds}}
 
@@ -136,7 +136,7 @@ def render_outputs(res: dict, outdir: Path = RESULTS) -> None:
         rows = list(pair["benchmarks"].items())
         avg = summarize(pair)
         if avg:
-            rows.append(("**average**", {"n": sum(b["n"] for b in pair["benchmarks"].values()), **avg}))
+            rows.append((f"**average** ({avg['benchmarks']} complete)", avg))
         for bench, r in rows:
             acc = " | ".join(f"{100 * r['accuracy'][c]:.1f}" if c in r["accuracy"] else "–" for c in CONDS)
             lt, lc = r["latency_s"].get("t2t"), r["latency_s"].get("c2c")
@@ -163,8 +163,8 @@ def _plot(res: dict, outdir: Path) -> None:
         return
     fig, axes = plt.subplots(1, len(pairs), figsize=(7 * len(pairs), 4), squeeze=False)
     for ax, (name, pair) in zip(axes[0], pairs):
-        benches = list(pair["benchmarks"]) + (["average"] if pair["benchmarks"] else [])
         avg = summarize(pair)
+        benches = list(pair["benchmarks"]) + (["average"] if avg else [])
         width = 0.8 / len(CONDS)
         for i, c in enumerate(CONDS):
             vals = [100 * (pair["benchmarks"][b]["accuracy"].get(c, 0) if b != "average"

@@ -30,7 +30,7 @@ def test_two_runs_of_one_pair_merge_and_a_new_checkpoint_starts_over(tmp_path):
     pair = json.loads(out.read_text())["pairs"]["b"]
     assert set(pair["benchmarks"]) == {"MMLU val", "OpenBookQA"}
     assert pair["summary"]["accuracy"]["c2c"] == 0.5 and pair["summary"]["benchmarks"] == 2
-    assert "| **average** | 20 |" in (tmp_path / "fuser.md").read_text() and (tmp_path / "fuser.png").is_file()
+    assert "| **average** (2 complete) | 20 |" in (tmp_path / "fuser.md").read_text() and (tmp_path / "fuser.png").is_file()
     # another checkpoint: its numbers are not comparable, the old benchmarks go
     rep.record_benchmark(out, "b", {**meta, "fuser_id": "f2", "benchmarks": {}}, "C-Eval val", _entry(0.1))
     pair = json.loads(out.read_text())["pairs"]["b"]
@@ -74,3 +74,11 @@ def test_only_the_same_computation_is_shared_between_pairs():
     assert rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="label", control_id="c1") == {}
     assert rep.shared_conditions(other, "OpenBookQA", "q", receiver="R", scoring="text", control_id="c1") == {}
     assert rep.shared_conditions(None, "MMLU val", "q", receiver="R", scoring="text", control_id="c1") == {}
+
+
+def test_the_average_counts_only_benchmarks_with_every_condition(tmp_path):
+    rep = _report()
+    pair = {"benchmarks": {"A": _entry(0.2), "B": _entry(0.6), "C": _entry(0.9, ("receiver", "control"))}}
+    avg = rep.summarize(pair)
+    assert avg["benchmarks"] == 2 and avg["n"] == 20 and abs(avg["accuracy"]["receiver"] - 0.4) < 1e-9
+    assert rep.summarize({"benchmarks": {"C": _entry(0.9, ("receiver",))}}) == {}
