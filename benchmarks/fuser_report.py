@@ -103,10 +103,9 @@ def summarize(pair: dict) -> dict:
     benches = [b for b in pair["benchmarks"].values() if all(c in b["accuracy"] for c in CONDS)]
     if not benches:
         return {}
-    conds = list(CONDS)
     return {"benchmarks": len(benches), "n": sum(b["n"] for b in benches),
-            "accuracy": {c: sum(b["accuracy"][c] for b in benches) / len(benches) for c in conds},
-            "latency_s": {c: sum(b["latency_s"][c] for b in benches) / len(benches) for c in conds}}
+            "accuracy": {c: sum(b["accuracy"][c] for b in benches) / len(benches) for c in CONDS},
+            "latency_s": {c: sum(b["latency_s"][c] for b in benches) / len(benches) for c in CONDS}}
 
 
 def _read_records(path: Path) -> list[dict]:
@@ -237,13 +236,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown benchmark {bench!r}; choose from {', '.join(BENCHMARKS)}")
         qs = subset(load_questions(root / BENCHMARKS[bench]), args.limit, args.seed)
         ids = sha256_hex(canonical_json([q.id for q in qs]))
-        if args.share_from and not args.redo:
+        measured = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
+        if args.share_from and not args.redo and not set(SHAREABLE) <= measured:
             shared = shared_conditions(res["pairs"].get(args.share_from), bench, ids, receiver=ev.receiver.name,
                                        scoring=args.scoring, control_id=control_id)
             if shared:
                 pair = record_benchmark(out, args.pair, pair, bench, {**shared, "shared_from": args.share_from})
                 print(f"{bench}: {', '.join(shared['accuracy'])} shared with pair {args.share_from}", file=sys.stderr)
-        measured = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
+                measured = set(pair["benchmarks"][bench]["accuracy"])
         todo = [c for c in conds if args.redo or c not in measured]
         if not todo:
             print(f"{bench}: done, skipping", file=sys.stderr)
