@@ -65,7 +65,9 @@ def record_benchmark(path: Path, name: str, pair: dict, bench: str, entry: dict)
             entry = {**prior, **entry, "accuracy": {**prior["accuracy"], **entry["accuracy"]},
                      "latency_s": {**prior["latency_s"], **entry["latency_s"]},
                      "wall_s": round(prior.get("wall_s", 0) + entry.get("wall_s", 0), 1)}
-        merged = {**pair, "benchmarks": {**keep, **pair["benchmarks"], bench: entry}}
+        # what is on disk is at least as new as this process's view of the other benchmarks: a run
+        # started before another process finished a benchmark must not write back its stale copy
+        merged = {**pair, "benchmarks": {**pair["benchmarks"], **keep, bench: entry}}
         merged["summary"] = summarize(merged)
         res["pairs"][name] = merged
         save_results(path, res)

@@ -52,6 +52,22 @@ def test_conditions_run_later_join_the_same_questions_only(tmp_path):
     assert acc == {"control": 0.9}
 
 
+def test_a_stale_view_of_another_benchmark_does_not_overwrite_a_fresher_one(tmp_path):
+    rep = _report()
+    out = tmp_path / "fuser.json"
+    meta = {"fuser_id": "f1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text", "receiver": "R",
+            "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
+    shared = _entry(0.3, ("receiver", "control"))
+    # both processes start when C-Eval holds only the shared conditions
+    stale = rep.record_benchmark(out, "a", {**meta, "benchmarks": {}}, "C-Eval val", shared)
+    # process 1 finishes C-Eval; process 2 (MMLU) still holds the stale C-Eval entry in memory
+    rep.record_benchmark(out, "a", {**meta, "benchmarks": {}}, "C-Eval val", _entry(0.6, ("sharer", "t2t", "c2c")))
+    rep.record_benchmark(out, "a", stale, "MMLU val", _entry(0.4))
+    benches = json.loads(out.read_text())["pairs"]["a"]["benchmarks"]
+    assert set(benches["C-Eval val"]["accuracy"]) == {"receiver", "control", "sharer", "t2t", "c2c"}
+    assert benches["C-Eval val"]["accuracy"]["c2c"] == 0.6 and benches["MMLU val"]["accuracy"]["c2c"] == 0.4
+
+
 def test_a_progress_file_cut_mid_line_keeps_its_complete_records(tmp_path):
     rep = _report()
     p = tmp_path / "b-key.jsonl"
