@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conditions", default=",".join(CONDS),
                     help="conditions to run now; others already in the JSON for the same questions are kept")
     ap.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
-    ap.add_argument("--scoring", choices=["label", "text"], default="label", help="see c2c.fuser.evaluate")
+    ap.add_argument("--scoring", choices=["label", "text", "generate"], default="label", help="see c2c.fuser.evaluate")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 on a busy shared machine)")
     ap.add_argument("--out", default=str(RESULTS / "fuser.json"), help="results JSON")

@@ -4,7 +4,7 @@ import torch
 from c2c.errors import ConfigError
 from c2c.fuser.align import render
 from c2c.fuser.data import Question, mc_messages
-from c2c.fuser.evaluate import CONDITIONS, Evaluator, choose
+from c2c.fuser.evaluate import CONDITIONS, GENERATE_TOKENS, Evaluator, choose, parse_choice
 from c2c.fuser.infer import FusedReceiver
 
 QUESTIONS = [Question(id=f"q{i}", question=f"Which number follows {i}?",
@@ -69,6 +69,32 @@ def test_text_scoring_is_the_mean_log_likelihood_of_the_full_answer(tiny_rt):
     assert scores["B"] == pytest.approx(want, abs=1e-4) and best == max(scores, key=scores.get)
     with pytest.raises(ConfigError, match="scoring"):
         choose(r, gen, cache, q, "vibes")
+
+
+@pytest.mark.parametrize("said, want", [
+    ("B", "B"), (" (C) none of them", "C"), ("**A**. 1", "A"), ("A careful look: the answer is C.", "C"),
+    ("答案是B。", "B"), ("It must be 4, obviously", "B"), ("I cannot tell", ""), ("Between A and C I pick", "A"),
+])
+def test_a_generated_answer_is_read_as_the_option_it_names(said, want):
+    q = QUESTIONS[1]  # A: 2, B: 4, C: none
+    assert parse_choice(said, q) == want
+
+
+def test_generate_scoring_reads_the_receivers_own_greedy_answer(tiny_rt):
+    r = tiny_rt("qwen2")
+    q = Question(id="n", question="Pick one.", options=(("1", "red"), ("2", "blue"), ("10", "green")), answer="2")
+    _, cache = r.prefill(list(render(r, mc_messages(q)).ids))
+    gen = r.encode(r.generation_prompt())
+    best, scores = choose(r, gen, cache, q, "generate")
+    said = r.generate(gen, cache, max_new_tokens=GENERATE_TOKENS).text
+    assert best == parse_choice(said, q)
+    assert scores == {lab: float(lab == best) for lab in q.labels}
+    # the shared cache is left as it was: label scoring after it gives the same scores as before
+    _, before = choose(r, gen, cache, q, "text")
+    choose(r, gen, cache, q, "generate")
+    assert choose(r, gen, cache, q, "text")[1] == pytest.approx(before)
+    # "10" is not read as "1"
+    assert parse_choice("10", q) == "10" and parse_choice("1.", q) == "1"
 
 
 def test_t2t_hint_is_written_after_the_sharers_generation_prompt(tiny_rt):

@@ -53,8 +53,9 @@ def register(sub) -> None:
     c.add_argument("--conditions", default="receiver,sharer,t2t,c2c,control",
                    help="comma-separated subset of receiver,sharer,t2t,c2c,control")
     c.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
-    c.add_argument("--scoring", choices=["label", "text"], default="label",
-                   help="label: log p(label); text: mean log p per token of 'label. option text'")
+    c.add_argument("--scoring", choices=["label", "text", "generate"], default="label",
+                   help="label: log p(label); text: mean log p per token of 'label. option text'; "
+                        "generate: the model answers greedily and the label is read from its words")
     c.add_argument("--device", default="cpu", help="cpu or cuda")
     c.add_argument("--records", default=None, help="also write per-question records (JSON) to this file")
     c.add_argument("--quiet", action="store_true", help="no progress bar")

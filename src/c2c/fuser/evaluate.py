@@ -13,7 +13,9 @@ Conditions (each question's context is the same system + user messages):
 Scoring (``scoring``): ``label`` compares the log-likelihood of each option's
 label right after the generation prompt; ``text`` compares the mean per-token
 log-likelihood of the whole answer ``"B. <option text>"``, which small models
-bias less towards one label. The highest wins. Latency is the sum of the steps a condition needs, run
+bias less towards one label. The highest wins. ``generate`` lets the model answer
+greedily (``GENERATE_TOKENS`` at most) and reads the label from its words
+(:func:`parse_choice`); an answer that names no option counts as wrong. Latency is the sum of the steps a condition needs, run
 one after another on this process: for c2c, Receiver prefill + Sharer prefill +
 alignment + fusion + scoring; for t2t, the Sharer's hint (prefill and decode) +
 the Receiver's prefill of the longer context + scoring. Caches two conditions
@@ -22,6 +24,7 @@ share are computed once and their time is charged to both.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,7 +60,33 @@ class EvalReport:
         return d
 
 
-SCORINGS = ("label", "text")
+SCORINGS = ("label", "text", "generate")
+GENERATE_TOKENS = 16  # generate scoring: enough for "The answer is B. <a few words>"
+
+
+def parse_choice(text: str, q: Question) -> str:
+    """The option a generated answer names, or ``""`` when it names none.
+
+    In order: a label that opens the answer (``"B"``, ``"(B)"``, ``"B."``; not the
+    article in ``"A careful look"``); a label after "answer (is)"/"答案"; the
+    option whose text the answer contains first; the first label standing alone.
+    """
+    t = text.strip()
+    alts = "|".join(re.escape(lab) for lab in sorted(q.labels, key=len, reverse=True))
+    alone = rf"(?<![A-Za-z0-9])({alts})(?![A-Za-z0-9])"
+    opening = rf"^\**\(?({alts})(?=$|[^\sA-Za-z0-9]|\s*\n)"
+    stated = rf"(?i:answer|答案)(?i:\s*(?:is|was|would be|should be)\b)?[^A-Za-z0-9]{{0,6}}?{alone}"
+    for pattern in (opening, stated):
+        m = re.search(pattern, t)
+        if m:
+            return m.group(1)
+    low = t.lower()
+    hits = [(low.find(opt.strip().lower()), lab) for lab, opt in q.options if opt.strip()]
+    hits = [(i, lab) for i, lab in hits if i >= 0]
+    if hits:
+        return min(hits)[1]
+    m = re.search(alone, t)
+    return m.group(1) if m else ""
 
 
 @torch.inference_mode()
@@ -65,10 +94,15 @@ def choose(runtime, gen_ids: Sequence[int], cache, q: Question, scoring: str = "
            ) -> tuple[str, dict[str, float]]:
     """The best option after ``gen_ids`` (fed after ``cache``), and every option's score.
 
-    ``label``: log p(label); ``text``: mean log p per token of ``"label. option text"``.
+    ``label``: log p(label); ``text``: mean log p per token of ``"label. option text"``;
+    ``generate``: 1 for the option a greedy answer names (:func:`parse_choice`), else 0.
     """
     if scoring not in SCORINGS:
         raise ConfigError(f"unknown scoring {scoring!r}; use one of {SCORINGS}")
+    if scoring == "generate":
+        said = runtime.generate(list(gen_ids), cache, max_new_tokens=GENERATE_TOKENS).text
+        pred = parse_choice(said, q)
+        return pred, {label: float(label == pred) for label in q.labels}
     answers = q.labels if scoring == "label" else [mc_response(q_, "label_text") for q_ in _as_answers(q)]
     answer_ids = [runtime.encode(a) for a in answers]
     if scoring == "label" and all(len(ids) == 1 for ids in answer_ids):  # one forward scores every option
