@@ -92,7 +92,7 @@ def test_only_the_same_computation_is_shared_between_pairs():
     assert rep.shared_conditions(None, "MMLU val", "q", receiver="R", scoring="text", control_id="c1") == {}
 
 
-def test_the_average_counts_only_benchmarks_with_every_condition(tmp_path):
+def test_the_average_counts_only_benchmarks_with_every_condition():
     rep = _report()
     pair = {"benchmarks": {"A": _entry(0.2), "B": _entry(0.6), "C": _entry(0.9, ("receiver", "control"))}}
     avg = rep.summarize(pair)

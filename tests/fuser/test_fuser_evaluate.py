@@ -89,7 +89,7 @@ def test_generate_scoring_reads_the_receivers_own_greedy_answer(tiny_rt):
     said = r.generate(gen, cache, max_new_tokens=GENERATE_TOKENS).text
     assert best == parse_choice(said, q)
     assert scores == {lab: float(lab == best) for lab in q.labels}
-    # the shared cache is left as it was: label scoring after it gives the same scores as before
+    # the shared cache is left as it was: text scoring after a generation gives the same scores
     _, before = choose(r, gen, cache, q, "text")
     choose(r, gen, cache, q, "generate")
     assert choose(r, gen, cache, q, "text")[1] == pytest.approx(before)

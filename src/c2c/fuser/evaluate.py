@@ -15,8 +15,10 @@ label right after the generation prompt; ``text`` compares the mean per-token
 log-likelihood of the whole answer ``"B. <option text>"``, which small models
 bias less towards one label. The highest wins. ``generate`` lets the model answer
 greedily (``GENERATE_TOKENS`` at most) and reads the label from its words
-(:func:`parse_choice`); an answer that names no option counts as wrong. Latency is the sum of the steps a condition needs, run
-one after another on this process: for c2c, Receiver prefill + Sharer prefill +
+(:func:`parse_choice`); an answer that names no option counts as wrong.
+
+Latency is the sum of the steps a condition needs, run one after another on
+this process: for c2c, Receiver prefill + Sharer prefill +
 alignment + fusion + scoring; for t2t, the Sharer's hint (prefill and decode) +
 the Receiver's prefill of the longer context + scoring. Caches two conditions
 share are computed once and their time is charged to both.
