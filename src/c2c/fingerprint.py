@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from c2c.errors import FingerprintMismatchError
+from c2c._io import write_atomic
+from c2c.errors import ArtifactWriteError, FingerprintMismatchError
 
 CACHE_FORMAT_VERSION = 1
+_MAX_FIELD_CHARS = 4096  # bound on each string field a (possibly hostile) header may carry
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -84,11 +85,14 @@ class Fingerprint:
         if sw is not None and (not isinstance(sw, int) or isinstance(sw, bool) or sw < 1):
             raise ValueError(f"fingerprint sliding_window must be null or a positive integer, got {sw!r}")
         for name in ("architecture", "rope", "dtype", "tokenizer_digest", "weights_digest", "model_name"):
-            if not isinstance(d.get(name, ""), str):
-                raise ValueError(f"fingerprint {name} must be a string")
+            v = d.get(name, "")
+            if not isinstance(v, str) or len(v) > _MAX_FIELD_CHARS:
+                raise ValueError(f"fingerprint {name} must be a string of at most {_MAX_FIELD_CHARS} characters")
         for name in ("layer_types", "adapters"):
-            if not isinstance(d.get(name, []), list) or not all(isinstance(x, str) for x in d.get(name, [])):
-                raise ValueError(f"fingerprint {name} must be a list of strings")
+            v = d.get(name, [])
+            if (not isinstance(v, list) or len(v) > 1 << 16
+                    or not all(isinstance(x, str) and len(x) <= 256 for x in v)):
+                raise ValueError(f"fingerprint {name} must be a list of strings (at most 256 characters each)")
         d["layer_types"] = tuple(d.get("layer_types", ()))
         d["adapters"] = tuple(d.get("adapters", ()))
         if len(d["layer_types"]) != d["num_layers"]:
@@ -153,10 +157,8 @@ def weights_digest(path: Path | None, model=None) -> str:
                         h.update(block)
             digest = h.hexdigest()
             try:
-                tmp = memo.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"key": key, "digest": digest}))
-                os.replace(tmp, memo)
-            except OSError:
+                write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
+            except ArtifactWriteError:
                 pass  # NOTE: a read-only model dir just means we hash again next time
             return digest
     if model is None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from c2c._io import private_dir
+
 
 def c2c_home() -> Path:
     """The root folder for models, keys and the default store. Created on first use."""
     home = Path(os.environ.get("C2C_HOME") or Path.home() / ".cache" / "c2c").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
-    return home
+    return private_dir(home)  # 0700 when created; an existing folder is left as it is
 
 
 def data_dir() -> Path:
@@ -18,5 +19,4 @@ def data_dir() -> Path:
     env = os.environ.get("C2C_DATA")
     if env:
         return Path(env).expanduser()
-    beside = Path(__file__).resolve().parents[2].parent / "shared" / "data"  # <checkout>/../shared/data
-    return beside if beside.is_dir() else Path("/work/shared/data")
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"  # <checkout>/../shared/data

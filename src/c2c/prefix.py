@@ -23,6 +23,8 @@ from c2c.errors import PrefixMismatchError
 
 BlockHash = NewType("BlockHash", str)  # 64 hex chars
 BLOCK_SIZE = 16
+MAX_BLOCK_SIZE = 4096           # bounds on what a (possibly hostile) header may declare
+MAX_PREFIX_TOKENS = 1 << 20
 _ROOT = hashlib.sha256(b"c2c-prefix-v1").digest()
 
 
@@ -55,8 +57,21 @@ class PrefixRef:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PrefixRef":
-        return cls(length=int(d["length"]), hashes=tuple(BlockHash(h) for h in d["hashes"]),
-                   block_size=int(d.get("block_size", BLOCK_SIZE)))
+        """Validate and build: ``block_size`` in [1, MAX_BLOCK_SIZE], ``length`` bounded, and exactly
+        ``ceil(length / block_size)`` sha256 hex hashes. Anything else raises ``ValueError``."""
+        if not isinstance(d, dict) or set(d) - {"length", "hashes", "block_size"}:
+            raise ValueError("prefix must be an object with length, hashes and block_size")
+        length, block_size, hashes = d.get("length"), d.get("block_size", BLOCK_SIZE), d.get("hashes")
+        for name, v, hi in (("length", length, MAX_PREFIX_TOKENS), ("block_size", block_size, MAX_BLOCK_SIZE)):
+            if not isinstance(v, int) or isinstance(v, bool) or not (name == "length" or v >= 1) or not 0 <= v <= hi:
+                raise ValueError(f"prefix {name} must be an integer in [{int(name != 'length')}, {hi}], got {v!r}")
+        if not isinstance(hashes, list) or len(hashes) != -(-length // block_size):
+            raise ValueError(f"prefix of {length} tokens in blocks of {block_size} needs "
+                             f"{-(-length // block_size)} block hashes")
+        for h in hashes:
+            if not isinstance(h, str) or len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
+                raise ValueError("prefix hashes must be sha256 hex digests")
+        return cls(length=length, hashes=tuple(BlockHash(h) for h in hashes), block_size=block_size)
 
     def require_match(self, token_ids: Sequence[int]) -> None:
         """Raise :class:`PrefixMismatchError` unless ``token_ids`` is exactly this prefix."""

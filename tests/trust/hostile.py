@@ -164,7 +164,8 @@ def corpus(key: SigningKey, other: SigningKey, revoked: SigningKey) -> list[tupl
     # declared sizes far beyond the file
     add("header length 2**63", struct.pack("<Q", 2**63) + data[8:], ArtifactTooLargeError)
     add("header length 2**64-1", struct.pack("<Q", 2**64 - 1) + data[8:], ArtifactTooLargeError)
-    add("header length 60 MB", struct.pack("<Q", 60 << 20) + data[8:], TruncatedArtifactError)
+    add("header length 12 MB", struct.pack("<Q", 12 << 20) + data[8:], TruncatedArtifactError)
+    add("header length 60 MB", struct.pack("<Q", 60 << 20) + data[8:], ArtifactTooLargeError)
     add("offsets to 2**62", edit_table(data, lambda t: t["v.001"].__setitem__("data_offsets", [0, 2**62])), CorruptArtifactError)
     add("negative offsets", edit_table(data, lambda t: t["k.000"].__setitem__("data_offsets", [-8, 0])), CorruptArtifactError)
     add("span end 2**40", edit_header(data, lambda h: h.__setitem__("end", 2**40)), CorruptArtifactError)
@@ -191,6 +192,36 @@ def corpus(key: SigningKey, other: SigningKey, revoked: SigningKey) -> list[tupl
     add("not UTF-8", struct.pack("<Q", 8) + b"\xff\xfe\xfd\xfc{}  " + body, CorruptArtifactError)
     add("signature not an object", edit_table(data, lambda t: t["__metadata__"].__setitem__("c2c.signature", "[1]")), CorruptArtifactError)
     add("random bytes", bytes(range(256)) * 4, ArtifactTooLargeError)
+    # crafted headers that crashed deep inside the old parser, or later in `continue`
+    withheld = synthetic_artifact(withhold=True, seed=3).encode()
+    for name, base in (("", data), (" (tokens withheld)", withheld)):
+        add("prefix block_size 0" + name, edit_header(base, lambda h: h["prefix"].__setitem__("block_size", 0)),
+            CorruptArtifactError)
+        add("prefix block_size -16" + name, edit_header(base, lambda h: h["prefix"].__setitem__("block_size", -16)),
+            CorruptArtifactError)
+    add("prefix block_size 2**40", edit_header(withheld, lambda h: h["prefix"].__setitem__("block_size", 2**40)),
+        CorruptArtifactError)
+    add("prefix hashes missing", edit_header(withheld, lambda h: h["prefix"].__setitem__("hashes", [])),
+        CorruptArtifactError)
+    add("prefix hash not hex", edit_header(withheld, lambda h: h["prefix"]["hashes"].__setitem__(0, "x" * 64)),
+        CorruptArtifactError)
+    at = data.index(b'created\\":\\"') + len(b'created\\":\\"')
+    lone = data[:at] + b"\\ud800" + data[at:]
+    add("lone surrogate in metadata", struct.pack("<Q", n + 6) + lone[8:8 + n + 6] + body, CorruptArtifactError)
+    sig_at = data.index(b'"c2c.signature":"') + len(b'"c2c.signature":"')
+    lone = data[:sig_at] + b"\\udfff" + data[sig_at:]
+    add("lone surrogate in signature", struct.pack("<Q", n + 6) + lone[8:8 + n + 6] + body, CorruptArtifactError)
+    add("lone surrogate in header", edit_header_text(data, '"created":"', '"created":"\\ud800'), CorruptArtifactError)
+    # strings and lists past their bounds
+    add("label of 100k characters", edit_header(data, lambda h: h["labels"].__setitem__("span", "x" * 100_000)),
+        CorruptArtifactError)
+    add("1000 producer keys", edit_header(data, lambda h: h["producer"].update({f"k{i}": "v" for i in range(1000)})),
+        CorruptArtifactError)
+    add("1000 parents", edit_header(data, lambda h: h.__setitem__("parents", ["a" * 64] * 1000)), CorruptArtifactError)
+    add("extra of 1 MB", edit_header(data, lambda h: h["extra"].__setitem__("x", "y" * (1 << 20))),
+        CorruptArtifactError)
+    add("model_name of 1 MB", edit_header(data, lambda h: h["fingerprint"].__setitem__("model_name", "m" * (1 << 20))),
+        CorruptArtifactError)
     add("over max_bytes", data, ArtifactTooLargeError, "decode-small")
 
     # signature stage: they decode, then the signature check must refuse them

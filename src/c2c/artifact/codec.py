@@ -29,14 +29,15 @@ from typing import Any, Sequence
 
 import torch
 
+from c2c._io import read_bounded, write_atomic  # noqa: F401  (re-exported)
 from c2c.artifact.header import ArtifactHeader, token_digest, utc_now
-from c2c.errors import (ArtifactTooLargeError, ArtifactWriteError, CorruptArtifactError,
-                        TruncatedArtifactError)
+from c2c.errors import ArtifactTooLargeError, CorruptArtifactError, TruncatedArtifactError
 from c2c.fingerprint import Fingerprint, canonical_json
 from c2c.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
 
-MAX_HEADER_BYTES = 64 << 20
+# NOTE: a header of 1M tokens is ~8 MB of JSON; 16 MiB bounds what rejecting a garbage header costs.
+MAX_HEADER_BYTES = 16 << 20
 DEFAULT_MAX_BYTES = int(os.environ.get("C2C_MAX_ARTIFACT_BYTES", 16 << 30))
 
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -127,26 +128,42 @@ class Artifact:
 
     # ------------------------------------------------------------------ files
     def write(self, path: str | Path) -> int:
-        """Write atomically (temp file, fsync, rename). Returns bytes written."""
+        """Write atomically and privately (0600 temp file, fsync, rename). Returns bytes written."""
         return write_atomic(Path(path), self.encode())
 
     @classmethod
     def read(cls, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
-        return cls.decode(read_bounded(Path(path), max_bytes), max_bytes=max_bytes)
+        """Read and fully validate an artifact file; a bad header costs O(header) memory (:func:`read_file`)."""
+        return cls.decode(read_file(path, max_bytes), max_bytes=max_bytes)
 
 
 def _parse(data, max_bytes: int, *, materialize: bool):
     buf = memoryview(data)
     if len(buf) > max_bytes:
         raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
-    if len(buf) < 8:
-        raise TruncatedArtifactError(f"artifact is {len(buf)} bytes; too short to hold a header length")
-    (n,) = struct.unpack("<Q", buf[:8])
+    n = _header_length(bytes(buf[:8]), len(buf))
+    header, signature, table = _parse_head(bytes(buf[8: 8 + n]))
+    layout = _layout(header, table)
+    body = buf[8 + n:]
+    _check_body_size(layout, len(body))
+    return header, signature, _tensors(header, layout, body, materialize=materialize)
+
+
+def _header_length(lead: bytes, total: int) -> int:
+    """The declared header length ``n`` from the first 8 bytes, checked against ``total``."""
+    if len(lead) < 8 or total < 8:
+        raise TruncatedArtifactError(f"artifact is {total} bytes; too short to hold a header length")
+    (n,) = struct.unpack("<Q", lead[:8])
     if n > MAX_HEADER_BYTES:
         raise ArtifactTooLargeError(f"declared header of {n} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
-    if 8 + n > len(buf):
-        raise TruncatedArtifactError(f"declared header of {n} bytes but only {len(buf) - 8} follow")
-    table = _parse_json(bytes(buf[8: 8 + n]), "tensor table")
+    if 8 + n > total:
+        raise TruncatedArtifactError(f"declared header of {n} bytes but only {total - 8} follow")
+    return n
+
+
+def _parse_head(head: bytes) -> tuple[ArtifactHeader, dict | None, dict]:
+    """The safetensors table: (validated c2c header, signature dict or None, tensor entries)."""
+    table = _parse_json(head, "tensor table")
     if not isinstance(table, dict):
         raise CorruptArtifactError("the safetensors header is not a JSON object")
     meta = table.pop("__metadata__", None)
@@ -154,21 +171,30 @@ def _parse(data, max_bytes: int, *, materialize: bool):
         raise CorruptArtifactError("no c2c header in __metadata__: this is not a c2c artifact")
     extra_meta = set(meta) - {"c2c.header", "c2c.signature"}
     if extra_meta or not all(isinstance(v, str) for v in meta.values()):
-        raise CorruptArtifactError(f"unexpected __metadata__ entries {sorted(extra_meta)}")
-    raw_header = meta["c2c.header"].encode("utf-8")
+        raise CorruptArtifactError(f"unexpected __metadata__ entries {sorted(extra_meta)[:4]}")
+    raw_header = _utf8(meta["c2c.header"], "c2c header")
     header = ArtifactHeader.from_dict(_parse_json(raw_header, "c2c header"))
     try:
         canonical = header.canonical()
+    except UnicodeEncodeError:
+        raise CorruptArtifactError("the c2c header holds a lone surrogate, which UTF-8 cannot encode") from None
     except ValueError:  # e.g. 1e400 in extra parses as inf, which canonical JSON cannot write
         raise CorruptArtifactError("the c2c header holds a non-finite number") from None
     if canonical != raw_header:
         raise CorruptArtifactError("the c2c header is not in canonical form; refusing an ambiguous header")
     signature = None
     if "c2c.signature" in meta:
-        signature = _parse_json(meta["c2c.signature"].encode("utf-8"), "signature")
+        signature = _parse_json(_utf8(meta["c2c.signature"], "signature"), "signature")
         if not isinstance(signature, dict):
             raise CorruptArtifactError("the signature entry is not a JSON object")
-    return header, signature, _tensors(header, table, buf[8 + n:], materialize=materialize)
+    return header, signature, table
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CorruptArtifactError(f"the {what} holds a lone surrogate escape, which is not text") from None
 
 
 # ------------------------------------------------------------------ helpers
@@ -194,22 +220,40 @@ def _parse_json(raw: bytes, what: str) -> Any:
         raise CorruptArtifactError(f"non-finite number {c} in the {what}")
 
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=no_dupes, parse_constant=no_constants)
+        text = raw.decode("utf-8")
+        obj = json.loads(text, object_pairs_hook=no_dupes, parse_constant=no_constants)
+        if "\\u" in text:  # only an escape can smuggle in a lone surrogate: re-encode to find one
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        return obj
     except CorruptArtifactError:
         raise
+    except UnicodeEncodeError:
+        raise CorruptArtifactError(f"the {what} holds a lone surrogate escape, which is not text") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CorruptArtifactError(f"the {what} is not valid JSON: {str(e)[:200]}") from None
 
 
-def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview, *,
-             materialize: bool = True) -> KVCache | None:
+@dataclass(frozen=True)
+class _Layout:
+    """Where each tensor lies in the data section, as the header and table declare it."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]    # (1, kv_heads, T_layer, head_dim) per tensor
+    spans: tuple[tuple[int, int], ...]     # byte range of each tensor in the data section
+    size: int                              # bytes of the whole data section
+    dtype: torch.dtype
+    windows: tuple[int | None, ...]
+
+
+def _layout(header: ArtifactHeader, table: dict[str, Any]) -> _Layout:
+    """Check every tensor entry against the header, without touching tensor bytes."""
     fp = header.fingerprint
     names = _tensor_names(fp.num_layers)
     if sorted(table) != sorted(names):
         raise CorruptArtifactError(
             f"tensor names do not match a {fp.num_layers}-layer cache: "
             f"unexpected {sorted(set(table) - set(names))[:4]}, missing {sorted(set(names) - set(table))[:4]}")
-    if header.dtype not in _DTYPES or header.dtype.lower() not in ("f32", "f16", "bf16"):
+    if header.dtype not in _DTYPES:
         raise CorruptArtifactError(f"unsupported dtype {header.dtype!r}")
     torch_dtype = _DTYPES[header.dtype]
     itemsize = torch.empty(0, dtype=torch_dtype).element_size()
@@ -224,22 +268,37 @@ def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview, *,
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise CorruptArtifactError(f"tensor entry {name} is malformed")
         if entry["dtype"] != header.dtype:
-            raise CorruptArtifactError(f"tensor {name} has dtype {entry['dtype']!r}, header says {header.dtype!r}")
+            raise CorruptArtifactError(f"tensor {name} has dtype {str(entry['dtype'])[:16]!r}, "
+                                       f"header says {header.dtype!r}")
         want = [1, fp.kv_heads, KVCache.layer_length(T, windows[i // 2]), fp.head_dim]
         if entry["shape"] != want:
-            raise CorruptArtifactError(f"tensor {name} has shape {entry['shape']}, expected {want} from the header")
-        a, b = entry["data_offsets"] if isinstance(entry["data_offsets"], list) and len(entry["data_offsets"]) == 2 else (None, None)
+            raise CorruptArtifactError(f"tensor {name} has shape {str(entry['shape'])[:64]}, "
+                                       f"expected {want} from the header")
+        offsets = entry["data_offsets"]
+        a, b = offsets if isinstance(offsets, list) and len(offsets) == 2 else (None, None)
         size = want[1] * want[2] * want[3] * itemsize
         if not (isinstance(a, int) and isinstance(b, int)) or a != offset or b - a != size:
-            raise CorruptArtifactError(f"tensor {name} has data_offsets {entry['data_offsets']}, expected [{offset}, {offset + size}]")
+            raise CorruptArtifactError(f"tensor {name} has data_offsets {str(offsets)[:64]}, "
+                                       f"expected [{offset}, {offset + size}]")
         offset = b
-        shapes.append(want)
+        shapes.append(tuple(want))
         spans.append((a, b))
-    if offset > len(data):
-        raise TruncatedArtifactError(f"tensors need {offset} bytes of data but only {len(data)} are present")
-    if offset < len(data):
-        raise CorruptArtifactError(f"{len(data) - offset} unexpected bytes after the last tensor")
-    table_bytes = _tensor_table(names, header.dtype, shapes)
+    return _Layout(names=tuple(names), shapes=tuple(shapes), spans=tuple(spans), size=offset,
+                   dtype=torch_dtype, windows=windows)
+
+
+def _check_body_size(layout: _Layout, have: int) -> None:
+    if layout.size > have:
+        raise TruncatedArtifactError(f"tensors need {layout.size} bytes of data but only {have} are present")
+    if layout.size < have:
+        raise CorruptArtifactError(f"{have - layout.size} unexpected bytes after the last tensor")
+
+
+def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
+             materialize: bool = True) -> KVCache | None:
+    """Digest- and NaN-check the data section; build the cache when ``materialize``."""
+    torch_dtype, names, spans = layout.dtype, layout.names, layout.spans
+    table_bytes = _tensor_table(names, header.dtype, layout.shapes)
     if _digest_tensors(table_bytes, data) != header.tensor_digest:
         raise CorruptArtifactError("tensor bytes do not match the header's tensor_digest (corrupted or tampered)")
     if not len(data):
@@ -263,57 +322,48 @@ def _tensors(header: ArtifactHeader, table: dict[str, Any], data: memoryview, *,
                 raise CorruptArtifactError(f"tensor {name} contains NaN or Inf")
     if not materialize:
         return None
-    tensors = [flat[a:b].view(torch_dtype).view(*shape) for (a, b), shape in zip(spans, shapes)]
-    tokens = header.tokens if header.tokens is not None else (0,) * T
+    tensors = [flat[a:b].view(torch_dtype).view(*shape) for (a, b), shape in zip(spans, layout.shapes)]
+    tokens = header.tokens if header.tokens is not None else (0,) * header.seq_len
     return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),
-                   start=header.start, windows=windows)
+                   start=header.start, windows=layout.windows)
 
 
-def write_atomic(path: Path, payload: bytes, *, durable: bool = True) -> int:
-    """Write ``payload`` to ``path`` so that readers see all of it or nothing.
+def read_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytearray:
+    """Read an artifact file, checking its header before touching the tensor region.
 
-    ``durable`` also fsyncs the file and its directory, so that it survives a power
-    loss. Only throwaway files (a one-shot handoff inside one machine) skip it.
+    The 8-byte length, the header and the tensor table are read and validated
+    first (the declared data size must equal what the file holds), so a file
+    with a garbage or lying header is refused at the cost of its header, never
+    of its size. Only then is the rest read, into one buffer of exactly the
+    file's size; :meth:`Artifact.decode` then checks digests and values.
+
+    Raises:
+        ArtifactError: as :meth:`Artifact.decode`, for the header; and for a
+            missing, unreadable or oversized file.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if not durable:
-            return len(payload)
-        try:
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise ArtifactWriteError(f"could not write {path}: {e.strerror or e}; nothing was written") from e
-    return len(payload)
-
-
-def read_bounded(path: Path, max_bytes: int) -> bytes:
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
         with open(path, "rb") as f:
-            data = f.read(size + 1)  # NOTE: never read(max_bytes): Python pre-allocates it
-        if len(data) > max_bytes:
-            raise ArtifactTooLargeError(f"{path} grew past the limit of {max_bytes} bytes while reading")
-        return data
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
+            lead = f.read(8)
+            n = _header_length(lead, size)
+            head = f.read(n)
+            if len(head) != n:
+                raise TruncatedArtifactError(f"{path} changed while being read")
+            header, _, table = _parse_head(head)
+            _check_body_size(_layout(header, table), size - 8 - n)
+            buf = bytearray(size)
+            buf[:8], buf[8: 8 + n] = lead, head
+            with memoryview(buf) as view:
+                got = f.readinto(view[8 + n:])
+            if got != size - 8 - n or f.read(1):
+                raise TruncatedArtifactError(f"{path} changed size while being read; refusing it")
+            return buf
     except FileNotFoundError:
         raise CorruptArtifactError(f"no artifact at {path}") from None
     except IsADirectoryError:
         raise CorruptArtifactError(f"{path} is a directory, not an artifact") from None
+    except PermissionError as e:
+        raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None

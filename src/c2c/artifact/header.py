@@ -30,6 +30,14 @@ from c2c.prefix import PrefixRef
 FORMAT = "c2c-kv"
 FORMAT_VERSION = 1
 
+# Bounds on what a header may declare: a header comes from another agent, maybe a hostile one.
+MAX_TOKENS = 1 << 20          # positions one artifact covers
+MAX_PARENTS = 256
+MAX_TEXT = 1024               # characters of one producer or label value
+MAX_KEY = 128                 # characters of one producer or label key
+MAX_ENTRIES = 64              # keys in producer / labels
+MAX_EXTRA_BYTES = 64 << 10    # canonical JSON of ``extra``
+
 
 def token_digest(token_ids: Sequence[int]) -> str:
     return hashlib.sha256(struct.pack(f"<{len(token_ids)}I", *token_ids)).hexdigest()
@@ -103,23 +111,31 @@ class ArtifactHeader:
             start, end = _int(d["start"], "start"), _int(d["end"], "end")
             tokens = d["tokens"]
             if tokens is not None:
-                tokens = tuple(_int(t, "token id", hi=2**32 - 1) for t in _typed(tokens, list, "tokens"))
+                tokens = _typed(tokens, list, "tokens")
+                if len(tokens) > MAX_TOKENS:
+                    raise CorruptArtifactError(f"header lists {len(tokens)} tokens; the limit is {MAX_TOKENS}")
+                tokens = tuple(_int(t, "token id", hi=2**32 - 1) for t in tokens)
+            parents = _typed(d["parents"], list, "parents")
+            if len(parents) > MAX_PARENTS:
+                raise CorruptArtifactError(f"header lists {len(parents)} parents; the limit is {MAX_PARENTS}")
             header = cls(
                 fingerprint=fp, prefix=prefix, start=start, end=end, tokens=tokens,
                 token_digest=_hex(d["token_digest"], "token_digest"),
                 tensor_digest=_hex(d["tensor_digest"], "tensor_digest"),
-                dtype=_typed(d["dtype"], str, "dtype"),
-                producer={str(k): _typed(v, str, "producer") for k, v in _typed(d["producer"], dict, "producer").items()},
-                created=_typed(d["created"], str, "created"),
-                parents=tuple(_hex(p, "parent") for p in _typed(d["parents"], list, "parents")),
-                labels={str(k): _typed(v, str, "label") for k, v in _typed(d["labels"], dict, "labels").items()},
-                extra=_typed(d["extra"], dict, "extra"),
+                dtype=_text(d["dtype"], "dtype", 16),
+                producer=_text_map(d["producer"], "producer"),
+                created=_text(d["created"], "created", 64),
+                parents=tuple(_hex(p, "parent") for p in parents),
+                labels=_text_map(d["labels"], "labels"),
+                extra=_bounded_extra(d["extra"]),
             )
         except CorruptArtifactError:
             raise
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptArtifactError(f"malformed header field: {e}") from None
         # a full cache contains the prefix; a slice lies after it
+        if end - start > MAX_TOKENS:
+            raise CorruptArtifactError(f"span [{start}:{end}) is longer than the {MAX_TOKENS}-token limit")
         if not (0 <= start < end) or not (prefix.length <= (end if start == 0 else start)):
             raise CorruptArtifactError(f"inconsistent span [{start}:{end}) with prefix length {prefix.length}")
         if tokens is not None:
@@ -135,6 +151,33 @@ class ArtifactHeader:
 def _typed(v: Any, t: type, what: str) -> Any:
     if not isinstance(v, t) or (t is int and isinstance(v, bool)):
         raise CorruptArtifactError(f"header field {what} should be {t.__name__}, got {type(v).__name__}")
+    return v
+
+
+def _text(v: Any, what: str, limit: int = MAX_TEXT) -> str:
+    v = _typed(v, str, what)
+    if len(v) > limit:
+        raise CorruptArtifactError(f"header field {what} is {len(v)} characters; the limit is {limit}")
+    return v
+
+
+def _text_map(v: Any, what: str) -> dict[str, str]:
+    v = _typed(v, dict, what)
+    if len(v) > MAX_ENTRIES:
+        raise CorruptArtifactError(f"header field {what} has {len(v)} entries; the limit is {MAX_ENTRIES}")
+    return {_text(k, f"{what} key", MAX_KEY): _text(x, what) for k, x in v.items()}
+
+
+def _bounded_extra(v: Any) -> dict[str, Any]:
+    v = _typed(v, dict, "extra")
+    try:
+        size = len(canonical_json(v))
+    except UnicodeEncodeError:
+        raise CorruptArtifactError("header field extra holds a lone surrogate, which is not text") from None
+    except (ValueError, RecursionError):
+        raise CorruptArtifactError("header field extra holds a non-finite number or is nested too deeply") from None
+    if size > MAX_EXTRA_BYTES:
+        raise CorruptArtifactError(f"header field extra is {size} bytes; the limit is {MAX_EXTRA_BYTES}")
     return v
 
 

@@ -40,7 +40,7 @@ def register(sub) -> None:
 
     c = command(s, "eval", help="accuracy and latency of receiver / sharer / t2t / c2c / control",
                 example="c2c fuser eval --checkpoint ~/.cache/c2c/fuser/runs/pair_b \\\n"
-                        "    --data /work/shared/data/eval/arc_challenge/ARC-Challenge-Dev.jsonl --limit 50 --json",
+                        "    --data ../shared/data/eval/arc_challenge/ARC-Challenge-Dev.jsonl --limit 50 --json",
                 func=_eval)
     c.add_argument("--checkpoint", required=True, help="fuser checkpoint directory")
     c.add_argument("--control-checkpoint", default=None,

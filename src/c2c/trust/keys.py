@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from c2c.artifact.header import utc_now
+from c2c._io import private_dir, write_atomic
 from c2c.errors import ConfigError, KeyringError, RevokedSignerError, UnknownSignerError
 from c2c.fingerprint import canonical_json, sha256_hex
 from c2c.home import c2c_home
@@ -397,7 +398,7 @@ class Keyring:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         _make_dir(self.root)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
             try:
                 import fcntl
@@ -412,26 +413,14 @@ class Keyring:
 
 # ------------------------------------------------------------------ helpers
 def _make_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
+    """0700 when created; an existing directory (maybe shared) is never chmod-ed."""
+    private_dir(path)
 
 
 def write_private_file(path: Path, payload: bytes) -> None:
-    """Atomically write ``payload`` to ``path`` with mode 0600 from the first byte."""
+    """Atomically write ``payload`` to ``path`` with mode 0600 from the first byte (see :mod:`c2c._io`)."""
     _make_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise KeyringError(f"could not write {path}: {e.strerror or e}") from e
+    write_atomic(path, payload, error=KeyringError)
 
 
 def read_secret_file(path: Path) -> bytes:

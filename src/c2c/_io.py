@@ -1,0 +1,136 @@
+"""The one way c2c writes and reads files that hold KV-caches or key material.
+
+Policy (stated in the README):
+
+- **Private by default.** Every file is created mode 0600 and every directory
+  c2c creates is 0700. A directory that already exists is never ``chmod``-ed:
+  it may be a shared folder the user pointed us at.
+- **Created safely.** A write goes to a temporary file made by
+  :func:`tempfile.mkstemp` in the destination directory (``O_CREAT|O_EXCL``, a
+  random name, so a planted file or symlink is never opened), is fsynced, and
+  is renamed over the destination. ``rename`` replaces a symlink at the
+  destination instead of following it. Readers see all of the file or none.
+- **Bounded reads.** :func:`read_bounded` checks the size before reading and
+  never allocates more than the file holds.
+
+Only errors are translated here: the caller passes the :class:`~c2c.errors.C2CError`
+subclass that names its domain (an artifact write, a key file, a store blob).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from c2c.errors import ArtifactTooLargeError, ArtifactWriteError, C2CError, CorruptArtifactError
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: str | Path) -> Path:
+    """Create ``path`` (and missing parents) mode 0700; an existing directory is left as it is."""
+    path = Path(path)
+    if not path.is_dir():
+        # mkdir(mode=) applies to every directory it creates; parents get 0700 too.
+        missing = []
+        p = path
+        while not p.exists() and p != p.parent:
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, DIR_MODE)
+    return path
+
+
+def private_tempdir(prefix: str = "c2c-") -> Path:
+    """A fresh directory with a random name under the system temp folder, mode 0700 (``mkdtemp``)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def write_atomic(path: str | Path, payload: bytes | bytearray | memoryview, *, durable: bool = True,
+                 error: type[C2CError] = ArtifactWriteError) -> int:
+    """Write ``payload`` to ``path`` (mode 0600) so that readers see all of it or nothing.
+
+    ``durable`` also fsyncs the file and its directory, so that it survives a power
+    loss; only throwaway files (a one-shot handoff inside one machine) skip it.
+
+    Returns:
+        the number of bytes written.
+
+    Raises:
+        ``error`` (default :class:`ArtifactWriteError`): disk full, permission
+            denied, no such directory; no partial file is left behind.
+    """
+    path = Path(path)
+    tmp = None
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        fd, name = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        if durable:
+            fsync_dir(path.parent)
+    except OSError as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise error(f"could not write {path}: {e.strerror or e}; nothing was written") from e
+    return len(payload)
+
+
+def create_private(path: str | Path) -> int:
+    """Open a new file at ``path`` for writing, mode 0600, refusing an existing file or symlink.
+
+    Returns the file descriptor (the caller closes it). Raises ``OSError``.
+    """
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """fsync a directory so that a rename in it is durable (best effort where unsupported)."""
+    with contextlib.suppress(OSError):
+        dfd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def read_bounded(path: str | Path, max_bytes: int) -> bytearray:
+    """Read a whole file of at most ``max_bytes`` into a fresh ``bytearray``.
+
+    The size is checked before any byte is read, and the buffer is exactly the
+    file's size (a file that grows while being read is refused).
+
+    Raises:
+        ArtifactTooLargeError: the file is, or grew, larger than ``max_bytes``.
+        CorruptArtifactError: no such file, a directory, or unreadable.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
+            buf = bytearray(size)
+            got = f.readinto(buf)
+            if got != size or f.read(1):
+                raise ArtifactTooLargeError(f"{path} changed size while being read; refusing it")
+            return buf
+    except FileNotFoundError:
+        raise CorruptArtifactError(f"no file at {path}") from None
+    except IsADirectoryError:
+        raise CorruptArtifactError(f"{path} is a directory, not a file") from None
+    except PermissionError as e:
+        raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None
