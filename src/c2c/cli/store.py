@@ -92,7 +92,11 @@ def register(sub) -> None:
 
 
 def _common(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--store", metavar="URL", help="store URL (default $C2C_STORE, else sqlite:///$C2C_HOME/store)")
+    c.add_argument("--store", metavar="URL",
+                   help="store URL: sqlite:////ABS/PATH (four slashes: absolute), sqlite:///REL/PATH (three: "
+                        "relative to the working directory; write sqlite:///./tmp/x when the first part is "
+                        "also a top-level dir such as /tmp), or redis://HOST:PORT/DB "
+                        "(default $C2C_STORE, else sqlite under $C2C_HOME/store)")
     add_json_flag(c)
 
 
@@ -115,9 +119,9 @@ def _duration(text: str, flag: str) -> float:
 
 # ---------------------------------------------------------------------- commands
 def _put(args: argparse.Namespace) -> int:
-    from c2c.artifact.codec import DEFAULT_MAX_BYTES, read_bounded
+    from c2c.artifact.codec import read_file
 
-    data = read_bounded(args.file, DEFAULT_MAX_BYTES)
+    data = read_file(args.file)  # header checked before the tensor region is read
     with _open(args) as store:
         parents = [store.resolve(p) for p in args.parent]
         commit = store.put(data, stream=args.stream, parents=parents)
