@@ -104,13 +104,13 @@ def _ring(args):
 
 
 def _new(args: argparse.Namespace) -> int:
-    from c2c.artifact.codec import write_atomic
+    from c2c._io import private_dir, write_atomic
 
     ring = _ring(args)
     key = ring.create_key(args.domain, label=args.label)
     seal = ring.seal_key(args.domain, create=True)
     pub = args.pub_out or ring.root / "public" / f"{args.domain}.{key.key_id[:16]}.pub.json"
-    pub.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(pub.parent)
     write_atomic(pub, key.public.to_json())
     info = {"domain": args.domain, "key_id": key.key_id, "public_key_file": str(pub), "seal_key_id": seal.key_id}
     emit(args, info, f"new key {key.key_id[:16]} for domain {args.domain!r}\npublic key: {pub}\n"
