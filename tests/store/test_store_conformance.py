@@ -14,9 +14,10 @@ from conftest import corrupt_blob, drop_blob, leftovers
 from store_helpers import artifact_bytes, make_artifact
 
 from c2c.artifact import Artifact
-from c2c.errors import (ArtifactError, CommitNotFoundError, ConfigError, StaleCommitError, StoreCorruptError,
-                        TruncatedArtifactError)
+from c2c.errors import (ArtifactError, ArtifactTooLargeError, CommitNotFoundError, ConfigError, StaleCommitError,
+                        StoreCorruptError, TruncatedArtifactError)
 from c2c.store import GCPolicy, Graph, Store, collect, hop_report
+from c2c.store.base import MAX_REASON_CHARS, MAX_SUMMARY_CHARS, MAX_SUMMARY_STRING_CHARS
 from c2c.store.redis import RedisStore
 from c2c.store.sqlite import SQLiteStore
 
@@ -294,3 +295,69 @@ def test_hop_depth_and_text_fallback(store):
     ok = hop_report(store, links[2].id, max_hops=3)
     assert ok.depth == 2 and not ok.exceeded
     assert Graph.load(store).deps(links[-1].id, max_hops=3).hops == rep
+
+
+# ------------------------------------------------------------------ bounded strings
+def test_an_overlong_reason_is_refused_and_nothing_is_marked(store):
+    a, b, c = chain(store, 3)
+    with pytest.raises(ConfigError, match=rf"limit of {MAX_REASON_CHARS} \(MAX_REASON_CHARS\)"):
+        store.invalidate(a.id, reason="x" * (5 << 20))
+    with pytest.raises(ConfigError, match="MAX_REASON_CHARS"):
+        store.invalidate(a.id, reason="y" * (MAX_REASON_CHARS + 1))
+    assert not any(store.show(x.id).stale for x in (a, b, c)) and store.events() == []
+
+
+def test_a_reason_of_exactly_the_limit_is_accepted(store):
+    a, b = chain(store, 2)
+    reason = "r" * MAX_REASON_CHARS
+    events = store.invalidate(a.id, reason=f"  {reason}\n")  # surrounding whitespace does not count
+    assert [e.commit for e in events] == [a.id, b.id]
+    assert store.show(a.id).stale_reason == f"invalidated: {reason}"
+    assert store.show(b.id).stale_reason.endswith(f": invalidated: {reason}")
+
+
+@pytest.mark.parametrize("bad", ["a" * 201, "ok\n", "", "has space", "a" * 200 + "\n"])
+def test_stream_names_are_bounded_at_every_entry_point(store, bad):
+    with pytest.raises(ConfigError, match="stream name"):
+        store.put(artifact_bytes(1), stream=bad)
+    with pytest.raises(ConfigError, match="stream name"):
+        store.latest(bad)
+    with pytest.raises(ConfigError, match="stream name"):
+        store.log(bad)
+    assert store.log() == [] and store.streams() == [] and leftovers(store) == 0
+
+
+def test_stream_names_of_exactly_the_limit_work_and_a_long_agent_falls_back(store):
+    name = "s" * 200
+    c = store.put(artifact_bytes(1), stream=name)
+    assert store.latest(name).id == c.id and [r.id for r in store.log(name)] == [c.id]
+    assert store.put(artifact_bytes(2, agent="a" * 201)).stream == "default"
+    with pytest.raises(ConfigError, match="sha256 hex id"):
+        store.show(c.id + "\n")
+
+
+def _summary_with(monkeypatch, **labels):
+    import c2c.store.ingest as ingest
+
+    real = ingest.summarize
+    monkeypatch.setattr(ingest, "summarize", lambda header: {**real(header), "labels": labels})
+
+
+def test_summary_strings_past_the_bound_are_refused_whatever_the_parser_let_through(store, monkeypatch):
+    _summary_with(monkeypatch, note="n" * (MAX_SUMMARY_STRING_CHARS + 1))
+    with pytest.raises(ArtifactTooLargeError, match="MAX_SUMMARY_STRING_CHARS"):
+        store.put(artifact_bytes(1), stream="a")
+    _summary_with(monkeypatch, **{"k" * (MAX_SUMMARY_STRING_CHARS + 1): "v"})
+    with pytest.raises(ArtifactTooLargeError, match="MAX_SUMMARY_STRING_CHARS"):
+        store.put(artifact_bytes(1), stream="a")
+    many = MAX_SUMMARY_CHARS // MAX_SUMMARY_STRING_CHARS + 1
+    _summary_with(monkeypatch, **{f"l{i}": "v" * MAX_SUMMARY_STRING_CHARS for i in range(many)})
+    with pytest.raises(ArtifactTooLargeError, match="MAX_SUMMARY_CHARS"):
+        store.put(artifact_bytes(1), stream="a")
+    assert store.log() == [] and store.streams() == [] and leftovers(store) == 0
+
+
+def test_summary_strings_of_exactly_the_bound_are_stored(store, monkeypatch):
+    _summary_with(monkeypatch, note="n" * MAX_SUMMARY_STRING_CHARS)
+    c = store.put(artifact_bytes(1), stream="a")
+    assert store.show(c.id).commit.summary["labels"] == {"note": "n" * MAX_SUMMARY_STRING_CHARS}

@@ -1,14 +1,16 @@
-"""SQLiteStore specifics: WAL mode, content-addressed blob files, sweeping orphans."""
+"""SQLiteStore specifics: WAL mode, content-addressed blob files, sweeping orphans, private files."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 
+import pytest
 from store_helpers import artifact_bytes
 
-from c2c.store import GCPolicy, collect, open_store
+from c2c.store import GCPolicy, Graph, collect, open_store
 
 
 def test_layout_wal_and_content_addressed_blobs(tmp_path):
@@ -47,3 +49,69 @@ def test_sweep_removes_only_old_unreferenced_files(tmp_path):
     assert report.orphans_removed == 2 and report.removed == ()
     assert not stale_tmp.exists() and not orphan.exists() and young_tmp.exists()
     assert store.verify() == []
+
+
+# ------------------------------------------------------------------- private files
+@pytest.fixture
+def lax_umask():
+    """The common umask 022, so that only the store's own modes keep files private."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _modes(root):
+    """{path relative to root: permission bits} for root and everything under it."""
+    out = {".": stat.S_IMODE(os.lstat(root).st_mode)}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            out[os.path.relpath(path, root)] = stat.S_IMODE(os.lstat(path).st_mode)
+    return out
+
+
+def test_every_file_and_directory_the_store_writes_is_private(tmp_path, lax_umask):
+    root = tmp_path / "s"
+    store = open_store(f"sqlite:///{root}")
+    a1 = store.put(artifact_bytes(1), stream="a")
+    b = store.put(artifact_bytes(2), stream="b", parents=[a1.id])
+    store.put(artifact_bytes(3), stream="a")                    # supersedes a1 (and b)
+    c = store.put(artifact_bytes(4), stream="c")
+    assert store.get(c.id).data is not None
+    store.invalidate(c.id, reason="checked")
+    d1 = store.put(artifact_bytes(5), stream="d")
+    store.put(artifact_bytes(6), stream="d")
+    (store.root / "blobs" / "ab").mkdir(mode=0o700, exist_ok=True)
+    (store.root / "blobs" / "ab" / ("ab" + "0" * 62)).touch(mode=0o600)  # an orphan for the sweep
+    report = collect(store, GCPolicy(keep_last=1, orphan_grace_s=0))
+    assert report.removed == (d1.id,) and report.orphans_removed == 1 and b.id not in report.removed
+    out = Graph.load(store).png(root / "graphs" / "dag.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    modes = _modes(root)  # while the store is open: the -wal and -shm files exist
+    assert {"store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm", "blobs", "tmp",
+            "graphs/dag.png", f"blobs/{c.blob[:2]}/{c.blob}"} <= set(modes)
+    loose = {path: oct(mode) for path, mode in modes.items() if mode & 0o077}
+    assert loose == {}
+    assert modes["store.sqlite3"] == modes["store.sqlite3-wal"] == modes["graphs/dag.png"] == 0o600
+    assert modes["."] == modes["blobs"] == modes["tmp"] == modes["graphs"] == 0o700
+    store.close()
+
+
+def test_an_existing_directory_is_never_chmodded(tmp_path, lax_umask):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    with open_store(f"sqlite:///{shared / 'store'}") as store:
+        store.put(artifact_bytes(1), stream="a")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert stat.S_IMODE((shared / "store").stat().st_mode) == 0o700  # made by the store
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    existing.chmod(0o755)
+    with open_store(f"sqlite:///{existing}") as store:
+        c = store.put(artifact_bytes(2), stream="a")
+        Graph.load(store).png(shared / "dag.png")
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o755  # the store root itself, pointed at
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert stat.S_IMODE((existing / "blobs" / c.blob[:2]).stat().st_mode) == 0o700
+    assert stat.S_IMODE((shared / "dag.png").stat().st_mode) == 0o600

@@ -1,7 +1,7 @@
 """`c2c store ...`: the commit store from the shell.
 
 Every command takes ``--store URL`` (default ``$C2C_STORE``, else the embedded
-``sqlite:///$C2C_HOME/store``), opens that one store and calls one method.
+``sqlite:////$C2C_HOME/store``, four slashes: absolute), opens that one store and calls one method.
 Commit ids may be abbreviated to any unambiguous prefix of 4+ hex characters.
 """
 

@@ -1,6 +1,6 @@
 """Store: versioned, append-only commits of artifacts, their dependency DAG, and invalidation.
 
-Open one by URL with :func:`open_store` (``sqlite:///PATH`` by default, or
+Open one by URL with :func:`open_store` (``sqlite:////ABS/PATH`` by default, or
 ``redis://HOST:PORT/DB``); every backend implements :class:`Store`.
 """
 

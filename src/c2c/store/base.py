@@ -42,22 +42,89 @@ from c2c.errors import ConfigError, StoreError
 CommitId = NewType("CommitId", str)   # 64 hex chars: Artifact.id
 BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: sha256 of the stored bytes
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_STREAM = re.compile(r"^[A-Za-z0-9._@/+=-]{1,200}$")
+# Bounds on the strings a store keeps. Each one is copied: a reason into every dependent's
+# stale_reason and into the event log (a 5 MiB reason on a 21-commit chain once grew a
+# database by 331 MB); a summary into every listing. Past a bound a write is refused whole.
+MAX_STREAM_CHARS = 200            # stream names; they end up in Redis keys
+MAX_REASON_CHARS = 1000           # an invalidation reason, after stripping surrounding whitespace
+# The artifact parser bounds header strings too; these sit at or above its bounds (c2c.artifact.header,
+# c2c.fingerprint), so that they refuse only what slipped past it, never an artifact it accepts.
+MAX_SUMMARY_STRING_CHARS = 4096   # each key and value in Commit.summary (model, dtype, producer, labels, ...)
+MAX_SUMMARY_CHARS = 256 << 10     # all keys and values in Commit.summary together
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_STREAM = re.compile(rf"[A-Za-z0-9._@/+=-]{{1,{MAX_STREAM_CHARS}}}")
+
+
+def _shown(value: Any) -> Any:
+    """``value`` cut short for an error message (a refused string may be megabytes)."""
+    return f"{value[:80]}... ({len(value)} chars)" if isinstance(value, str) and len(value) > 80 else value
 
 
 def check_id(value: str, what: str = "commit id") -> CommitId:
     """``value`` as a :data:`CommitId`, or :class:`ConfigError` naming what is wrong."""
-    if not isinstance(value, str) or not _HEX64.match(value):
-        raise ConfigError(f"{what} {value!r} is not a full sha256 hex id (64 lowercase hex chars)")
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise ConfigError(f"{what} {_shown(value)!r} is not a full sha256 hex id (64 lowercase hex chars)")
     return CommitId(value)
 
 
 def check_stream(name: str) -> str:
     """A stream name: 1-200 of ``A-Z a-z 0-9 . _ @ / + = -`` (they end up in Redis keys)."""
-    if not isinstance(name, str) or not _STREAM.match(name):
-        raise ConfigError(f"stream name {name!r} must be 1-200 characters of A-Z a-z 0-9 . _ @ / + = -")
+    if not isinstance(name, str) or not _STREAM.fullmatch(name):
+        raise ConfigError(f"stream name {_shown(name)!r} must be 1-{MAX_STREAM_CHARS} characters of "
+                          "A-Z a-z 0-9 . _ @ / + = -")
     return name
+
+
+def check_reason(reason: str) -> str:
+    """An invalidation reason, stripped: 1 to :data:`MAX_REASON_CHARS` characters, else ConfigError."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ConfigError("invalidate needs a reason (it is shown to every consumer of a dependent)")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON_CHARS:
+        raise ConfigError(f"the invalidation reason is {len(reason)} characters, over the limit of "
+                          f"{MAX_REASON_CHARS} (MAX_REASON_CHARS); it is copied into every dependent and "
+                          "the event log, so shorten it and point to the details instead")
+    return reason
+
+
+def check_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` (header facts from an artifact) if the strings in it are within the bounds.
+
+    The store does not rely on the artifact parser's own bounds: it keeps these strings
+    in every listing, so it checks them itself.
+
+    Raises:
+        ArtifactTooLargeError: a key or value is longer than :data:`MAX_SUMMARY_STRING_CHARS`,
+            or all of them together are longer than :data:`MAX_SUMMARY_CHARS`.
+    """
+    from c2c.errors import ArtifactTooLargeError
+
+    total = 0
+
+    def walk(value: Any, where: str) -> None:
+        nonlocal total
+        if isinstance(value, str):
+            total += len(value)
+            if len(value) > MAX_SUMMARY_STRING_CHARS:
+                raise ArtifactTooLargeError(
+                    f"artifact header field {where} is {len(value)} characters, over the store's limit of "
+                    f"{MAX_SUMMARY_STRING_CHARS} (MAX_SUMMARY_STRING_CHARS); shorten it, nothing was stored")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(k, f"a key of {where or 'the summary'}")
+                walk(v, f"{where}[{str(k)[:40]!r}]" if where else str(k)[:40])
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]")
+
+    walk(summary, "")
+    if total > MAX_SUMMARY_CHARS:
+        raise ArtifactTooLargeError(
+            f"the artifact's summary strings (model, producer, labels, ...) total {total} characters, over the "
+            f"store's limit of {MAX_SUMMARY_CHARS} (MAX_SUMMARY_CHARS); use fewer or shorter labels, "
+            "nothing was stored")
+    return summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,7 +281,10 @@ class Store(ABC):
         already stored (then ``stream`` and ``parents`` are ignored).
 
         Raises:
-            ArtifactError: ``data`` is not a valid artifact.
+            ArtifactError: ``data`` is not a valid artifact, or its summary strings (labels,
+                producer, ...) are past :data:`MAX_SUMMARY_STRING_CHARS` / :data:`MAX_SUMMARY_CHARS`
+                (:class:`ArtifactTooLargeError`).
+            ConfigError: ``stream`` or a parent id is malformed (see :func:`check_stream`).
             CommitNotFoundError: a parent is not in this store.
             StoreWriteError: disk full, permission denied, server down; nothing visible changed.
         """
@@ -224,6 +294,11 @@ class Store(ABC):
         """Mark ``commit_id`` and every transitive dependent stale; returns the new events.
 
         Commits already stale keep their first cause and are not re-announced.
+
+        Raises:
+            ConfigError: ``reason`` is blank or longer than :data:`MAX_REASON_CHARS` once
+                stripped (see :func:`check_reason`); nothing is marked.
+            CommitNotFoundError: ``commit_id`` is not in this store.
         """
 
     # ----------------------------------------------------------------- reading

@@ -6,9 +6,12 @@ rest is pure and works offline on that snapshot.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from c2c import _io
+from c2c.errors import StoreWriteError
 from c2c.store.base import CommitId, CommitRecord, Store, check_id
 from c2c.store.hops import HopReport, default_max_hops, hop_report_from
 
@@ -125,7 +128,14 @@ class Graph:
         return "\n".join(lines)
 
     def png(self, path: str | Path, *, title: str = "c2c store: dependency DAG") -> Path:
-        """Draw the DAG left to right by depth (fresh green, stale red) into a PNG. Uses Agg only."""
+        """Draw the DAG left to right by depth (fresh green, stale red) into a PNG. Uses Agg only.
+
+        The file is written atomically, mode 0600 (a missing folder is made 0700): the
+        stream names and stale reasons it shows are no more public than the store.
+
+        Raises:
+            StoreWriteError: the PNG could not be written; no partial file is left.
+        """
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -157,6 +167,11 @@ class Graph:
         ax.set_xticks(sorted(layers))
         ax.set_title(title + "  (red = stale)")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
+        try:
+            _io.private_dir(path.parent)
+        except OSError as e:
+            raise StoreWriteError(f"cannot create {path.parent}: {e.strerror or e}; nothing was written") from e
+        _io.write_atomic(path, png.getbuffer(), error=StoreWriteError)
         return path

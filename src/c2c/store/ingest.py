@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, TypeVar
 
 from c2c.errors import ConfigError
-from c2c.store.base import BlobDigest, CommitId, check_id, check_stream
+from c2c.store.base import BlobDigest, CommitId, check_id, check_stream, check_summary
 
 T = TypeVar("T")
 
@@ -57,6 +57,9 @@ def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T
         decoded = pool.submit(_decode_single_threaded, view)
         try:
             header = decoded.result()
+            # The store keeps these strings in every listing: it bounds them itself, whatever the parser allowed.
+            summary = check_summary(summarize(header))
+            cid, parents = check_id(header.digest), tuple(check_id(p, "parent") for p in header.parents)
         except BaseException:
             # Wait for the writer so that nothing it wrote outlives the refusal.
             try:
@@ -66,10 +69,8 @@ def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T
             raise
         digest = hashed.result()
         wrote = written.result()
-    return Ingested(id=check_id(header.digest), blob=BlobDigest(digest), size=len(view),
-                    parents=tuple(CommitId(p) for p in header.parents),
-                    default_stream=_stream_of(header.producer.get("agent")),
-                    summary=summarize(header)), wrote
+    return Ingested(id=cid, blob=BlobDigest(digest), size=len(view), parents=parents,
+                    default_stream=_stream_of(header.producer.get("agent")), summary=summary), wrote
 
 
 def _decode_single_threaded(view: memoryview):

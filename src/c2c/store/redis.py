@@ -42,17 +42,17 @@ from redis.retry import Retry
 from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
 from c2c.store import redis_lua, resp
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
-                            check_id, check_stream, invalidated_reason, stale_error)
+                            check_id, check_reason, check_stream, invalidated_reason, stale_error)
 from c2c.store.ingest import HashingBuffer, hash_while_reading, ingest
 
-_DOMAIN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DOMAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events"}
 READ_GROUP = 2  # chunks per pipelined round trip when reading a blob
 
 
 def key_prefix(domain: str) -> str:
     """Every key of ``domain`` starts with this."""
-    if not _DOMAIN.match(domain):
+    if not isinstance(domain, str) or not _DOMAIN.fullmatch(domain):
         raise ConfigError(f"trust domain {domain!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
     return f"c2c:{domain}:"
 
@@ -255,10 +255,9 @@ class RedisStore(Store):
 
     def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
         cid = check_id(commit_id)
-        if not reason or not reason.strip():
-            raise ConfigError("invalidate needs a reason (it is shown to every consumer of a dependent)")
+        cause = invalidated_reason(check_reason(reason))
         with self._errors(writing=True):
-            res = self._invalidate(args=self._args(cid, invalidated_reason(reason.strip())))
+            res = self._invalidate(args=self._args(cid, cause))
         if int(res[0]) == -1:
             raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
         return self._events(res[1])

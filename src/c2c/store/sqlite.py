@@ -1,4 +1,12 @@
-"""`SQLiteStore`: the embedded default, ``sqlite:///PATH``.
+"""`SQLiteStore`: the embedded default, ``sqlite:////ABSOLUTE/PATH`` or ``sqlite:///RELATIVE/PATH``.
+
+The URL follows SQLAlchemy's convention: ``sqlite://`` then ``/`` then the path,
+so an absolute path has four slashes (``sqlite:////var/c2c/store``) and three
+slashes mean relative to the working directory (``sqlite:///store``). Because
+``sqlite:///tmp/x`` reads like ``/tmp/x`` but would mean ``./tmp/x``, a relative
+path whose first component is also a top-level directory (``/tmp``, ``/var``,
+``/home``, ...) is refused as ambiguous unless written ``sqlite:///./tmp/x``.
+``sqlite://HOST/...`` and ``sqlite:PATH`` are refused too.
 
 ``PATH`` is a directory::
 
@@ -14,10 +22,16 @@ temp file, which :meth:`sweep_orphans` removes after a grace period.
 
 Several processes may share one directory: SQLite serializes the writers and
 WAL lets readers proceed while one writes.
+
+Everything is private (:mod:`c2c._io`): blob and temp files and the database are
+mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the database's mode), and
+every directory the store creates is 0700. A directory that already exists, such
+as a shared parent the user pointed at, is never ``chmod``-ed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -29,12 +43,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
+from c2c import _io
 from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
-                            check_id, check_stream, invalidated_reason, stale_error, stale_reason_for,
-                            superseded_reason)
+                            check_id, check_reason, check_stream, invalidated_reason, stale_error,
+                            stale_reason_for, superseded_reason)
 from c2c.store.ingest import HashingBuffer, ingest
 
 SCHEMA_VERSION = 1
@@ -66,7 +81,12 @@ _COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
 
 @dataclass(frozen=True, kw_only=True)
 class SQLiteConfig:
-    """Where and how durably: ``sqlite:///PATH?synchronous=FULL&busy_timeout_s=30``."""
+    """Where and how durably: ``sqlite:////ABS/PATH?synchronous=FULL&busy_timeout_s=30``.
+
+    ``sqlite:////abs/dir`` (four slashes) is the absolute ``/abs/dir``; ``sqlite:///rel/dir``
+    (three) is ``rel/dir`` under the working directory, refused as ambiguous when ``/rel``
+    is an existing top-level directory (write ``sqlite:///./rel/dir`` to mean the relative one).
+    """
 
     root: Path
     synchronous: str = "FULL"       # NOTE: NORMAL survives process crashes but may lose the last commits on power loss
@@ -74,13 +94,23 @@ class SQLiteConfig:
 
     @classmethod
     def from_url(cls, url: str) -> "SQLiteConfig":
-        u = urlparse(url)
-        if u.scheme != "sqlite" or u.netloc:
-            raise ConfigError(f"{url!r} is not a sqlite:///PATH URL (three slashes, then the store directory)")
-        path = u.path[1:] if u.path.startswith("/") else u.path  # sqlite:///rel, sqlite:////abs
+        scheme, _, rest = url.partition(":")
+        if scheme.lower() == "sqlite" and rest.startswith("//") and not rest.startswith("///"):
+            raise ConfigError(f"{url!r} names a host; a sqlite store is a local directory: write "
+                              "sqlite:////ABS/PATH (four slashes) or sqlite:///RELATIVE/PATH (three)")
+        if scheme.lower() != "sqlite" or not rest.startswith("///"):
+            raise ConfigError(f"{url!r} is not a sqlite:// URL of a local directory: write "
+                              "sqlite:////ABS/PATH (four slashes) or sqlite:///RELATIVE/PATH (three)")
+        path, _, query = rest[3:].partition("?")
         if not path:
-            raise ConfigError(f"{url!r} names no directory; use sqlite:///PATH")
-        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+            raise ConfigError(f"{url!r} names no directory; use sqlite:////ABS/PATH or sqlite:///RELATIVE/PATH")
+        first = path.split("/", 1)[0]
+        if not path.startswith("/") and first not in (".", "..") and not first.startswith("~") \
+                and Path("/" + first).is_dir():
+            raise ConfigError(f"{url!r} is ambiguous: three slashes mean the relative path {path!r}, but "
+                              f"/{first} is also a top-level directory; write sqlite:////{path} for the "
+                              f"absolute path or sqlite:///./{path} for a relative one")
+        q = {k: v[-1] for k, v in parse_qs(query).items()}
         unknown = set(q) - {"synchronous", "busy_timeout_s"}
         if unknown:
             raise ConfigError(f"unknown sqlite store options {sorted(unknown)}; known: synchronous, busy_timeout_s")
@@ -95,7 +125,8 @@ class SQLiteConfig:
 
     @property
     def url(self) -> str:
-        return f"sqlite:///{self.root}"
+        """A URL that parses back to ``root``: ``sqlite:////abs`` or ``sqlite:///./rel``."""
+        return f"sqlite:///{self.root}" if self.root.is_absolute() else f"sqlite:///./{self.root}"
 
 
 class SQLiteStore(Store):
@@ -107,9 +138,15 @@ class SQLiteStore(Store):
         self.root = config.root
         self._lock = threading.RLock()
         try:
-            (self.root / "blobs").mkdir(parents=True, exist_ok=True)
-            (self.root / "tmp").mkdir(exist_ok=True)
-            self._db = sqlite3.connect(self.root / "store.sqlite3", isolation_level=None,
+            for d in (self.root, self.root / "blobs", self.root / "tmp"):
+                _io.private_dir(d)  # 0700 if we create it; an existing one is left as it is
+            db_path = self.root / "store.sqlite3"
+            if not db_path.exists():
+                # Created 0600 here, not by sqlite3 (0644 under the usual umask); SQLite gives the
+                # -wal and -shm files the database's mode.
+                with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+                    os.close(_io.create_private(db_path))
+            self._db = sqlite3.connect(db_path, isolation_level=None,
                                        check_same_thread=False, timeout=config.busy_timeout_s)
             self._db.execute(f"PRAGMA busy_timeout = {int(config.busy_timeout_s * 1000)}")
             mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -183,7 +220,7 @@ class SQLiteStore(Store):
         """Write ``view`` to a fresh temp file and fsync it (runs on an ingest thread)."""
         tmp = self.root / "tmp" / uuid.uuid4().hex
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = _io.create_private(tmp)  # 0600; renamed into blobs/ as it is
             try:
                 off = 0
                 while off < len(view):
@@ -206,9 +243,9 @@ class SQLiteStore(Store):
                 os.utime(final)
                 _unlink(tmp)
                 return
-            final.parent.mkdir(exist_ok=True)
+            _io.private_dir(final.parent)
             os.replace(tmp, final)
-            _fsync_dir(final.parent)
+            _io.fsync_dir(final.parent)
         except OSError as e:
             _unlink(tmp)
             raise StoreWriteError(f"cannot store blob {blob[:12]} under {self.root}: {e.strerror or e}; "
@@ -289,13 +326,12 @@ class SQLiteStore(Store):
 
     def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
         cid = check_id(commit_id)
-        if not reason or not reason.strip():
-            raise ConfigError("invalidate needs a reason (it is shown to every consumer of a dependent)")
+        cause = invalidated_reason(check_reason(reason))
         events: list[StaleEvent] = []
         with self._tx() as db:
             if db.execute("SELECT 1 FROM commits WHERE id = ?", (cid,)).fetchone() is None:
                 raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
-            self._invalidate_in(db, cid, invalidated_reason(reason.strip()), time.time(), events)
+            self._invalidate_in(db, cid, cause, time.time(), events)
         return events
 
     def _invalidate_in(self, db: sqlite3.Connection, root: str, cause: str, now: float,
@@ -445,16 +481,3 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return float("inf")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -1,12 +1,21 @@
 """`open_store(url)`: pick a backend by URL scheme.
 
-=====================  ==============================================
-``sqlite:///PATH``     :class:`~c2c.store.sqlite.SQLiteStore`, the embedded default
-``redis://HOST:PORT/DB``  :class:`~c2c.store.redis.RedisStore`
-``rediss://...``       the same over TLS
-=====================  ==============================================
+=========================  ==============================================
+``sqlite:////ABS/PATH``    :class:`~c2c.store.sqlite.SQLiteStore`, the embedded default
+``sqlite:///REL/PATH``     the same, relative to the working directory
+``redis://HOST:PORT/DB``   :class:`~c2c.store.redis.RedisStore`
+``rediss://...``           the same over TLS
+=========================  ==============================================
 
-With no URL, ``C2C_STORE`` is used, else ``sqlite:///$C2C_HOME/store``.
+SQLite URLs follow SQLAlchemy: ``sqlite://``, a ``/``, then the path, so four
+slashes make an absolute path (``sqlite:////var/c2c/store``) and three a relative
+one. ``sqlite:///tmp/x`` looks absolute but is not, so a three-slash path whose
+first component is also a top-level directory (``/tmp``, ``/var``, ``/home``, ...)
+is refused: write ``sqlite:////tmp/x`` for the absolute path or
+``sqlite:///./tmp/x`` for a relative one. ``sqlite://HOST/...`` and
+``sqlite:PATH`` (no slashes) are refused as well.
+
+With no URL, ``C2C_STORE`` is used, else the absolute ``$C2C_HOME/store`` (a four-slash URL).
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ ENV = "C2C_STORE"
 
 
 def default_url() -> str:
-    """The embedded store under ``C2C_HOME``."""
-    return f"sqlite:///{c2c_home() / 'store'}"
+    """The embedded store under ``C2C_HOME``, as an absolute four-slash URL (``sqlite:////...``)."""
+    # An absolute path starts with "/", so "sqlite:///" + it has four slashes and parses back to it.
+    return f"sqlite:///{(c2c_home() / 'store').absolute()}"
 
 
 def store_url(url: str | None = None) -> str:
@@ -42,4 +52,5 @@ def open_store(url: str | None = None) -> Store:
         from c2c.store.redis import RedisStore
 
         return RedisStore.from_url(url)
-    raise ConfigError(f"unknown store URL {url!r}; use sqlite:///PATH, redis://HOST:PORT/DB or rediss://...")
+    raise ConfigError(f"unknown store URL {url!r}; use sqlite:///PATH (sqlite:////ABS/PATH when absolute), "
+                      "redis://HOST:PORT/DB or rediss://...")

@@ -1,0 +1,96 @@
+"""Helpers for tests and benchmarks of c2c and of code built on it.
+
+- :class:`RedisServer`: a real ``redis-server`` subprocess on a free loopback
+  port with its own directory, started and stopped by the caller.
+- :func:`free_port`: a free TCP port on 127.0.0.1.
+
+Synthetic artifacts and tiny models live with the tests (``tests/trust/hostile.py``,
+``c2c.runtime.zoo`` ``tiny-*`` models). Nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import redis as redis_py
+
+
+def _binary() -> str:
+    found = shutil.which("redis-server")
+    if found is None:
+        raise RuntimeError("redis-server is not on PATH (install it: apt-get install -y redis-server)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server subprocess on 127.0.0.1 that the caller owns (``start()`` / ``stop()``)."""
+
+    def __init__(self, directory: Path, *, appendonly: bool = False, appendfsync: str = "everysec",
+                 extra: tuple[str, ...] = (), tls: tuple[Path, Path] | None = None, binary: str | None = None):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.tls = tls  # (cert, key); the self-signed cert is its own CA
+        ports = ["--port", str(self.port)] if tls is None else [
+            "--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(tls[0]), "--tls-key-file",
+            str(tls[1]), "--tls-ca-cert-file", str(tls[0]), "--tls-auth-clients", "no"]
+        self.args = [binary or _binary(), *ports, "--bind", "127.0.0.1", "--dir", str(self.dir),
+                     "--save", "", "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
+                     "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), *extra]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RedisServer":
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{log}")
+            try:
+                with self.client(socket_connect_timeout=0.2) as r:
+                    if r.ping():
+                        # loading an AOF answers PING with -LOADING; wait for a real write
+                        r.set("__c2c_probe", "1")
+                        r.delete("__c2c_probe")
+                        return self
+            except redis_py.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not come up on port {self.port}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        self.stop(sig)
+        self.start()
+
+    def url(self, domain: str | None = None, db: int = 0, **options) -> str:
+        domain = domain or f"t{uuid.uuid4().hex[:10]}"
+        if self.tls:
+            options = {"ssl_ca_certs": self.tls[0], **options}
+        query = "&".join([f"domain={domain}", *(f"{k}={v}" for k, v in options.items())])
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/{db}?{query}"
+
+    def client(self, **kw) -> redis_py.Redis:
+        if self.tls:
+            kw.update(ssl=True, ssl_ca_certs=str(self.tls[0]))
+        return redis_py.Redis(host="127.0.0.1", port=self.port, **kw)
