@@ -359,3 +359,153 @@ def _apply_all(data: bytes, ms) -> bytes:
     for m in ms:
         data = apply_mutation(data, m)
     return data
+
+
+# ------------------------------------------------------------ field-level fuzzing
+# Every field of the c2c header and of the tensor table, set to values chosen for
+# its type and its bounds (boundary integers, wrong types, lone surrogates,
+# strings and lists just past their limits). The mutated header is then signed
+# by a *trusted* key, as a compromised agent would, so every input passes the
+# signature and reaches the consumers behind it (:func:`consume`).
+_BOUNDARY_INTS = [0, 1, -1, 2, 3, 5, 6, 7, 15, 16, 17, 255, 256, 4095, 4096, 4097, 65535, 65536, 65537,
+                  2**20, 2**20 + 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**40 + 1, 2**63 - 1, 2**63,
+                  2**64, -2**63, 10**30]
+_ODD_STRINGS = ["", "\ud800", "x\udfff", "\udbff\udc00", "\x00", "\u202e", "\U0001f600", "F32", "BF16", "I64",
+                "sliding_attention", "full_attention", "0" * 64, "f" * 64, "F" * 64, "g" * 64, "0" * 63, "0" * 65]
+
+
+def _long(n: int) -> str:
+    return "x" * n
+
+
+def field_values():
+    """Values to put in one header or table field."""
+    from c2c.artifact.header import MAX_ENTRIES, MAX_KEY, MAX_PARENTS, MAX_TEXT
+
+    lengths = [MAX_KEY, MAX_KEY + 1, MAX_TEXT, MAX_TEXT + 1, 4096, 4097, 70_000]
+    return st.one_of(
+        st.sampled_from(_BOUNDARY_INTS), st.integers(), st.booleans(), st.none(),
+        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=16), st.sampled_from(_ODD_STRINGS),
+        st.sampled_from(lengths).map(_long),
+        st.sampled_from([0, 1, 2, MAX_PARENTS, MAX_PARENTS + 1, 3000]).map(lambda n: ["0" * 64] * n),
+        st.lists(st.sampled_from(_BOUNDARY_INTS), max_size=8),
+        st.sampled_from([0, 1, MAX_ENTRIES, MAX_ENTRIES + 1, 500]).map(lambda n: {f"k{i}": "v" for i in range(n)}),
+        json_values,
+    )
+
+
+def field_mutations(n_paths: int):
+    """One edit: ``("set"|"delete"|"add", path index, key, value)``, in the header or the tensor table."""
+    return st.tuples(st.sampled_from(["set", "set", "set", "delete", "add"]), st.integers(0, n_paths * 8),
+                     st.text(max_size=8), field_values())
+
+
+def _encode_header(h: dict) -> str:
+    try:
+        return canonical_json(h).decode("utf-8")
+    except (ValueError, UnicodeEncodeError):  # NaN, inf or a lone surrogate: not canonical, as an attacker writes it
+        return json.dumps(h, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def _edit(obj, paths, m) -> None:
+    kind, which, key, value = m
+    path = paths[which % len(paths)]
+    parent = obj
+    for p in path[:-1]:
+        parent = parent[p]
+    if kind == "set":
+        parent[path[-1]] = value
+    elif kind == "delete":
+        del parent[path[-1]]
+    else:
+        target = parent[path[-1]]
+        if isinstance(target, dict):
+            target[key] = value
+        elif isinstance(target, list):
+            target.append(value)
+        else:
+            parent[path[-1]] = [target, value]
+
+
+def _repair(h: dict) -> None:
+    """Recompute the digests an honest-looking compromised sender would fix up, to reach deeper checks."""
+    from c2c.artifact.header import token_digest
+
+    tokens = h.get("tokens")
+    if isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32
+                                        for t in tokens) and len(tokens) <= 4096:
+        h["token_digest"] = token_digest(tokens)
+        p = h.get("prefix")
+        if isinstance(p, dict) and h.get("start") == 0 and isinstance(p.get("length"), int) \
+                and isinstance(p.get("block_size"), int) and 1 <= p["block_size"] <= 4096:
+            p["hashes"] = list(PrefixRef.of(tokens[: max(p["length"], 0)], p["block_size"]).hashes)
+
+
+def field_fuzz_inputs(key: SigningKey, bases: list[Artifact]):
+    """Strategy of artifact bytes with 1-3 field-level edits, re-signed by ``key`` (trusted)."""
+    from c2c.trust.signing import ALGORITHM, SIGNATURE_VERSION, _message
+    import base64
+    import hashlib
+
+    raw = [a.encode() for a in bases]
+
+    def build(i: int, in_table: bool, ms, repair: bool) -> bytes:
+        table, body = split(raw[i])
+        h = json.loads(table["__metadata__"]["c2c.header"])
+        target = {k: v for k, v in table.items() if k != "__metadata__"} if in_table else h
+        for m in ms:
+            paths = list(_paths(target))[1:]
+            if paths:
+                _edit(target, paths, m)
+        if in_table:
+            table = {"__metadata__": table["__metadata__"], **target}
+        if repair and not in_table:
+            _repair(h)
+        text = _encode_header(h)
+        fields = {"v": SIGNATURE_VERSION, "alg": ALGORITHM, "domain": key.domain, "key_id": key.key_id,
+                  "header": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+                  "signed_at": "2026-01-01T00:00:00.000000Z"}
+        try:
+            fields["sig"] = base64.b64encode(key.sign(_message(fields))).decode()
+        except (ValueError, UnicodeEncodeError):
+            fields["sig"] = ""
+        table["__metadata__"] = {"c2c.header": text, "c2c.signature": canonical_json(fields).decode()}
+        try:
+            return join(table, body)
+        except (ValueError, UnicodeEncodeError):  # json.dumps of the table can refuse too: keep the framing raw
+            head = json.dumps(table, separators=(",", ":"), allow_nan=True).encode("utf-8", "surrogatepass")
+            return struct.pack("<Q", len(head)) + head + body
+
+    return st.builds(build, st.integers(0, len(raw) - 1), st.sampled_from([False, False, False, True]),
+                     st.lists(field_mutations(64), min_size=1, max_size=3), st.booleans())
+
+
+def consume(data: bytes, ring: Keyring, store=None) -> str:
+    """Everything a receiver does with artifact bytes, short of a model: parse, check, commit, slice.
+
+    Returns the stage it reached ("refused: ErrorName" or "consumed"). Raises only
+    what is not a :class:`~c2c.errors.C2CError` (a crash).
+    """
+    from c2c.errors import C2CError
+    from c2c.store.ingest import summarize
+    from c2c.trust.signing import decode_exact, verify_signature
+
+    try:
+        art = decode_exact(data)
+        verify_signature(art, ring, domain=DOMAIN)
+        h = art.header
+        _ = (h.kind, h.seq_len, h.digest, canonical_json(h.to_dict()), summarize(h))
+        try:
+            h.prefix.require_match(list(art.cache.token_ids[: h.prefix.length]) if h.kind == "full"
+                                   else list(range(h.prefix.length)))
+        except C2CError:
+            pass
+        art.cache.slice(h.start, h.end)
+        if h.seq_len > 1:
+            art.cache.slice(h.start + 1, h.end)
+        assert Artifact.decode(art.encode()).id == art.id
+        if store is not None:
+            store.put(data)
+        return "consumed"
+    except C2CError as e:
+        return f"refused: {type(e).__name__}"

@@ -82,3 +82,25 @@ def test_fuzzed_artifacts_get_c2c_errors_never_crashes(bases, keys):
 
     run()
     assert seen["inputs"] >= 500
+
+
+def test_field_level_fuzz_signed_by_a_trusted_key_never_crashes_a_consumer(keys, tmp_path):
+    """Hostile header fields, signed by a compromised but trusted key, reach parse, signature,
+    prefix, slicing and a store commit; every outcome is a C2CError or a consumed artifact."""
+    from c2c.store import open_store
+
+    ring, key, _, _ = keys
+    bases = [a for _, a in hostile.base_artifacts(key)]
+    outcomes: dict[str, int] = {}
+    with open_store(f"sqlite:///{tmp_path / 'store'}") as store:
+        @settings(max_examples=400, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
+        @given(hostile.field_fuzz_inputs(key, bases))
+        def run(data):
+            got = hostile.consume(data, ring, store)  # raises on a crash
+            outcomes[got] = outcomes.get(got, 0) + 1
+
+        run()
+    assert sum(outcomes.values()) >= 400
+    assert outcomes.get("consumed", 0) >= 3, outcomes           # the fuzz reaches the consumers
+    assert sum(v for k, v in outcomes.items() if k.startswith("refused")) >= 200, outcomes
