@@ -44,15 +44,47 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from c2c import __version__
+    from c2c.config import VARIABLES
+
+    env = "\n".join(f"  {name:<24}{meaning}" for name, meaning in VARIABLES)
     parser = argparse.ArgumentParser(
         prog="c2c", formatter_class=Formatter,
         description="Hand KV-caches between LLM agents instead of text, with text as the fallback.",
         epilog="Example:\n  c2c demo            # analyst -> writer handoff, by text and by cache\n"
-               "  c2c models list\n\nEnvironment: C2C_HOME (default ~/.cache/c2c), C2C_STORE (store URL).")
+               f"  c2c models list\n\nEnvironment:\n{env}")
+    parser.add_argument("--version", action="version", version=f"c2c {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in GROUPS:
         importlib.import_module(f"c2c.cli.{group}").register(sub)
     return parser
+
+
+def configure_process() -> None:
+    """What the ``c2c`` command sets for its own process, and the library never does.
+
+    - ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_NO_ADVISORY_WARNINGS=1`` unless already set
+      (c2c never asks a hub: every load is ``local_files_only``; this is defence in depth);
+    - glibc malloc keeps large buffers in the heap (:mod:`c2c.runtime.alloc`), unless
+      ``C2C_MALLOC_TUNE=0``;
+    - log records of the ``c2c`` logger at WARNING and above go to stderr.
+    """
+    import logging
+    import os
+
+    from c2c.config import settings
+    from c2c.runtime import alloc
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    if settings().malloc_tune:
+        alloc.keep_large_buffers()
+    log = logging.getLogger("c2c")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("c2c: %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        configure_process()
         return int(args.func(args) or 0)
     except C2CError as e:
         if getattr(args, "json", False):

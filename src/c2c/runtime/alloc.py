@@ -8,17 +8,17 @@ Raising the threshold, and the trim threshold with it, lets freed buffers be
 reused: the same handoffs became linear in their size and up to 2x faster
 (``benchmarks/results/handoff.md``).
 
-:func:`keep_large_buffers` runs once per process when the first
-:class:`~c2c.runtime.engine.Runtime` is made. It only exists on glibc; set
-``C2C_MALLOC_TUNE=0`` to leave the allocator alone (the cost: up to ``limit``
-bytes of freed memory stay with the process instead of going back to the OS).
+:func:`keep_large_buffers` changes the whole process, so the library never calls
+it on its own: the ``c2c`` command does at its entry point (unless
+``C2C_MALLOC_TUNE=0``), and so do the benchmarks; a program that imports c2c
+opts in by calling it. It only exists on glibc (the cost: up to ``limit`` bytes
+of freed memory stay with the process instead of going back to the OS).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -31,8 +31,6 @@ def keep_large_buffers(limit: int = 512 << 20) -> bool:
     if _done is not None:
         return _done
     _done = False
-    if os.environ.get("C2C_MALLOC_TUNE", "1") == "0":
-        return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt

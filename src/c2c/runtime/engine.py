@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from c2c.errors import ConfigError, IncompatibleCacheError
-from c2c.runtime import alloc, hf
+from c2c.runtime import hf
 from c2c.runtime.kvcache import KVCache
 
 
@@ -45,7 +45,8 @@ class Runtime:
     """One loaded model. Build with :meth:`load` (a directory) or :func:`c2c.models.load`."""
 
     def __init__(self, model, tokenizer, *, name: str, path: Path | None = None):
-        alloc.keep_large_buffers()  # once per process; see c2c.runtime.alloc
+        # NOTE: no process-wide side effect here (allocator, environment): the CLI tunes
+        # malloc at its entry point (c2c.runtime.alloc); a library user opts in the same way.
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
@@ -63,7 +64,9 @@ class Runtime:
         except AttributeError:
             raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
         model, tok = hf.load(path, dtype=torch_dtype, device=device)
-        return cls(model, tok, name=name or Path(path).name, path=Path(path))
+        runtime = cls(model, tok, name=name or Path(path).name, path=Path(path))
+        _ = runtime.weights_digest  # computed (or read from its memo) at load, never inside a first export
+        return runtime
 
     # ------------------------------------------------------------ identity
     @property

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from dataclasses import replace
 import warnings
 from pathlib import Path
@@ -23,13 +22,23 @@ import torch
 from c2c.errors import ModelError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-import transformers  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
+# NOTE: nothing is set for the host process at import: no environment variable, no global
+# log level. Every load passes ``local_files_only=True`` (no hub is ever asked), and
+# transformers' own log level is lowered only for the duration of our calls (``_quiet``).
 
-transformers.logging.set_verbosity_error()
+
+@contextlib.contextmanager
+def _quiet():
+    """transformers' log level at ERROR for the duration of one of our calls, then restored."""
+    before = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(before)
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "gemma3_text")
 EXACT_ROPE_TYPES = ("default", "linear", "llama3")
@@ -42,8 +51,9 @@ def load(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = 
     if not (path / "config.json").is_file():
         raise ModelError(f"{path} is not a model directory (no config.json); pull it with `c2c models pull`")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise ModelError(f"could not load the model in {path}: {e}") from e
     model.to(device).eval()
@@ -55,10 +65,12 @@ def load(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = 
 def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     """Dequantize a GGUF file once into a safetensors model directory."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
-        )
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
+                                                      local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32, local_files_only=True
+            )
     except Exception as e:  # transformers raises many kinds here
         raise ModelError(f"could not convert {gguf_file}: {e}") from e
     # NOTE: the dequantized weights are plain fp32; drop the GGUF marker so that
