@@ -3,7 +3,7 @@
 import pytest
 
 from c2c.agent import Agent, Team
-from c2c.errors import FingerprintMismatchError, HandoffError, PrefixMismatchError
+from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError
 from c2c.handoff import hand_off
 from c2c.prefix import SharedPrefix
 
@@ -196,15 +196,62 @@ def test_rooted_transport_is_durable_and_the_ephemeral_one_is_not(tmp_path, monk
     import os
 
     from c2c.handoff import DirectoryTransport
+    from tests.trust.hostile import synthetic_artifact
 
+    payload = synthetic_artifact().encode()
     synced = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
     kept = DirectoryTransport(tmp_path / "kept")
-    kept.send("k", b"payload")
-    assert len(synced) == 2 and kept.receive("k") == b"payload" and (tmp_path / "kept" / "k.c2c").exists()
+    kept.send("k", payload)
+    assert len(synced) == 2 and kept.receive("k") == payload and (tmp_path / "kept" / "k.c2c").exists()
     synced.clear()
     once = DirectoryTransport()
-    once.send("k", b"payload")
-    assert synced == [] and once.receive("k") == b"payload"
-    assert not (once.root / "k.c2c").exists() and not list(once.root.glob(".*.tmp"))
+    once.send("k", payload)
+    root = once.root
+    assert synced == [] and once.receive("k") == payload
+    assert not root.exists()  # the one-shot folder goes with its last file
+
+
+def keyring_team(tmp_path):
+    from c2c.trust import Keyring
+
+    ring = Keyring(tmp_path / "keys")
+    ring.create_key("lab")
+    return Team(shared=SHARED, domain="lab", keyring=ring)  # the default policy: sampled KV check
+
+
+def test_auto_with_a_private_role_sends_a_recomputed_slice_verified_at_every_layer(tiny, tmp_path):
+    from c2c.errors import UnverifiableError
+
+    rt, team = tiny("qwen2"), keyring_team(tmp_path)
+    a, b = pair(rt, team)
+    h = hand_off(a, b, mode="auto")
+    kv = h.trust["kv"]
+    assert h.used == "slice" and kv["mode"] == "sample"
+    assert kv["layers"] == "all" and kv["deep_positions"] > 0 and kv["note"] == ""  # was: layer 0 only
+    assert "minimized" in h.reason and "isolation recompute" in h.reason
+    received, ev = b.context.spans[-1], a.context.spans_labelled("evidence")[0]
+    assert received.label == "from:analyst"
+    assert b.context.token_ids[received.start:received.end] == a.context.token_ids[ev.start:ev.end]
+    # positions slices follow the sender's private role, which the receiver does not hold: not verifiable
+    a, b = pair(rt, team)
+    h = hand_off(a, b, mode="auto", isolation="positions", message_tokens=3)
+    assert h.used == "text" and "UnverifiableError" in h.reason and "not verified beyond layer 0" in h.reason
+    a, b = pair(rt, team)
+    with pytest.raises(UnverifiableError):
+        hand_off(a, b, mode="slice", labels=("evidence",), isolation="positions")
+
+
+def test_the_handoff_record_says_how_a_slice_was_cut(tiny):
+    rt = tiny("qwen2")
+    a, b = pair(rt)
+    h = hand_off(a, b, mode="slice", labels=("evidence",), isolation="positions")
+    assert "isolation positions" in h.reason and "leak" in h.reason and "attention" in h.reason
+    a, b = pair(rt)
+    h = hand_off(a, b, mode="slice", labels=("evidence",))
+    assert "isolation recompute" in h.reason and "no trace of private spans" in h.reason
+    _, fresh = rt.prefill(b.context.token_ids)  # the receiver now holds exactly [prefix + evidence]
+    assert b.cache.max_abs_diff(fresh) < 1e-4
+    with pytest.raises(ConfigError, match="isolation"):
+        hand_off(*pair(rt), mode="slice", isolation="clean")

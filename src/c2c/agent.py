@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from c2c.context import Context
 from c2c.fingerprint import Fingerprint
-from c2c.errors import FingerprintMismatchError, HandoffError
+from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError
 from c2c.prefix import PrefixRef, SharedPrefix
 from c2c.roles import AdapterPolicy, admit
 from c2c.runtime.engine import Generation, Runtime
@@ -138,20 +138,47 @@ class Agent:
 
     # ------------------------------------------------------------ exporting
     def export(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
-               parents: tuple[str, ...] = ()) -> "Artifact":
+               parents: tuple[str, ...] = (), isolation: str | None = None) -> "Artifact":
         """The whole cache (``labels=None``) or the slice covering the spans ``labels``.
 
         A slice never includes private spans (see :meth:`Context.export_range`).
+        ``isolation`` says how the slice is cut (:mod:`c2c.trust.isolation`):
+
+        - ``"recompute"``: the slice's tokens are re-prefilled after the team's
+          shared prefix only, so it sits at ``[prefix_len, prefix_len + n)``,
+          carries no trace of earlier spans in any layer, and a receiver can
+          verify it against its own prefix cache. Costs one prefill of ``n``.
+        - ``"positions"``: the sender's K/V at their original positions (no
+          compute); above layer 0 they leak earlier spans through attention,
+          and receivers can verify only layer 0.
+        - ``None`` (default): ``"recompute"`` when a private span precedes the
+          slice, else ``"positions"``.
+
+        The mode is recorded in the artifact's labels (``{"isolation": ...}``);
+        a whole cache (``labels=None``) is exported as it is.
         """
         from c2c.artifact import Artifact
+        from c2c.trust.isolation import ISOLATIONS, recompute_after
 
+        if isolation is not None and isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
         cache = self.cache
         span_labels = {}
         if labels is not None:
             start, end = self.context.export_range(labels)
             end = min(end, cache.end)  # the last generated token has no K/V yet
-            cache = cache.slice(start, end)
-            span_labels = {"span": ",".join(labels)}
+            P = self.context.prefix_len
+            if isolation is None:
+                isolation = "recompute" if any(s.private and s.start < start for s in self.context.spans) \
+                    else "positions"
+            if isolation == "recompute" and start > P:
+                t0 = time.perf_counter()
+                cache = recompute_after(self.runtime, self.team.prefix_cache(self.runtime),
+                                        self.context.token_ids[start:end])
+                self.stats = self.stats.plus(prefilled=cache.seq_len, prefill_s=time.perf_counter() - t0)
+            else:  # "positions", or a slice right after the prefix: already computed after it alone
+                cache = cache.slice(start, end)
+            span_labels = {"span": ",".join(labels), "isolation": isolation}
         artifact = Artifact.build(
             cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
             producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)

@@ -4,7 +4,11 @@ Modes:
 
 - ``full``  B continues from A's whole cache (A skips writing, B skips reading).
 - ``slice`` only A's spans with the given labels are exported; B attaches them,
-  re-positioned, after its own context (never A's private spans).
+  re-positioned, after its own context (never A's private spans). By default
+  (isolation ``"recompute"``) A re-prefills them after the shared prefix only,
+  so they carry no trace of A's private spans and B can verify them against its
+  own prefix cache; ``"positions"`` sends A's K/V as they are (faster, but they
+  leak earlier spans through attention and verify at layer 0 only).
 - ``text``  A writes a message (decode), B reads it (prefill): the baseline and
   the fallback that always works.
 - ``auto``  a cache mode when the models' fingerprints, the shared prefix and
@@ -18,8 +22,7 @@ the bytes really hit the disk as they would between processes).
 
 from __future__ import annotations
 
-import os
-import tempfile
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +30,8 @@ from typing import Callable, Protocol
 
 from c2c.agent import Agent
 from c2c.artifact import Artifact
-from c2c.artifact.codec import read_bounded, write_atomic
+from c2c._io import private_dir, private_tempdir, write_atomic
+from c2c.artifact.codec import read_file
 from c2c.errors import C2CError, ConfigError, HandoffError
 from c2c.trust.isolation import decide as isolation_decide
 
@@ -47,29 +51,48 @@ class Transport(Protocol):
 
 
 class DirectoryTransport:
-    """Artifacts as files in a directory, written atomically.
+    """Artifacts as files in a directory, written atomically and privately (0600, see :mod:`c2c._io`).
 
-    With ``root`` the files are durable (fsynced, with their directory) and stay.
-    Without it they go to a per-process temporary folder, each is deleted once
-    received (one-shot handoffs leave nothing behind), and they are not fsynced:
-    such a file lives for one handoff on one machine, its digest is checked when
-    it is read, and after a crash the sender still holds the cache it came from.
-    Skipping the fsync takes the handoff's most variable step out of it.
+    With ``root`` the files are durable (fsynced, with their directory) and stay;
+    a missing ``root`` is created 0700, an existing one is used as it is.
+    Without it they go to a fresh private temporary folder (``mkdtemp``: random
+    name, 0700), each is deleted once received (one-shot handoffs leave nothing
+    behind), and they are not fsynced: such a file lives for one handoff on one
+    machine, its digest is checked when it is read, and after a crash the sender
+    still holds the cache it came from. Skipping the fsync takes the handoff's
+    most variable step out of it.
     """
 
     def __init__(self, root: str | Path | None = None):
         self.ephemeral = root is None
-        self.root = Path(root) if root else Path(tempfile.gettempdir()) / f"c2c-handoff-{os.getpid()}"
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._root = None if root is None else private_dir(root)
+        self._pending = 0
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:  # ephemeral: made on first use, removed when its last file is received
+            self._root = private_tempdir("c2c-handoff-")
+        return self._root
+
+    def _path(self, key: str) -> Path:
+        if not key or "/" in key or key.startswith("."):
+            raise ConfigError(f"transport key {key[:80]!r} must be a plain file name")
+        return self.root / f"{key}.c2c"
 
     def send(self, key: str, payload: bytes) -> None:
-        write_atomic(self.root / f"{key}.c2c", payload, durable=not self.ephemeral)
+        write_atomic(self._path(key), payload, durable=not self.ephemeral)
+        self._pending += 1
 
     def receive(self, key: str) -> bytes:
-        path = self.root / f"{key}.c2c"
-        data = read_bounded(path, 1 << 40)
+        path = self._path(key)
+        data = read_file(path)
         if self.ephemeral:
             path.unlink(missing_ok=True)
+            self._pending = max(self._pending - 1, 0)
+            if not self._pending:
+                with contextlib.suppress(OSError):
+                    self._root.rmdir()
+                self._root = None
         return data
 
 
@@ -113,7 +136,7 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
              auto_cache_mode: str = "full", transport: Transport | None = None,
              message_prompt: str = DEFAULT_MESSAGE_PROMPT, message_tokens: int = 128,
              min_message_tokens: int = 0, check: Callable[[Artifact], None] | None = None,
-             critical: bool = False, calibration=None) -> Handoff:
+             critical: bool = False, calibration=None, isolation: str = "recompute") -> Handoff:
     """Hand ``sender``'s knowledge to ``receiver`` in ``mode``.
 
     Args:
@@ -122,6 +145,10 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
             ``"full"``, a sender holding private spans (role prompt, scratch work)
             exports only the non-private spans after them instead (minimization).
         critical: verify strictly (re-prefill) when the receiver's team has a keyring.
+        isolation: how a slice is cut (:meth:`c2c.agent.Agent.export`): ``"recompute"``
+            re-prefills it after the shared prefix only (no trace of private spans,
+            verifiable at every layer); ``"positions"`` keeps the sender's K/V at
+            their positions (no compute; leaks earlier spans through attention).
         transport: where artifact bytes go; a temporary directory by default.
         message_tokens / min_message_tokens: the message budget in ``text`` mode.
         check: extra verification of the received artifact (e.g. a trust
@@ -138,6 +165,8 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
         raise ConfigError(f"unknown handoff mode {mode!r}; use one of {', '.join(MODES)}")
     if auto_cache_mode not in ("full", "slice"):
         raise ConfigError("auto_cache_mode must be 'full' or 'slice'")
+    if isolation not in ("recompute", "positions"):
+        raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
     transport = transport or DirectoryTransport()
     if mode == "text":
         return _by_text(sender, receiver, "text", "text requested", message_prompt, message_tokens,
@@ -162,18 +191,19 @@ def hand_off(sender: Agent, receiver: Agent, *, mode: str = "auto", labels: tupl
                 return _by_text(sender, receiver, "auto", "fell back to text: nothing exportable after the "
                                 "private spans", message_prompt, message_tokens, min_message_tokens)
         try:
-            h = _by_cache(sender, receiver, cache_mode, "auto", reason, auto_labels, transport, check, critical)
+            h = _by_cache(sender, receiver, cache_mode, "auto", reason, auto_labels, transport, check, critical,
+                          isolation)
             return replace(h, advice=advice.to_dict()) if advice is not None else h
         except C2CError as e:
             return _by_text(sender, receiver, "auto", f"fell back to text: {type(e).__name__}: {e}",
                             message_prompt, message_tokens, min_message_tokens)
-    isolation = isolation_decide(sender.team.domain, receiver.team.domain)
-    if not isolation.allows_cache:
-        raise HandoffError(f"{mode} handoff refused: {isolation.reason}; use mode text or auto")
+    domains = isolation_decide(sender.team.domain, receiver.team.domain)
+    if not domains.allows_cache:
+        raise HandoffError(f"{mode} handoff refused: {domains.reason}; use mode text or auto")
     why = f"{mode} requested"
     if mode == "full" and any(s.private for s in sender.context.spans):
         why += f" (includes private spans {sorted({s.label for s in sender.context.spans if s.private})})"
-    return _by_cache(sender, receiver, mode, mode, why, labels, transport, check, critical)
+    return _by_cache(sender, receiver, mode, mode, why, labels, transport, check, critical, isolation)
 
 
 def _advice(sender: Agent, message_tokens: int, calibration):
@@ -194,10 +224,23 @@ def _advice(sender: Agent, message_tokens: int, calibration):
                f"for a {message_tokens}-token message")
 
 
+_ISOLATION_REASONS = {
+    "recompute": "isolation recompute: the slice was re-prefilled after the shared prefix only (no trace of "
+                 "private spans in any layer)",
+    "positions": "isolation positions: the slice keeps the sender's K/V at their positions, which leak the "
+                 "spans before it through attention",
+}
+
+
 def _by_cache(sender: Agent, receiver: Agent, mode: str, requested: str, reason: str,
-              labels: tuple[str, ...], transport: Transport, check, critical: bool = False) -> Handoff:
+              labels: tuple[str, ...], transport: Transport, check, critical: bool = False,
+              isolation: str = "recompute") -> Handoff:
     t0 = time.perf_counter()
-    artifact = sender.export(labels=labels if mode == "slice" else None)
+    if mode == "slice":
+        artifact = sender.export(labels=labels, isolation=isolation)
+        reason += "; " + _ISOLATION_REASONS[artifact.header.labels["isolation"]]
+    else:
+        artifact = sender.export()
     payload = artifact.encode()
     t1 = time.perf_counter()
     transport.send(artifact.id, payload)
@@ -216,7 +259,11 @@ def _by_cache(sender: Agent, receiver: Agent, mode: str, requested: str, reason:
         raise HandoffError("the artifact changed in transit")
     report = None
     if keyring is not None:
-        context = receiver.cache if got.header.start == receiver.cache.end else None
+        # A slice is verified against what it follows: the receiver's own shared-prefix cache. A slice
+        # starting elsewhere was computed after positions the receiver does not hold: no context, so a
+        # sampled or strict policy refuses it (UnverifiableError) and auto falls back to text.
+        P = receiver.context.prefix_len
+        context = receiver.team.prefix_cache(receiver.runtime) if got.header.start == P else None
         report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime, critical=critical,
                              prefix_ids=receiver.context.token_ids[: receiver.context.prefix_len],
                              context=context).to_dict()

@@ -39,7 +39,9 @@ def test_keys_life_cycle(capsys, tmp_path):
     code, t = jrun(capsys, "keys", "trust", new["public_key_file"], "--keyring", other)
     assert code == 0 and t == {"key_id": new["key_id"], "domain": DOMAIN}
     code, p = jrun(capsys, "keys", "policy", "--domain", DOMAIN, "--kv", "strict", "--keyring", other)
-    assert p["kv"] == "strict"
+    assert p["kv"] == "strict" and p["allow_partial"] is False
+    code, p = jrun(capsys, "keys", "policy", "--domain", DOMAIN, "--allow-partial", "yes", "--keyring", other)
+    assert code == 0 and p["kv"] == "strict" and p["allow_partial"] is True
     code, r = jrun(capsys, "keys", "revoke", new["key_id"][:12], "--reason", "test", "--keyring", other)
     assert code == 0 and r["key_id"] == new["key_id"]
     code, listed = jrun(capsys, "keys", "list", "--keyring", other)
@@ -114,3 +116,83 @@ def test_verify_kv_modes_with_a_tiny_model(capsys, tmp_path, qwen, qwen_art):
     assert code == 1 and res["error"] == "VerificationFailedError" and res["kv"]["max_error"] > 1e-3
     code, out, err = run(capsys, "verify", path, "--mode", "sample", "--samples", "0", "--keyring", ring)
     assert code == 2
+
+
+def signed_slices(tmp_path, qwen):
+    """(keyring dir, key, honest recomputed slice file, same slice with layers 1.. replaced by noise)."""
+    from c2c.trust.keys import Keyring
+
+    from .conftest import noised_above_layer0, slice_sender
+
+    ring_dir = tmp_path / "ring"
+    ring = Keyring(ring_dir)
+    key = ring.create_key(DOMAIN, label="alice")
+    honest = slice_sender(qwen, ring).export(labels=("evidence",))
+    good, bad = tmp_path / "good.c2c", tmp_path / "bad.c2c"
+    honest.write(good)
+    noised_above_layer0(honest, key).write(bad)
+    return ring_dir, key, good, bad
+
+
+def test_verify_checks_a_slice_after_its_context_or_refuses(capsys, tmp_path, qwen):
+    from .conftest import SYSTEM
+
+    ring, _, good, bad = signed_slices(tmp_path, qwen)
+    base = ("--mode", "sample", "--keyring", ring, "--seed", "0")
+    code, out, err = run(capsys, "verify", bad, *base)
+    assert code == 1 and out.startswith("REFUSED") and "UnverifiableError" in out
+    assert "not verified beyond layer 0" in out and "--context" in out
+    code, res = jrun(capsys, "verify", bad, *base, "--context", SYSTEM)
+    assert code == 1 and res["error"] == "VerificationFailedError" and res["kv"]["layers"] == "all"
+    assert res["kv"]["worst"]["layer"] >= 1
+    code, res = jrun(capsys, "verify", bad, *base, "--allow-partial")
+    assert code == 0 and res["kv"]["layers"] == "0" and res["kv"]["deep_positions"] == 0
+    assert "only layer 0" in res["kv"]["note"] and res["policy"]["allow_partial"] is True
+    code, out, err = run(capsys, "verify", bad, *base, "--allow-partial")
+    assert code == 0 and "note: partial check" in out
+    code, res = jrun(capsys, "verify", good, *base, "--context", SYSTEM)
+    assert code == 0 and res["kv"]["layers"] == "all" and res["kv"]["deep_positions"] > 0
+    code, res = jrun(capsys, "verify", good, "--mode", "strict", "--keyring", ring, "--context", SYSTEM)
+    assert code == 0 and res["kv"]["mode"] == "strict" and res["kv"]["deep_positions"] > 0
+    code, res = jrun(capsys, "verify", good, *base, "--context", "You are a pirate.")
+    assert code == 1 and res["error"] == "PrefixMismatchError"
+
+
+def test_verify_never_loads_a_model_the_header_names(capsys, tmp_path, qwen, monkeypatch):
+    from dataclasses import replace
+
+    from c2c.runtime import hf, zoo
+    from c2c.runtime.engine import Runtime
+    from c2c.trust.signing import sign
+
+    ring, key, good, _ = signed_slices(tmp_path, qwen)
+    evil = tmp_path / "evil-model"  # a local model directory the attacker wants loaded
+    evil.mkdir()
+    (evil / "config.json").write_text("{}")
+    honest = Artifact.read(good)
+    h = honest.header
+    art = Artifact.build(honest.cache, fingerprint=replace(h.fingerprint, model_name=str(evil)), prefix=h.prefix)
+    calls = []
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: calls.append(("zoo.load", a)))
+    monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, *a, **k: calls.append(("Runtime.load", a))))
+    monkeypatch.setattr(hf, "load", lambda *a, **k: calls.append(("hf.load", a)))
+    path = tmp_path / "evil.c2c"
+    art.with_signature(sign(honest, key).signature).write(path)  # a signature that is not this header's
+    for mode in ("sample", "strict"):
+        code, res = jrun(capsys, "verify", path, "--mode", mode, "--keyring", ring, "--domain", DOMAIN)
+        assert code == 1 and res["error"] == "BadSignatureError", res
+    assert calls == []
+    sign(art, key).write(path)  # even a trusted signer cannot make verify load a directory
+    code, out, err = run(capsys, "verify", path, "--mode", "sample", "--keyring", ring)
+    assert code == 2 and "ConfigError" in err and "not a zoo model" in err and "--model" in err
+    assert calls == []
+
+
+def test_continue_checks_a_slice_against_the_shared_prefix(capsys, tmp_path, qwen):
+    ring, _, good, bad = signed_slices(tmp_path, qwen)
+    args = ("--model", "tiny-qwen2", "--prompt", "Go on.", "--max-new-tokens", "2", "--domain", DOMAIN,
+            "--keyring", ring)
+    code, res = jrun(capsys, "continue", good, *args)
+    assert code == 0 and res["trust"]["kv"]["layers"] == "all" and res["trust"]["kv"]["deep_positions"] > 0
+    code, out, err = run(capsys, "continue", bad, *args)
+    assert code == 2 and "VerificationFailedError" in err

@@ -41,3 +41,25 @@ def test_tenth_of_one_layer_is_seen_at_every_tampered_position(real):
     flagged = {p for p in range(T) if errs[p] > tol}
     assert flagged == set(hit)  # last layer: nothing downstream, so exactly the edited positions
     assert errs[hit].min() > 10 * tol
+
+
+def test_real_recomputed_slice_verifies_after_the_prefix_and_noise_above_layer_0_is_refused(real):
+    from c2c.agent import Team
+    from c2c.errors import UnverifiableError, VerificationFailedError
+    from c2c.prefix import SharedPrefix
+    from c2c.trust.keys import SigningKey
+
+    from .conftest import DOMAIN, SYSTEM, noised_above_layer0, slice_sender
+
+    rt, _ = real
+    art = slice_sender(rt).export(labels=("evidence",))  # after a private role: recomputed
+    prefix = Team(shared=SharedPrefix.build(SYSTEM)).prefix_cache(rt)
+    assert art.header.start == prefix.end and art.header.labels["isolation"] == "recompute"
+    r = verify_kv(art, rt, mode="sample", samples=16, context=prefix, rng=random.Random(0))
+    assert r.layers == "all" and r.deep_positions == 16 and r.max_error < r.tolerance / 10
+    bad = noised_above_layer0(art, SigningKey.generate(DOMAIN))
+    with pytest.raises(VerificationFailedError) as e:
+        verify_kv(bad, rt, mode="sample", samples=16, context=prefix, rng=random.Random(0))
+    assert e.value.report.worst["layer"] >= 1 and e.value.report.max_error > 10 * r.tolerance
+    with pytest.raises(UnverifiableError, match="not verified beyond layer 0"):
+        verify_kv(bad, rt, mode="sample")

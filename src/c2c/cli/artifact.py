@@ -38,7 +38,8 @@ def register(sub) -> None:
     p.add_argument("--system", default="You are a helpful assistant.",
                    help="shared system prompt; must be the one the artifact was made after")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate")
-    p.add_argument("--domain", help="check signature and KV per this trust domain's policy before attaching")
+    p.add_argument("--domain", help="check signature and KV per this trust domain's policy before attaching "
+                                    "(a slice is checked after the --system prefix it must follow)")
     p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
     add_json_flag(p)
 
@@ -101,8 +102,11 @@ def _continue(args: argparse.Namespace) -> int:
     if args.domain:
         from c2c.trust import Keyring, check
 
-        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime,
-                       prefix_ids=agent.context.token_ids[: agent.context.prefix_len]).to_dict()
+        # a slice is verified against what it follows here: this agent's shared-prefix cache
+        plen = agent.context.prefix_len
+        context = agent.team.prefix_cache(runtime) if artifact.header.start == plen else None
+        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime, context=context,
+                       prefix_ids=agent.context.token_ids[:plen]).to_dict()
     agent.attach(artifact)
     gen = agent.respond(args.prompt, max_new_tokens=args.max_new_tokens)
     info = {"id": artifact.id, "attached_tokens": artifact.header.seq_len, "kind": artifact.header.kind,

@@ -58,6 +58,9 @@ def register(sub) -> None:
                    help="KV check on import: none (signature only), sample, or strict")
     c.add_argument("--samples", type=int, default=None, help="deep probes for sample mode")
     c.add_argument("--tolerance", type=float, default=None, help="relative tolerance (default per dtype/device)")
+    c.add_argument("--allow-partial", choices=["yes", "no"], default=None,
+                   help="yes: accept a sampled check of a slice without its context at layer 0 only "
+                        "(default no: such a slice is refused)")
     _keyring_flag(c)
     add_json_flag(c)
 
@@ -162,8 +165,9 @@ def _policy(args: argparse.Namespace) -> int:
 
     ring = _ring(args)
     policy = policy_for(ring, args.domain)
-    changes = {k: v for k, v in (("kv", args.kv), ("samples", args.samples), ("tolerance", args.tolerance))
-               if v is not None}
+    partial = None if args.allow_partial is None else args.allow_partial == "yes"
+    changes = {k: v for k, v in (("kv", args.kv), ("samples", args.samples), ("tolerance", args.tolerance),
+                                 ("allow_partial", partial)) if v is not None}
     if changes:
         policy = replace(policy, **changes)
         ring.set_policy(args.domain, policy.to_dict())

@@ -1,7 +1,15 @@
 """`c2c verify FILE`: is this artifact signed by a trusted key, and does its KV encode its tokens?
 
-Exit status 0: it passed. 1: it did not (the reason is printed). 2: the check
-could not run (bad flag, unknown model).
+Exit status 0: it passed. 1: it did not, or it could not be verified as asked
+(the reason is printed). 2: the check could not run (bad flag, unknown model).
+
+No work before trust: the signature and domain are checked first, and only
+then is a model loaded (lazily, by :func:`c2c.trust.policy.check`). The model
+comes from ``--model`` or, without it, from the header's model name resolved as
+a *zoo name*; an unverified header can never make this command load a local
+directory. A slice is checked at every layer against the shared prefix it
+follows (``--context``); without it a sampled check refuses (it would verify
+layer 0 only) unless ``--allow-partial``.
 """
 
 from __future__ import annotations
@@ -11,7 +19,8 @@ import random
 from pathlib import Path
 
 from c2c.cli.main import add_json_flag, command, emit
-from c2c.errors import ArtifactError, ConfigError, IncompatibleCacheError, TrustError
+from c2c.errors import (ArtifactError, ConfigError, IncompatibleCacheError, ModelError, TrustError,
+                        UnknownModelError, UnverifiableError)
 
 
 def register(sub) -> None:
@@ -19,6 +28,7 @@ def register(sub) -> None:
                 help="check an artifact's signature, and optionally that its KV encodes its claimed tokens",
                 example="c2c verify notes.c2c --domain research\n"
                         "c2c verify notes.c2c --mode sample --samples 48 --json\n"
+                        "c2c verify slice.c2c --mode sample --context 'You are a helpful assistant.'\n"
                         "c2c verify notes.c2c.sealed --domain research --mode strict --model Qwen2.5-Coder-0.5B-Instruct",
                 func=_verify)
     p.add_argument("file", type=Path, help="artifact file, or a sealed envelope of one (`c2c keys seal`)")
@@ -26,7 +36,14 @@ def register(sub) -> None:
                    help="signature: signer only; sample: + layer-0 sweep and K deep probes; strict: + full re-prefill")
     p.add_argument("--samples", type=int, default=48, help="deep probes K for --mode sample")
     p.add_argument("--model", default=None,
-                   help="receiver's model for sample/strict (default: the model named in the artifact)")
+                   help="receiver's model for sample/strict, a zoo name or local directory (default: the zoo "
+                        "model the artifact names, loaded only after its signature checked; never a directory)")
+    p.add_argument("--context", metavar="SYSTEM_PROMPT", default=None,
+                   help="the shared system prompt a slice follows (as in `c2c export --system`): its prefix is "
+                        "checked against the artifact's and prefilled, and the slice is checked after it")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="accept a sampled check of a slice without --context at layer 0 only (its deeper "
+                        "layers stay unverified); without it such a check is refused")
     p.add_argument("--domain", default=None,
                    help="trust domain the artifact must be signed for (default: the one its signature names)")
     p.add_argument("--keyring", type=Path, default=None, help="keyring folder (default: $C2C_HOME/keys)")
@@ -37,7 +54,6 @@ def register(sub) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from c2c.artifact.codec import DEFAULT_MAX_BYTES, read_bounded
     from c2c.trust.keys import Keyring
     from c2c.trust.policy import VerifyPolicy, check
     from c2c.trust.seal import MAGIC, envelope_info, open_sealed
@@ -48,7 +64,7 @@ def _verify(args: argparse.Namespace) -> int:
     ring = Keyring(args.keyring)
     result: dict = {"file": str(args.file), "mode": args.mode}
     try:
-        data = read_bounded(args.file, DEFAULT_MAX_BYTES)
+        data = _read(args.file, MAGIC)
         if data[:len(MAGIC)] == MAGIC:
             domain = args.domain or envelope_info(data)["domain"]
             data = open_sealed(data, ring, domain=domain)
@@ -59,19 +75,26 @@ def _verify(args: argparse.Namespace) -> int:
         domain = args.domain or (sig.get("domain") if isinstance(sig.get("domain"), str) else None)
         if domain is None and not args.unsigned_ok:
             domain = ""  # no domain to check against: the signature check reports it unsigned/malformed
-        runtime = None
-        if args.mode != "signature":
-            runtime = _load_runtime(args.model or artifact.header.fingerprint.model_name)
+        runtime = context = None
+        if args.mode != "signature":  # both run only once check() has verified the signature
+            runtime = _runtime_loader(args.model, artifact.header.fingerprint.model_name)
+            if args.context is not None and artifact.header.start > 0:
+                context = _context_builder(args.context, artifact)
         policy = VerifyPolicy(kv="none" if args.mode == "signature" else args.mode, samples=args.samples,
-                              require_signature=not args.unsigned_ok, tolerance=args.tolerance)
-        report = check(artifact, ring, domain or "", policy, runtime=runtime,
+                              require_signature=not args.unsigned_ok, tolerance=args.tolerance,
+                              allow_partial=args.allow_partial)
+        report = check(artifact, ring, domain or "", policy, runtime=runtime, context=context,
                        rng=random.Random(args.seed) if args.seed is not None else None)
     except (ArtifactError, TrustError, IncompatibleCacheError) as e:
         result.update(ok=False, error=type(e).__name__, reason=str(e))
         kv = getattr(e, "report", None)
         if kv is not None:
             result["kv"] = kv.to_dict()
-        emit(args, result, f"REFUSED {args.file}: {type(e).__name__}: {e}")
+        text = f"REFUSED {args.file}: {type(e).__name__}: {e}"
+        if isinstance(e, UnverifiableError) and args.context is None and "layer 0" in str(e):
+            text += ("\n  hint: pass --context SYSTEM_PROMPT (the shared prefix the slice follows) to check "
+                     "every layer, or --allow-partial to accept layer 0 only")
+        emit(args, result, text)
         return 1
     result.update(ok=True, **report.to_dict())
     lines = [f"OK {args.file} (id {artifact.id[:16]})"]
@@ -88,9 +111,54 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_runtime(name: str):
+def _read(path: Path, seal_magic: bytes) -> bytes | bytearray:
+    """A sealed envelope (bounded read), or an artifact (header checked before its body is read)."""
+    from c2c.artifact.codec import DEFAULT_MAX_BYTES, read_bounded, read_file
+
+    try:
+        with open(path, "rb") as f:
+            sealed = f.read(len(seal_magic)) == seal_magic
+    except OSError:
+        sealed = False  # read_file names the problem
+    return read_bounded(path, DEFAULT_MAX_BYTES) if sealed else read_file(path)
+
+
+def _runtime_loader(model: str | None, header_name: str):
+    """A zero-argument loader of the receiver's model, for ``check(runtime=...)`` to call after trust.
+
+    ``--model`` is the user's choice (zoo name or directory). The header's name is
+    unverified: it must be a zoo name, and the model is read from the zoo's own
+    folder (C2C_HOME/models), never from a path the header could name.
+    """
     from c2c.runtime import zoo
 
-    if not name:
-        raise ConfigError("the artifact does not name its model; pass --model")
-    return zoo.load(name, pull_if_missing=False)
+    if model:
+        return lambda: zoo.load(model, pull_if_missing=False)
+
+    def load():
+        if not header_name:
+            raise ConfigError("the artifact does not name its model; pass --model")
+        try:
+            spec = zoo.resolve(header_name)
+        except UnknownModelError:
+            raise ConfigError(f"the artifact names model {header_name[:200]!r}, which is not a zoo model; a "
+                              "header never picks a local directory: pass --model") from None
+        path = zoo.models_dir() / spec.name
+        if not (path / "config.json").is_file():
+            if not spec.tiny:
+                raise ModelError(f"{spec.name} is not pulled yet; run `c2c models pull {spec.name}` or pass --model")
+            path = zoo.pull(spec.name, progress=False)  # tiny test models are built locally
+        return zoo.load(str(path), pull_if_missing=False)
+    return load
+
+
+def _context_builder(system: str, artifact):
+    """``runtime -> cache`` of the shared prefix built from ``system``, after checking it is the artifact's."""
+    def build(runtime):
+        from c2c.prefix import SharedPrefix
+
+        ids = list(SharedPrefix.build(system).token_ids(runtime))
+        artifact.header.prefix.require_match(ids)
+        _, cache = runtime.prefill(ids)
+        return cache
+    return build

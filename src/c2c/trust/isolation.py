@@ -10,12 +10,22 @@ Two rules:
    are exported (:func:`exportable_ranges`). Private spans (role prompt, scratch
    reasoning, tool output marked private) never leave.
 
-NOTE: slicing the sender's cache to the exportable ranges (:func:`minimize`)
-removes the private *positions*, but the K/V of an exported token at layers
-above 0 were computed while attending to everything before it, private spans
-included, so they still carry some of that information. :func:`recompute_clean`
-closes that channel: it re-prefills the exported tokens after the shared prefix
-only, at the cost of one prefill of the exported tokens.
+Two ways to cut a slice (``Agent.export(isolation=...)``):
+
+``"positions"`` (:func:`minimize`)
+    Slice the sender's cache to the exportable ranges. It removes the private
+    *positions*, but the K/V of an exported token at layers above 0 were
+    computed while attending to everything before it, private spans included,
+    so they still carry some of that information (it leaks through attention).
+    The receiver cannot verify such a slice beyond layer 0 either: it does not
+    hold the positions the slice was computed after.
+``"recompute"`` (:func:`recompute_after`, :func:`recompute_clean`)
+    Re-prefill the exported tokens after the shared prefix only, at the cost of
+    one prefill of the exported tokens. The slice sits at positions
+    ``[prefix_len, prefix_len + n)``, carries no trace of the private spans in
+    any layer, and every receiver holds the context it follows (its own
+    shared-prefix cache), so it can be verified at every layer. The default
+    whenever a private span precedes the slice.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from c2c.errors import ConfigError, HandoffError
 from c2c.runtime.kvcache import KVCache
 
 Transport = Literal["cache", "text"]
+Isolation = Literal["recompute", "positions"]
+ISOLATIONS: tuple[str, ...] = ("recompute", "positions")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +127,20 @@ def exported_tokens(ctx: Context, labels: Sequence[str] | None = None) -> tuple[
     return tuple(t for a, b in exportable_ranges(ctx, labels) for t in ctx.token_ids[a:b])
 
 
+def recompute_after(runtime, prefix_cache: KVCache, ids: Sequence[int]) -> KVCache:
+    """K/V of ``ids`` computed after ``prefix_cache`` (the shared prefix) and nothing else.
+
+    Returns a slice at positions ``[prefix_cache.end, prefix_cache.end + len(ids))``,
+    layout ``[1, kv_heads, seq_len, head_dim]`` per layer. Costs one prefill of ``ids``.
+    """
+    if prefix_cache.start != 0:
+        raise ConfigError("prefix_cache must start at position 0 (the shared prefix)")
+    if not ids:
+        raise HandoffError("nothing to recompute: the slice holds no token")
+    _, full = runtime.prefill(list(ids), past=prefix_cache)
+    return full.slice(prefix_cache.end, full.end)
+
+
 def recompute_clean(runtime, ctx: Context, prefix_cache: KVCache, labels: Sequence[str] | None = None) -> KVCache:
     """The exported tokens' K/V computed after the shared prefix *only*.
 
@@ -124,6 +150,4 @@ def recompute_clean(runtime, ctx: Context, prefix_cache: KVCache, labels: Sequen
     """
     if prefix_cache.start != 0 or prefix_cache.token_ids != ctx.token_ids[: ctx.prefix_len]:
         raise ConfigError("prefix_cache must be the cache of exactly this context's shared prefix")
-    ids = exported_tokens(ctx, labels)
-    _, full = runtime.prefill(list(ids), past=prefix_cache)
-    return full.slice(ctx.prefix_len, full.end)
+    return recompute_after(runtime, prefix_cache, exported_tokens(ctx, labels))

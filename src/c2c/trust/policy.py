@@ -8,8 +8,13 @@ sampling. :func:`check` runs, in order:
 1. the signature (:func:`c2c.trust.signing.verify_signature`), required unless
    the policy says otherwise; a present signature is always checked;
 2. the shared prefix, when the receiver passes its prefix token ids;
-3. the model fingerprint, when a runtime is given;
-4. the KV check the policy asks for (:func:`c2c.trust.verify.verify_kv`).
+3. only then any work the unverified artifact could direct: a lazily given
+   runtime is loaded and a lazily given context computed;
+4. the model fingerprint, when a runtime is given;
+5. the KV check the policy asks for (:func:`c2c.trust.verify.verify_kv`). A
+   slice is checked against the context it will be attached to (the
+   receiver's shared-prefix cache); without one, a sampled check refuses
+   unless the policy has ``allow_partial``.
 
 It returns a :class:`TrustReport` to record, or raises the specific
 :class:`~c2c.errors.C2CError`. A handoff that gets a :class:`~c2c.errors.TrustError`
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from c2c.artifact.codec import Artifact
 from c2c.errors import ConfigError
@@ -44,12 +49,16 @@ class VerifyPolicy:
             an edit to 10% of one layer's positions by 0.9**48 < 0.7%.
         require_signature: refuse unsigned artifacts.
         tolerance: relative tolerance, or ``None`` for the dtype/device default.
+        allow_partial: accept a ``"sample"`` check of a slice that comes without its
+            context at layer 0 only (its deeper layers stay unverified); by default
+            such a check raises :class:`~c2c.errors.UnverifiableError`.
     """
 
     kv: KVCheck = "sample"
     samples: int = DEFAULT_SAMPLES
     require_signature: bool = True
     tolerance: float | None = None
+    allow_partial: bool = False
 
     def __post_init__(self) -> None:
         if self.kv not in ("none", "sample", "strict"):
@@ -58,17 +67,19 @@ class VerifyPolicy:
             raise ConfigError(f"policy samples={self.samples!r}: give a positive number of positions")
         if self.tolerance is not None and not self.tolerance > 0:
             raise ConfigError(f"policy tolerance={self.tolerance!r}: give a positive number")
+        if not isinstance(self.allow_partial, bool):
+            raise ConfigError(f"policy allow_partial={self.allow_partial!r}: give true or false")
 
     def for_handoff(self, *, critical: bool) -> "VerifyPolicy":
         """This policy, made strict when the handoff is critical."""
-        return replace(self, kv="strict", require_signature=True) if critical else self
+        return replace(self, kv="strict", require_signature=True, allow_partial=False) if critical else self
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VerifyPolicy":
-        unknown = set(d) - {"kv", "samples", "require_signature", "tolerance"}
+        unknown = set(d) - {"kv", "samples", "require_signature", "tolerance", "allow_partial"}
         if unknown:
             raise ConfigError(f"unknown policy fields {sorted(unknown)}")
         return cls(**d)
@@ -107,19 +118,27 @@ class TrustReport:
 
 def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolicy | None = None, *,
           runtime=None, critical: bool = False, prefix_ids: Sequence[int] | None = None,
-          context: KVCache | None = None, token_ids: Sequence[int] | None = None,
+          context: KVCache | Callable[[Any], KVCache] | None = None, token_ids: Sequence[int] | None = None,
           rng: random.Random | None = None) -> TrustReport:
     """Everything a receiver in ``domain`` checks before attaching ``artifact``.
+
+    Nothing the unverified header names is acted on before the signature, the
+    domain and the prefix have been checked: pass ``runtime`` (and ``context``)
+    as callables to load the model (and compute the context) only then.
 
     Args:
         artifact: the decoded artifact.
         keyring: the receiver's keyring.
         domain: the receiver's trust domain.
         policy: the policy; default the one stored for ``domain`` (see :func:`policy_for`).
-        runtime: the receiver's model; needed for ``kv`` checks and the fingerprint check.
+        runtime: the receiver's model, or a zero-argument callable that loads it (called only
+            after the signature, domain and prefix checks passed, and only when needed); needed
+            for ``kv`` checks and the fingerprint check.
         critical: make the policy strict for this handoff.
         prefix_ids: the receiver's shared-prefix token ids, checked against the artifact's.
-        context: cache of ``[0, start)`` for a slice (see :func:`verify_kv`).
+        context: for a slice, the cache of ``[0, start)`` it will be attached to (the receiver's
+            shared-prefix cache; see :func:`verify_kv`), or a callable ``runtime -> cache``
+            called after the runtime is loaded.
         token_ids: the claimed tokens when the header withholds them.
         rng: probe-position source (tests and benchmarks fix it; default is unpredictable).
 
@@ -136,12 +155,18 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
         signer = verify_signature(artifact, keyring, domain=domain)
     if prefix_ids is not None:
         artifact.header.prefix.require_match(list(prefix_ids))
+    # Trusted from here on: only now load what the header names, or compute anything.
+    if callable(runtime) and not hasattr(runtime, "prefill"):
+        runtime = runtime()
     kv = None
     if policy.kv != "none":
         if runtime is None:
             raise ConfigError(f"the {policy.kv!r} KV check needs the receiver's runtime (runtime=...)")
+        Fingerprint.of(runtime).require_same(artifact.header.fingerprint)
+        if callable(context):
+            context = context(runtime)
         kv = verify_kv(artifact, runtime, mode=policy.kv, samples=policy.samples, tolerance=policy.tolerance,
-                       context=context, token_ids=token_ids, rng=rng)
+                       context=context, token_ids=token_ids, rng=rng, allow_partial=policy.allow_partial)
     elif runtime is not None:
         Fingerprint.of(runtime).require_same(artifact.header.fingerprint)
     return TrustReport(artifact=artifact.id, domain=domain, policy=policy, signer=signer, kv=kv)

@@ -27,12 +27,18 @@ some or all of the K/V with its own copy of the model and compares:
 What can be checked depends on what the receiver has:
 
 - a full cache (``start == 0``): everything above;
-- a slice (``start > 0``): its deeper layers depend on the sender's earlier
-  context, which the receiver usually does not have. With ``context`` (a cache
-  of positions ``[0, start)``, e.g. the receiver's own shared-prefix cache when
-  the slice follows the prefix directly) the slice is checked like a full cache;
-  without it, ``sample`` checks layer 0 only (the report says so) and ``strict``
-  refuses with :class:`UnverifiableError`;
+- a slice (``start > 0``): its deeper layers depend on the context it was
+  computed after. It is verified against the context it will be attached to:
+  ``context`` is a cache of positions ``[0, start)``, normally the receiver's
+  own shared-prefix cache, which is exactly what a slice exported with
+  isolation ``"recompute"`` follows (:meth:`c2c.agent.Agent.export`). The
+  slice is then checked like a full cache. A context that ends elsewhere means
+  the slice was computed after positions the receiver does not hold, so it
+  cannot be checked: :class:`UnverifiableError`. Without a context, ``strict``
+  refuses with :class:`UnverifiableError`, and so does ``sample`` (a slice
+  whose layers 1..N-1 were replaced by noise passes a layer-0 check), unless
+  the caller accepts a partial check with ``allow_partial=True``: then layer 0
+  only is checked and the report's note says so;
 - sliding-window layers keep only the last ``W - 1`` tokens, so earlier
   positions cannot be re-computed from the artifact's own cache: ``sample`` then
   runs ``strict`` instead (the report says so);
@@ -170,7 +176,7 @@ def claimed_tokens(artifact: Artifact, token_ids: Sequence[int] | None = None) -
 def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: int = DEFAULT_SAMPLES,
               tolerance: float | None = None, context: KVCache | None = None,
               token_ids: Sequence[int] | None = None, rng: random.Random | None = None,
-              layer0: bool = True) -> VerifyReport:
+              layer0: bool = True, allow_partial: bool = False) -> VerifyReport:
     """Re-compute the artifact's K/V with ``runtime``'s model and compare (see module docstring).
 
     Args:
@@ -179,17 +185,22 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         mode: ``"sample"`` or ``"strict"``.
         samples: deep probes ``k`` for ``sample``.
         tolerance: relative tolerance; default :func:`default_tolerance`.
-        context: a full cache of positions ``[0, artifact.start)`` for a slice.
+        context: for a slice, the cache it will be attached to: positions ``[0, artifact.start)``
+            (the receiver's shared-prefix cache for a slice that follows the prefix).
         token_ids: the claimed tokens when the header withholds them.
         rng: source of probe positions; default ``random.SystemRandom()``.
         layer0: run the layer-0 sweep in ``sample`` mode.
+        allow_partial: accept a ``sample`` check of a slice without ``context`` at layer 0
+            only (the report's note says so); by default that raises :class:`UnverifiableError`.
 
     Returns:
         a :class:`VerifyReport` (only when the artifact passed).
 
     Raises:
         FingerprintMismatchError: the receiver's model is not the artifact's.
-        UnverifiableError: the check asked for cannot be done (see module docstring).
+        PrefixMismatchError: ``context`` is not the shared prefix the artifact claims to follow.
+        UnverifiableError: the check asked for cannot be done (see module docstring): a slice
+            without its context (unless ``allow_partial``), or with a context ending elsewhere.
         VerificationFailedError: some K/V differ beyond the tolerance; ``.report``
             holds the :class:`VerifyReport`.
     """
@@ -208,10 +219,24 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
     if cache.start > 0:
         full = None
         if context is not None:
-            if context.start != 0 or context.end != cache.start:
-                raise ConfigError(f"context covers [{context.start}:{context.end}); a slice starting at "
-                                  f"{cache.start} needs a context of exactly [0:{cache.start})")
+            if context.start != 0:
+                raise ConfigError(f"context starts at {context.start}; give a cache from position 0 "
+                                  "(e.g. the shared-prefix cache)")
+            if context.end != cache.start:
+                raise UnverifiableError(
+                    f"the slice starts at position {cache.start} but the context it would be attached to ends "
+                    f"at {context.end}: the slice was computed after positions the receiver does not hold, so "
+                    "its layers above 0 cannot be checked; ask the sender to export it with isolation "
+                    "'recompute' so that it follows the shared prefix, or hand off by text")
+            if context.end == h.prefix.length:
+                h.prefix.require_match(list(context.token_ids))
             full = context.to(device=runtime.device).append(cache)
+        elif mode == "sample" and not allow_partial:
+            raise UnverifiableError(
+                f"a slice starting at {cache.start} without the context it follows is not verified beyond "
+                "layer 0 (its deeper layers could be anything); pass context= (the receiver's shared-prefix "
+                "cache, for a slice exported with isolation 'recompute'), or allow_partial=True to accept "
+                "a layer-0 check")
 
     note = ""
     if mode == "sample" and full is not None and _needs_strict(full, samples):
@@ -237,8 +262,9 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         if not found:
             raise ConfigError("nothing to check: samples=0 and layer0=False")
         if full is None:
-            note = (f"slice starting at {cache.start} without its context: only layer 0 was checked; "
-                    "pass context= (e.g. the shared-prefix cache) to check every layer")
+            note = (f"partial check (allow_partial): slice starting at {cache.start} without its context, "
+                    "only layer 0 was checked, layers above 0 are not verified; pass context= (the "
+                    "shared-prefix cache) to check every layer")
     worst = max(found, key=lambda w: w["error"] if w["error"] == w["error"] else float("inf"))
     max_err = worst.pop("error")
     report = VerifyReport(mode=mode, layers="all" if deep else "0", deep_positions=deep, layer0_positions=n0,
