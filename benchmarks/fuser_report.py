@@ -214,10 +214,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    from c2c.canon import canonical_json, sha256_hex
     from c2c.fuser.data import data_root, load_questions, subset
     from c2c.fuser.evaluate import Evaluator
-
-    from c2c.fingerprint import canonical_json, sha256_hex
 
     conds = [c.strip() for c in args.conditions.split(",") if c.strip()]
     ev = Evaluator.from_checkpoint(args.checkpoint, control_checkpoint=args.control_checkpoint, conditions=conds,

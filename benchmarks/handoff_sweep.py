@@ -19,12 +19,14 @@ from tqdm import tqdm
 
 from c2c import advise
 from c2c.bench import handoff
-from c2c.runtime import zoo
+from c2c.bench.calibrate import calibrate
+from c2c.runtime import alloc, zoo
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> int:
+    alloc.keep_large_buffers()  # as the c2c command does (see c2c.runtime.alloc)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", help="zoo model (repeatable); default Qwen2.5-Coder-0.5B-Instruct "
                                                       "and SmolLM2-135M-Instruct")
@@ -40,7 +42,7 @@ def main() -> int:
     rows = []
     for name in models:
         rt = zoo.load(name)
-        cal = advise.calibrate(rt)  # the advisor's inputs, measured in this same run
+        cal = calibrate(rt)  # the advisor's inputs, measured in this same run
         for n in tqdm(lengths, desc=name, file=sys.stderr):
             cfg = handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens)
             r = median_run([handoff.run(rt, cfg) for _ in range(args.repeats)])

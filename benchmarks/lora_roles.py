@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from c2c.bench.handoff import DATA_DIR
-from c2c.home import c2c_home
-from c2c.roles import divergence
+from c2c.config import data_dir
+from c2c.config import c2c_home
 from c2c.runtime import adapters, zoo
+from c2c.team.roles import divergence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from slice_repair import load_arc, option_logprobs, render  # noqa: E402
@@ -36,8 +36,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def training_texts() -> dict[str, list[str]]:
-    alpaca = json.loads((DATA_DIR / "train" / "alpaca_en_demo.json").read_text())
-    lima = json.loads((DATA_DIR / "train" / "lima.json").read_text())
+    alpaca = json.loads((data_dir() / "train" / "alpaca_en_demo.json").read_text())
+    lima = json.loads((data_dir() / "train" / "lima.json").read_text())
     return {
         "coder": [f"{r['instruction']}\n{r['input']}\n{r['output']}".strip() for r in alpaca[:200]],
         "writer": [r["output"] for r in lima[:200] if r.get("output")],
@@ -63,7 +63,7 @@ def main() -> int:
         else:
             curves[role] = json.loads((path / "c2c-training.json").read_text())
         curves[role] = {k: v for k, v in curves[role].items() if k != "losses"}
-    qs = load_arc(DATA_DIR / "eval" / "arc_challenge" / "ARC-Challenge-Dev.jsonl", args.limit, seed=1)
+    qs = load_arc(data_dir() / "eval" / "arc_challenge" / "ARC-Challenge-Dev.jsonl", args.limit, seed=1)
 
     def use(role: str) -> None:
         if role == "base":

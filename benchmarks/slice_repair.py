@@ -28,11 +28,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from c2c.agent import Agent, Team
-from c2c.bench.handoff import DATA_DIR, corpus_text, take_tokens
-from c2c.prefix import SharedPrefix
-from c2c.repair import repair
+from c2c.artifact.prefix import SharedPrefix
+from c2c.bench.handoff import corpus_text, take_tokens
+from c2c.config import data_dir
 from c2c.runtime import zoo
+from c2c.runtime.repair import repair
+from c2c.team.agent import Agent, Team
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RATIOS = (0.0, 0.1, 0.2, 0.5, 1.0)
@@ -69,7 +70,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS / "slice_repair"), help="output prefix")
     args = ap.parse_args()
     rt = zoo.load(args.model)
-    qs = load_arc(DATA_DIR / "eval" / "arc_challenge" / "ARC-Challenge-Dev.jsonl", args.limit, args.seed)
+    qs = load_arc(data_dir() / "eval" / "arc_challenge" / "ARC-Challenge-Dev.jsonl", args.limit, args.seed)
     text = corpus_text()
     team = Team(shared=SharedPrefix.build("Two agents answer science questions together."))
     conds = ["text", "full"] + [f"slice r={r:g}" for r in RATIOS]

@@ -22,6 +22,17 @@ raw and store runs interleaved so drift hits all alike.
   another process blocks on the event stream; the time from calling
   ``invalidate(root)`` until that subscriber holds an event for every one of
   the 20 commits. Both processes read CLOCK_MONOTONIC, which is system-wide.
+- **10,000-commit DAG** (section ``dag``): a root, 100 children, 9,900 commits
+  under those; the wall time of ``invalidate(root)`` on both backends, and for
+  Redis every script run's server-side duration from SLOWLOG (logging every
+  command), so the longest single script says how long the walk ever blocked
+  the server.
+- **blob read paths** (section ``readpaths``): the 64 MB put+get through
+  ``c2c.store.resp`` (the store's reader) against redis-py's own pipelined GETs,
+  with its pure-Python parser and with hiredis (``--hiredis-path`` if the venv
+  lacks it); one fresh process per run.
+
+    .venv/bin/python benchmarks/store_bench.py --only dag,readpaths   # rerun two sections, keep the rest
 """
 
 from __future__ import annotations
@@ -50,8 +61,8 @@ def big_artifact(size_mb: int):
     import torch
 
     from c2c.artifact import Artifact
-    from c2c.fingerprint import Fingerprint
-    from c2c.prefix import PrefixRef
+    from c2c.artifact.fingerprint import Fingerprint
+    from c2c.artifact.prefix import PrefixRef
     from c2c.runtime.kvcache import KVCache
 
     layers, heads, dim = 16, 8, 128
@@ -72,8 +83,8 @@ def small_artifact(seed: int, parents=()) -> bytes:
     import torch
 
     from c2c.artifact import Artifact
-    from c2c.fingerprint import Fingerprint
-    from c2c.prefix import PrefixRef
+    from c2c.artifact.fingerprint import Fingerprint
+    from c2c.artifact.prefix import PrefixRef
     from c2c.runtime.kvcache import KVCache
 
     g = torch.Generator().manual_seed(seed)
@@ -242,6 +253,169 @@ def subscriber(url: str) -> None:
         print(f"DONE {time.monotonic()!r}", flush=True)
 
 
+# ---------------------------------------------------------- 10,000-commit DAG
+def dag_artifacts(n: int) -> list[bytes]:
+    """``n`` distinct small artifacts (one shared KV cache, a label apiece): ~0.1 ms each to build."""
+    import torch
+
+    from c2c.artifact import Artifact
+    from c2c.artifact.fingerprint import Fingerprint
+    from c2c.artifact.prefix import PrefixRef
+    from c2c.runtime.kvcache import KVCache
+
+    g = torch.Generator().manual_seed(7)
+    tokens = [int(t) for t in torch.randint(0, 32000, (16,), generator=g)]
+    kv = lambda: tuple(torch.randn(1, 2, 16, 8, generator=g) for _ in range(2))  # noqa: E731  (1, 2, 16, 8)
+    fp = Fingerprint(architecture="llama", num_layers=2, layer_types=("full_attention",) * 2, kv_heads=2,
+                     head_dim=8, sliding_window=None, rope="{}", dtype="float32", tokenizer_digest="a" * 64,
+                     weights_digest="b" * 64)
+    cache = KVCache(keys=kv(), values=kv(), token_ids=tuple(tokens))
+    return [Artifact.build(cache, fingerprint=fp, prefix=PrefixRef.of(tokens[:4]), labels={"dag": str(i)}).encode()
+            for i in range(n)]
+
+
+def dag_10k(store, arts: list[bytes], hubs: int = 100) -> tuple[str, list[str]]:
+    """A root, ``hubs`` children of it, and the rest spread under the hubs (every 10th under two)."""
+    root = store.put(arts[0], stream="n0").id
+    hub_ids = [store.put(arts[1 + h], stream=f"n{1 + h}", parents=[root]).id for h in range(hubs)]
+    ids = [root, *hub_ids]
+    for i in range(1 + hubs, len(arts)):
+        h = i % hubs
+        parents = [hub_ids[h]] + ([hub_ids[(h + 1) % hubs]] if i % 10 == 0 else [])
+        ids.append(store.put(arts[i], stream=f"n{i}", parents=parents).id)
+    return root, ids
+
+
+def dag_invalidation(url: str, arts: list[bytes], redis_port: int | None = None) -> dict:
+    """Invalidate the root of a 10,001-commit DAG; for Redis, the server-side time of its script runs.
+
+    SLOWLOG logs every command slower than 1 ms with its duration (at 0 it would also log each command
+    a script runs, which slows the scripts it measures); INFO commandstats gives the total.
+    """
+    from c2c.store import open_store
+
+    store = open_store(url)
+    t0 = time.perf_counter()
+    root, ids = dag_10k(store, arts)
+    build_s = time.perf_counter() - t0
+    out: dict = {"commits": len(ids), "dependents": len(ids) - 1, "build_s": build_s}
+    steps: list[dict] = []
+    admin = None
+    if redis_port is not None:
+        import redis
+
+        import c2c.store.redis as redis_store
+
+        admin = redis.Redis(port=redis_port)
+        admin.config_set("slowlog-log-slower-than", SLOWLOG_US)
+        admin.config_set("slowlog-max-len", 100_000)
+        admin.slowlog_reset()
+        admin.config_resetstat()
+        real = store._step
+
+        def timed_step(keys, args):
+            s0 = time.perf_counter()
+            res = real(keys=keys, args=args)
+            steps.append({"children": len(keys) - 4, "call_s": time.perf_counter() - s0})
+            return res
+
+        store._step = timed_step
+        out["walk_batch"] = redis_store.WALK_BATCH
+    t0 = time.perf_counter()
+    events = store.invalidate(root, reason="bench: 10k DAG")
+    out["invalidate_s"] = time.perf_counter() - t0
+    if admin is not None:
+        log = admin.slowlog_get(-1)
+        stats = admin.info("commandstats")
+        admin.config_set("slowlog-log-slower-than", 10_000)
+        is_script = [bytes(e["command"]).upper().startswith((b"EVALSHA", b"EVAL ")) for e in log]
+        scripts = [e["duration"] for e, s in zip(log, is_script) if s]
+        others = [e["duration"] for e, s in zip(log, is_script) if not s]
+        evalsha = stats.get("cmdstat_evalsha", {})
+        out.update(script_runs=int(evalsha.get("calls", 0)), total_script_ms=evalsha.get("usec", 0) / 1e3,
+                   slowlog_threshold_ms=SLOWLOG_US / 1e3, scripts_over_threshold=len(scripts),
+                   longest_script_ms=max(scripts, default=0) / 1e3,
+                   longest_other_command_ms=max(others, default=0) / 1e3,
+                   steps=len(steps), most_children_per_step=max(s["children"] for s in steps),
+                   longest_step_call_ms=1e3 * max(s["call_s"] for s in steps))
+    assert len(events) == len(ids) and {e.commit for e in events} == set(ids)
+    assert all(r.stale for r in store.log()), "every commit of the DAG must end stale"
+    store.close()
+    return out
+
+
+SLOWLOG_US = 1000  # commands slower than this are logged one by one
+
+
+# ------------------------------------------------------- blob read paths, 64 MB
+READ_PATHS = ("resp.py", "redis-py", "redis-py+hiredis")
+
+
+def readpath_worker(url: str, variant: str, data_path: str) -> None:
+    """Child process: one 64 MB put+get through ``variant``; prints JSON."""
+    if variant != "redis-py+hiredis":
+        sys.modules["hiredis"] = None  # NOTE: redis-py then falls back to its pure-Python parser
+    import redis.connection
+    import redis.utils
+
+    if variant == "redis-py+hiredis" and not redis.utils.HIREDIS_AVAILABLE:
+        print(json.dumps({"error": "hiredis is not importable: pip install hiredis (or pass --hiredis-path)"}))
+        return
+    from c2c.store import open_store
+
+    data = Path(data_path).read_bytes()
+    with open_store(url) as store:
+        store._direct_reads = variant == "resp.py"
+        warm = store.put(small_artifact(1), stream="warm-up")  # first-call costs: imports, SCRIPT LOAD, pools
+        store.get(warm.id)
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        c = store.put(data, stream="bench")
+        t1 = time.perf_counter()
+        rec = store.get(c.id)
+        t2 = time.perf_counter()
+        c2 = time.process_time()
+        assert rec.data == data
+        store.delete_leaf(c.id)
+    print(json.dumps({"put_s": t1 - t0, "get_s": t2 - t1, "total_s": t2 - t0, "cpu_s": c2 - c0,
+                      "parser": redis.connection.DefaultParser.__name__}))
+
+
+def read_paths(server: "RedisServer", data: bytes, reps: int, work: Path, hiredis_path: str | None) -> dict:
+    """put+get of ``data`` via c2c.store.resp vs redis-py's pipelined GETs, without and with hiredis."""
+    path = work / "readpath.bin"
+    path.write_bytes(data)
+    env = dict(os.environ)
+    if hiredis_path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (hiredis_path, env.get("PYTHONPATH")) if p)
+    runs: dict[str, list[dict]] = {v: [] for v in READ_PATHS}
+    skipped: dict[str, str] = {}
+    for i in range(reps):
+        for v in READ_PATHS:  # interleaved, so drift hits all alike
+            if v in skipped:
+                continue
+            p = subprocess.run([sys.executable, __file__, "--readpath-worker", server.url(f"rp{i}-{len(v)}"), v,
+                                str(path)], env=env, capture_output=True, text=True, timeout=600, check=True)
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            if "error" in r:
+                skipped[v] = r["error"]
+            else:
+                runs[v].append(r)
+        print(f"read paths rep {i + 1}/{reps}: " + "  ".join(f"{v} {runs[v][-1]['total_s']:.3f}s"
+                                                             for v in READ_PATHS if runs[v]), flush=True)
+    path.unlink()
+    out: dict = {"reps": reps, "artifact_bytes": len(data)}
+    for v in READ_PATHS:
+        if runs[v]:
+            parser = runs[v][0].pop("parser")
+            for r in runs[v][1:]:
+                r.pop("parser")
+            out[v] = summarize(runs[v], len(data))
+            out[v]["parser"] = parser
+    out["skipped"] = skipped
+    return out
+
+
 # --------------------------------------------------------------------- report
 def write_report(res: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
@@ -270,6 +444,48 @@ def write_report(res: dict, out: Path) -> None:
                       f"in **{inv['median_ms']:.1f} ms** median, {inv['p95_ms']:.1f} ms p95, {inv['max_ms']:.1f} ms max "
                       f"(bar: 100 ms: {'PASS' if inv['max_ms'] <= 100 else 'FAIL'}); the invalidate() call itself "
                       f"took {inv['invalidate_call_median_ms']:.1f} ms median."]
+    dag = res.get("dag_invalidation")
+    if dag:
+        rd, sq = dag.get("redis"), dag["sqlite"]
+        lines += ["", f"## Invalidating a {sq['commits']:,}-commit DAG", "",
+                  f"A root, 100 children, and {sq['commits'] - 101:,} commits under those (every 10th under two): "
+                  f"`invalidate(root)` marks all {sq['commits']:,} stale.", "",
+                  "| backend | invalidate() s | longest single server call | calls |", "|---|---:|---:|---:|",
+                  f"| sqlite:// | {sq['invalidate_s']:.3f} | {1e3 * sq['invalidate_s']:.0f} ms "
+                  "(one transaction; other writers wait) | 1 |"]
+        if rd:
+            thr = rd["slowlog_threshold_ms"]
+            longest = f"{rd['longest_script_ms']:.2f} ms" if rd["scripts_over_threshold"] else f"< {thr:g} ms"
+            other = f"{rd['longest_other_command_ms']:.2f} ms" if rd["longest_other_command_ms"] else f"< {thr:g} ms"
+            lines += [f"| redis:// | {rd['invalidate_s']:.3f} | **{longest}** script (server side, SLOWLOG) | "
+                      f"{rd['script_runs']} scripts |", "",
+                      f"Redis walks in steps of at most {rd['walk_batch']} commits (WALK_BATCH): {rd['steps']} STEP "
+                      f"runs, at most {rd['most_children_per_step']} children in one. All scripts together took "
+                      f"{rd['total_script_ms']:.1f} ms of server time (INFO commandstats), about what one atomic "
+                      f"walk would have blocked the server for; the longest other command took {other}; the "
+                      f"slowest STEP call seen by the client (round trip included) {rd['longest_step_call_ms']:.2f} "
+                      f"ms. Server: {dag['redis_server']}."]
+        lines += ["", f"Environment of this section: {dag['environment']['cpus']} CPUs, load average "
+                      f"{dag['environment']['loadavg_before']} before, {dag['environment']['loadavg_after']} after."]
+    rp = res.get("read_paths")
+    if rp:
+        lines += ["", f"## Blob read path, {rp['artifact_bytes'] / (1 << 20):.0f} MiB put+get over loopback Redis "
+                      f"(median of {rp['reps']} reps, one process per run)", "",
+                  "| path | put s | get s | put+get s | MB/s | CPU s | redis-py parser |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
+        labels = {"resp.py": "c2c.store.resp: GETs on redis-py's socket, `recv_into` the buffer",
+                  "redis-py": "redis-py pipelined GETs", "redis-py+hiredis": "redis-py pipelined GETs, hiredis"}
+        for v in READ_PATHS:
+            if v in rp:
+                r = rp[v]
+                lines.append(f"| {labels[v]} | {r['put_s']:.3f} | {r['get_s']:.3f} | {r['total_s']:.3f} | "
+                             f"{r['throughput_MBps']:.0f} | {r['cpu_s']:.3f} | {r['parser']} |")
+        lines += [f"| {v}: skipped | {why} | | | | | |" for v, why in rp.get("skipped", {}).items()]
+        if "verdict" in rp:
+            lines += ["", rp["verdict"]]
+        lines += ["", f"Environment of this section: {rp['environment']['cpus']} CPUs, load average "
+                      f"{rp['environment']['loadavg_before']} before, {rp['environment']['loadavg_after']} after; "
+                      f"{rp['environment'].get('hiredis', '-')}."]
     env = res["environment"]
     lines += ["", "NOTE: put decodes and validates the whole artifact (strict parse, tensor digest, NaN/Inf "
                   "scan) and hashes it, and get re-hashes it; raw does neither. That work is CPU, so the "
@@ -278,7 +494,9 @@ def write_report(res: dict, out: Path) -> None:
                   f"{env.get('loadavg_after', '-')} after; "
                   f"{env['python']}; redis-server {env.get('redis_version', '-')} "
                   f"({env.get('redis_config', '-')}); files in {env['workdir']} (device {env['device']}).",
-              "", "Reproduce: `.venv/bin/python benchmarks/store_bench.py`", ""]
+              "", "Reproduce: `.venv/bin/python benchmarks/store_bench.py`; one section into the existing results: "
+                  "`--only dag` or `--only readpaths --reps 7 --hiredis-path DIR` (DIR from "
+                  "`pip install --target DIR hiredis`).", ""]
     (out / "store.md").write_text("\n".join(lines))
     plot(res, out / "store.png")
 
@@ -314,6 +532,49 @@ def plot(res: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+SECTIONS = ("putget", "latency", "dag", "readpaths")
+
+
+def put_get(res: dict, data: bytes, work: Path, server, server_aof, reps: int) -> None:
+    """The headline: raw vs sqlite:// vs redis:// (+AOF) put+get of ``data``, interleaved reps."""
+    raw, sq, rd, ra = [], [], [], []
+    for i in range(reps):
+        raw.append(raw_io(work / "raw.bin", data))
+        sq.append(store_io(f"sqlite:///{work / f'sqlite-{i}'}", data))
+        if server:
+            rd.append(store_io(server.url(f"bench{i}"), data))
+            ra.append(store_io(server_aof.url(f"bench{i}"), data))
+        shutil.rmtree(work / f"sqlite-{i}", ignore_errors=True)
+        print(f"rep {i + 1}/{reps}: raw {raw[-1]['total_s']:.3f}s  sqlite {sq[-1]['total_s']:.3f}s"
+              + (f"  redis {rd[-1]['total_s']:.3f}s  redis+aof {ra[-1]['total_s']:.3f}s" if rd else ""),
+              flush=True)
+    res.update(artifact_bytes=len(data), artifact_MiB=len(data) / (1 << 20), reps=reps)
+    res["raw"] = summarize(raw, len(data))
+    res["sqlite"] = summarize(sq, len(data))
+    res["sqlite"]["ratio_vs_raw"] = res["raw"]["total_s"] / res["sqlite"]["total_s"]
+    for key, runs in (("redis", rd), ("redis_aof", ra)):
+        if runs:
+            res[key] = summarize(runs, len(data))
+            res[key]["ratio_vs_raw"] = res["raw"]["total_s"] / res[key]["total_s"]
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def section_env(env: dict, before: str) -> dict:
+    """The machine facts of one section, with the load average around it."""
+    return {"cpus": env["cpus"], "loadavg_before": before, "loadavg_after": _loadavg(), "python": env["python"],
+            "redis_version": env.get("redis_version", "-")}
+
+
+def _hiredis_version(path: str | None) -> str:
+    probe = "import hiredis; print(hiredis.__version__)"
+    extra = {"PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p)} if path else {}
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, **extra})
+    return f"hiredis {p.stdout.strip()}" if p.returncode == 0 else "hiredis not installed"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="Example: .venv/bin/python benchmarks/store_bench.py --reps 5")
@@ -323,11 +584,25 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, help="directory on the disk to measure (default: a temp dir)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="where results go")
     p.add_argument("--no-redis", action="store_true", help="skip the Redis measurements")
+    p.add_argument("--only", help=f"comma-separated sections to run, of {','.join(SECTIONS)}; the results of the "
+                                  "others are kept from the existing store.json (default: all)")
+    p.add_argument("--hiredis-path", help="a directory with hiredis (pip install --target DIR hiredis) for the "
+                                          "redis-py+hiredis read path, if the venv has none")
     p.add_argument("--subscriber", metavar="URL", help=argparse.SUPPRESS)
+    p.add_argument("--readpath-worker", nargs=3, metavar=("URL", "VARIANT", "DATA"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.subscriber:
         subscriber(args.subscriber)
         return 0
+    if args.readpath_worker:
+        readpath_worker(*args.readpath_worker)
+        return 0
+    sections = SECTIONS if not args.only else tuple(args.only.split(","))
+    if unknown := set(sections) - set(SECTIONS):
+        p.error(f"unknown sections {sorted(unknown)}; pick from {','.join(SECTIONS)}")
+    previous = args.out / "store.json"
+    if args.only and not previous.exists():
+        p.error(f"--only merges into {previous}, which does not exist; run every section once first")
 
     import torch
 
@@ -338,39 +613,54 @@ def main() -> int:
     redis_bin = shutil.which("redis-server")
     server = server_aof = None
     try:
-        art = big_artifact(args.size_mb)
-        data = art.encode()
-        del art
-        res: dict = {"artifact_bytes": len(data), "artifact_MiB": len(data) / (1 << 20), "reps": args.reps,
-                     "environment": env}
+        data = b""
+        if {"putget", "readpaths"} & set(sections):
+            art = big_artifact(args.size_mb)
+            data = art.encode()
+            del art
+        if args.only:
+            res = json.loads(previous.read_text())
+        else:
+            res = {"artifact_bytes": len(data), "artifact_MiB": len(data) / (1 << 20), "reps": args.reps,
+                   "environment": env}
         if not args.no_redis and redis_bin:
             server = RedisServer(redis_bin, work / "redis", aof=False)
             server_aof = RedisServer(redis_bin, work / "redis-aof", aof=True)
             env["redis_version"] = server.version()
             env["redis_config"] = "loopback; persistence off, and AOF everysec for redis+aof; no RDB"
-        raw, sq, rd, ra = [], [], [], []
-        for i in range(args.reps):
-            raw.append(raw_io(work / "raw.bin", data))
-            sq.append(store_io(f"sqlite:///{work / f'sqlite-{i}'}", data))
-            if server:
-                rd.append(store_io(server.url(f"bench{i}"), data))
-                ra.append(store_io(server_aof.url(f"bench{i}"), data))
-            shutil.rmtree(work / f"sqlite-{i}", ignore_errors=True)
-            print(f"rep {i + 1}/{args.reps}: raw {raw[-1]['total_s']:.3f}s  sqlite {sq[-1]['total_s']:.3f}s"
-                  + (f"  redis {rd[-1]['total_s']:.3f}s  redis+aof {ra[-1]['total_s']:.3f}s" if rd else ""),
-                  flush=True)
-        res["raw"] = summarize(raw, len(data))
-        res["sqlite"] = summarize(sq, len(data))
-        res["sqlite"]["ratio_vs_raw"] = res["raw"]["total_s"] / res["sqlite"]["total_s"]
-        if rd:
-            for key, runs in (("redis", rd), ("redis_aof", ra)):
-                res[key] = summarize(runs, len(data))
-                res[key]["ratio_vs_raw"] = res["raw"]["total_s"] / res[key]["total_s"]
+        if "putget" in sections:
+            res["environment"] = env
+            put_get(res, data, work, server, server_aof, args.reps)
+        if "latency" in sections and server:
             res["invalidation"] = invalidation_latency(server_aof.url("bench-inv"), args.trials)
             res["invalidation"]["server"] = "AOF everysec"
-        elif not args.no_redis:
+        if not server and not args.no_redis:
             res["redis_skipped"] = "redis-server not on PATH"
-        env["loadavg_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        if "dag" in sections:
+            before = _loadavg()
+            arts = dag_artifacts(10_001)
+            dag = {"sqlite": dag_invalidation(f"sqlite:///{work / 'dag-sqlite'}", arts)}
+            print(f"10k DAG: sqlite invalidate {dag['sqlite']['invalidate_s']:.3f}s", flush=True)
+            if server:
+                dag["redis"] = dag_invalidation(server.url("dag"), arts, redis_port=server.port)
+                dag["redis_server"] = f"redis-server {server.version()} on loopback, persistence off"
+                print(f"10k DAG: redis invalidate {dag['redis']['invalidate_s']:.3f}s, longest script "
+                      f"{dag['redis']['longest_script_ms']:.2f} ms", flush=True)
+            dag["environment"] = section_env(env, before)
+            res["dag_invalidation"] = dag
+        if "readpaths" in sections and server:
+            before = _loadavg()
+            rp = read_paths(server, data, args.reps, work, args.hiredis_path)
+            rp["environment"] = section_env(env, before)
+            rp["environment"]["hiredis"] = _hiredis_version(args.hiredis_path)
+            have = [v for v in READ_PATHS if v in rp]
+            fastest = min(have, key=lambda v: rp[v]["total_s"])
+            rp["fastest"] = fastest
+            rp["verdict"] = (f"Fastest put+get: {fastest}. " + ", ".join(
+                f"{v} {rp[v]['total_s'] / rp[fastest]['total_s']:.2f}x its time" for v in have if v != fastest) + ".")
+            res["read_paths"] = rp
+        if "putget" in sections:
+            env["loadavg_after"] = _loadavg()
         write_report(res, args.out)
     finally:
         for srv in (server, server_aof):

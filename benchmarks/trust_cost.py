@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 
 from c2c.artifact import Artifact
-from c2c.fingerprint import Fingerprint
-from c2c.prefix import PrefixRef
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring
 from c2c.trust.seal import open_sealed, seal

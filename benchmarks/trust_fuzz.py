@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from trust import hostile  # noqa: E402
 
 from c2c.artifact import Artifact  # noqa: E402
 from c2c.errors import C2CError  # noqa: E402
 from c2c.trust.signing import load_signed  # noqa: E402
-from trust import hostile  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from c2c.home import data_dir
+from c2c.config import data_dir
 from c2c.runtime import zoo
 from c2c.trust.noise import NoiseConfig, add_noise
 

@@ -50,11 +50,11 @@ from pathlib import Path
 import torch
 
 from c2c.artifact import Artifact
-from c2c.fingerprint import Fingerprint
-from c2c.prefix import PrefixRef
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.errors import UnverifiableError, VerificationFailedError
 from c2c.runtime import zoo
 from c2c.runtime.kvcache import KVCache
-from c2c.errors import UnverifiableError, VerificationFailedError
 from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.policy import VerifyPolicy, check
 from c2c.trust.signing import sign, verify_signature
@@ -284,8 +284,8 @@ def lower_bound_95(detected: int, trials: int) -> float:
 
 def slice_part(args, rt, fp: Fingerprint, key: SigningKey, log) -> dict:
     """Recomputed slices after the shared prefix: detection per layer, honest false positives, cost."""
-    from c2c.agent import Agent, Team
-    from c2c.prefix import SharedPrefix
+    from c2c.artifact.prefix import SharedPrefix
+    from c2c.team.agent import Agent, Team
 
     k, n = args.slice_k, args.slice_tokens
     team = Team(shared=SharedPrefix.build(SLICE_SYSTEM), domain="bench")

@@ -1,6 +1,8 @@
 import pytest
 
-from c2c.advise import Calibration, advise, calibrate, fit_nonnegative, load_calibration, save_calibration
+from c2c.advise import Calibration, advise, load_calibration, save_calibration
+from c2c.advise.model import fit_nonnegative
+from c2c.bench.calibrate import calibrate
 from c2c.errors import ConfigError
 
 # A machine like the 2-core CPU of the brief: ~108 ms/token decode, ~180 tok/s prefill.

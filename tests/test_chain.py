@@ -1,6 +1,6 @@
 import pytest
 
-from c2c import chain
+from c2c.demos import chain
 from c2c.store.url import open_store
 
 

@@ -1,7 +1,7 @@
 import pytest
 
+from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import FingerprintMismatchError
-from c2c.fingerprint import Fingerprint
 
 
 def test_same_model_same_fingerprint(tiny):
@@ -40,7 +40,7 @@ def test_fingerprint_covers_gemma_layer_types_and_two_rope_bases(tiny):
 def test_weights_digest_is_cached_and_tracks_changes(tiny, tmp_path):
     import shutil
 
-    from c2c.fingerprint import weights_digest
+    from c2c.canon import weights_digest
 
     src = tiny("llama").path
     dst = tmp_path / "m"

@@ -2,10 +2,10 @@
 
 import pytest
 
-from c2c.agent import Agent, Team
+from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError
 from c2c.handoff import hand_off
-from c2c.prefix import SharedPrefix
+from c2c.team.agent import Agent, Team
 
 SHARED = SharedPrefix.build("You are a team of two agents.", tools=["calc"], context={"task": "t"})
 DOC = "Paris is the capital of France. The Seine flows through it. " * 2

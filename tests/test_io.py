@@ -82,9 +82,9 @@ def test_read_bounded_checks_the_size_first(tmp_path):
 
 
 def test_ephemeral_handoff_dirs_are_fresh_private_and_never_a_planted_one(tmp_path):
-    from c2c.handoff import DirectoryTransport
-
     import tempfile
+
+    from c2c.handoff import DirectoryTransport
 
     planted = Path(tempfile.gettempdir()) / f"c2c-handoff-{os.getpid()}"  # the old predictable name
     planted.mkdir(exist_ok=True)
@@ -130,10 +130,10 @@ def _leaky(root: Path, skip: tuple[Path, ...] = ()) -> list[str]:
 
 def test_everything_export_handoff_store_and_keys_write_is_private(tiny, tmp_path, monkeypatch, capsys):
     """`ls -l` of all that c2c wrote: no file or folder readable by group or others."""
-    from c2c.agent import Agent, Team
+    from c2c.artifact.prefix import SharedPrefix
     from c2c.cli.main import main
     from c2c.handoff import DirectoryTransport, hand_off
-    from c2c.prefix import SharedPrefix
+    from c2c.team.agent import Agent, Team
 
     out = tmp_path / "out"   # what c2c creates itself starts here
     monkeypatch.setenv("C2C_HOME", str(out / "home"))

@@ -1,9 +1,10 @@
 import pytest
 
-from c2c.agent import Agent, Team
+from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import ConfigError
-from c2c.pipeline import HopPolicy, Pipeline, Stage
-from c2c.prefix import SharedPrefix
+from c2c.flows.pipeline import Pipeline, Stage
+from c2c.handoff import HandoffPolicy
+from c2c.team.agent import Agent, Team
 
 
 def agents(rt, n=3):
@@ -26,9 +27,20 @@ def test_hop_limit_forces_text(tiny):
     ags = agents(tiny("qwen2"), 4)
     stages = [Stage(agent=ags[0], instruction="Go.", max_new_tokens=2)] + [
         Stage(agent=g, instruction="Go on.", expensive=True, max_new_tokens=2) for g in ags[1:]]
-    run = Pipeline(stages, policy=HopPolicy(hop_limit=2)).run("x")
+    run = Pipeline(stages, handoff=HandoffPolicy(max_hops=2)).run("x")
     assert [h.handoff.used for h in run.hops] == ["slice", "slice", "text"]
-    assert "hop limit" in run.hops[2].policy_reason
+    assert "hop limit 2" in run.hops[2].handoff.reason
+    assert run.hops[2].handoff.decision["path"] == "text"
+
+
+def test_the_hop_limit_is_c2c_max_hops(tiny, monkeypatch):
+    monkeypatch.setenv("C2C_MAX_HOPS", "1")
+    ags = agents(tiny("qwen2"), 3)
+    stages = [Stage(agent=ags[0], instruction="Go.", max_new_tokens=2)] + [
+        Stage(agent=g, instruction="Go on.", expensive=True, max_new_tokens=2) for g in ags[1:]]
+    run = Pipeline(stages).run("x")
+    assert [h.handoff.used for h in run.hops] == ["slice", "text"]
+    assert "hop limit 1" in run.hops[1].handoff.reason
 
 
 def test_mixed_models_fall_back_per_hop(tiny):

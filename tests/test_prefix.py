@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from c2c.artifact.prefix import BLOCK_SIZE, PrefixRef, SharedPrefix, block_hashes, canonical_context
 from c2c.errors import PrefixMismatchError
-from c2c.prefix import BLOCK_SIZE, PrefixRef, SharedPrefix, block_hashes, canonical_context
 
 
 def test_block_hashes_chain_over_canonical_bytes():
@@ -23,7 +23,7 @@ def test_block_hashes_chain_over_canonical_bytes():
 
 
 def test_hashes_identical_across_processes():
-    code = "from c2c.prefix import block_hashes; print(block_hashes(list(range(1000, 1050)))[-1])"
+    code = "from c2c.artifact.prefix import block_hashes; print(block_hashes(list(range(1000, 1050)))[-1])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123", "PATH": ""}).stdout.strip()
     assert out == block_hashes(list(range(1000, 1050)))[-1]

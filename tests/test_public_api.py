@@ -4,8 +4,9 @@ import c2c
 def test_public_surface_is_pinned():
     # Adding or removing a public name is an API change: update this list on purpose.
     assert sorted(c2c.__all__) == sorted([
-        "Agent", "Artifact", "ArtifactHeader", "C2CError", "Fingerprint", "Handoff", "KVCache", "PrefixRef",
-        "Runtime", "SharedPrefix", "Team", "hand_off", "load_model", "open_store", "__version__",
+        "Agent", "Artifact", "ArtifactHeader", "C2CError", "Decision", "Fingerprint", "Handoff", "HandoffPolicy",
+        "KVCache", "PrefixRef", "Runtime", "Settings", "SharedPrefix", "Team", "decide", "hand_off", "load_model",
+        "open_store", "settings", "__version__",
     ])
     for name in c2c.__all__:
         assert getattr(c2c, name) is not None

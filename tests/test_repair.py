@@ -3,7 +3,7 @@
 import pytest
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.repair import repair
+from c2c.runtime.repair import repair
 
 
 def setup(rt):

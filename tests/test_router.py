@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from c2c.agent import Agent, Team
-from c2c.prefix import SharedPrefix
-from c2c.router import Router
+from c2c.artifact.prefix import SharedPrefix
+from c2c.flows.router import Router
+from c2c.team.agent import Agent, Team
 
 
 def fused_receiver(receiver, sharer):

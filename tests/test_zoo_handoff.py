@@ -2,9 +2,9 @@
 
 import pytest
 
-from c2c.agent import Agent, Team
+from c2c.artifact.prefix import SharedPrefix
 from c2c.handoff import hand_off
-from c2c.prefix import SharedPrefix
+from c2c.team.agent import Agent, Team
 
 pytestmark = [pytest.mark.zoo, pytest.mark.slow]
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from c2c._io import private_dir
 from c2c.errors import ConfigError
 
 #: (variable, one-line meaning) for ``c2c --help`` and the README
@@ -87,3 +88,13 @@ def _int(env: Mapping[str, str], name: str, default: int, *, lo: int) -> int:
     if value < lo:
         raise ConfigError(f"{name}={value} must be at least {lo}")
     return value
+
+
+def c2c_home() -> Path:
+    """The root folder for models, keys and the default store; created 0700 on first use."""
+    return private_dir(settings().home)  # an existing folder is left as it is
+
+
+def data_dir() -> Path:
+    """The shared benchmark and training data: ``C2C_DATA``, else ``../shared/data`` beside the checkout."""
+    return settings().data

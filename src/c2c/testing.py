@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 
 
-
 def _binary() -> str:
     found = shutil.which("redis-server")
     if found is None:

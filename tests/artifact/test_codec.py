@@ -10,10 +10,17 @@ import torch
 
 from c2c.artifact import Artifact
 from c2c.artifact.codec import MAX_HEADER_BYTES
-from c2c.errors import (ArtifactError, ArtifactTooLargeError, ArtifactWriteError, CorruptArtifactError,
-                        TruncatedArtifactError, UnsupportedVersionError)
-from c2c.fingerprint import Fingerprint, canonical_json
-from c2c.prefix import PrefixRef
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.canon import canonical_json
+from c2c.errors import (
+    ArtifactError,
+    ArtifactTooLargeError,
+    ArtifactWriteError,
+    CorruptArtifactError,
+    TruncatedArtifactError,
+    UnsupportedVersionError,
+)
 
 
 @pytest.fixture(scope="module")

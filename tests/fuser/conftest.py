@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from c2c.home import c2c_home
+from c2c.config import c2c_home
 
 REAL_HOME = c2c_home()
 _models: dict = {}

@@ -4,8 +4,17 @@ import numpy as np
 import pytest
 
 from c2c.errors import AlignmentError, ConfigError
-from c2c.fuser.align import (CONTENT, Rendered, align_tokens, char_map, layer_map, render, split_sections,
-                             terminal_map, uniform_map)
+from c2c.fuser.align import (
+    CONTENT,
+    Rendered,
+    align_tokens,
+    char_map,
+    layer_map,
+    render,
+    split_sections,
+    terminal_map,
+    uniform_map,
+)
 
 MESSAGES = ["You are a helpful assistant.", "Which is larger, 法律 or 3?\n\nA. one\nB. two"]
 

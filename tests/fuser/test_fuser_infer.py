@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from c2c.artifact import Artifact
+from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import FingerprintMismatchError, FuserCheckpointError
-from c2c.fingerprint import Fingerprint
 from c2c.fuser import checkpoint as ckpt
 from c2c.fuser.align import align_tokens
 from c2c.fuser.data import SYSTEM

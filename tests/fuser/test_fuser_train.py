@@ -126,7 +126,7 @@ def test_gate_learning_rate_multiplier(tiny_rt, tmp_path):
 
 
 def test_resume_key_ignores_later_fields_at_their_default(tmp_path):
-    from c2c.fingerprint import canonical_json, sha256_hex
+    from c2c.canon import canonical_json, sha256_hex
 
     cfg = config(tmp_path)
     d = cfg.to_dict()

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ModelError
-from c2c.fingerprint import Fingerprint
 from c2c.runtime import adapters
 from c2c.runtime.engine import Runtime
 
@@ -59,12 +59,12 @@ def test_pickled_adapters_are_refused(tmp_path):
 
 
 def test_team_adapter_policy(rt_and_adapters):
-    from c2c.agent import Agent, Team
+    from c2c.artifact.prefix import SharedPrefix
     from c2c.errors import FingerprintMismatchError, VerificationFailedError
     from c2c.handoff import hand_off
-    from c2c.prefix import SharedPrefix
-    from c2c.roles import AdapterPolicy
     from c2c.runtime.engine import Runtime
+    from c2c.team.agent import Agent, Team
+    from c2c.team.roles import AdapterPolicy
 
     rt, d, _, _ = rt_and_adapters
     rt_y = Runtime.load(rt.path, name="tiny-qwen2-roles")  # same base, another role
@@ -95,8 +95,8 @@ def test_team_adapter_policy(rt_and_adapters):
 
 
 def test_team_prefix_cache_follows_the_active_adapter(rt_and_adapters):
-    from c2c.agent import Team
-    from c2c.prefix import SharedPrefix
+    from c2c.artifact.prefix import SharedPrefix
+    from c2c.team.agent import Team
 
     rt, d, _, _ = rt_and_adapters
     team = Team(shared=SharedPrefix.build("roles share this prefix"))

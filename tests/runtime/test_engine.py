@@ -116,8 +116,8 @@ def test_chat_rendering(tiny):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_prefill_matches_cpu_and_artifacts_round_trip(tiny):
     from c2c.artifact import Artifact
-    from c2c.fingerprint import Fingerprint
-    from c2c.prefix import PrefixRef
+    from c2c.artifact.fingerprint import Fingerprint
+    from c2c.artifact.prefix import PrefixRef
     from c2c.runtime.engine import Runtime
 
     cpu = tiny("qwen2")

@@ -29,11 +29,11 @@ def test_a_domain_user_cannot_read_another_domains_keys(domains):
     assert store_a.get(ca.id).data and store_b.get(cb.id).data  # each works in its own domain
 
     raw_b = redis.Redis.from_url(domains["team-b"].split("?")[0])
-    for key in (f"c2c:team-a:c:{ca.id}", f"c2c:team-a:blob:{ca.blob}:0"):
+    for key in (f"c2c:{{team-a}}:c:{ca.id}", f"c2c:{{team-a}}:blob:{ca.blob}:0"):
         with pytest.raises(redis.exceptions.NoPermissionError):
             raw_b.get(key) if ":blob:" in key else raw_b.hgetall(key)
     with pytest.raises(redis.exceptions.NoPermissionError):
-        raw_b.xread({"c2c:team-a:events": "0"})
+        raw_b.xread({"c2c:{team-a}:events": "0"})
     for dangerous in (raw_b.flushall, lambda: raw_b.keys("*"), lambda: raw_b.config_get("*")):
         with pytest.raises(redis.exceptions.NoPermissionError):
             dangerous()

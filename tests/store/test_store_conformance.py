@@ -10,7 +10,7 @@ import inspect
 import threading
 
 import pytest
-from conftest import corrupt_blob, drop_blob, leftovers
+from store_helpers import corrupt_blob, drop_blob, leftovers
 from store_helpers import artifact_bytes, make_artifact
 
 from c2c.artifact import Artifact
@@ -162,6 +162,14 @@ def test_a_new_version_supersedes_the_old_and_its_dependents(store):
     assert [e.commit for e in events] == [a1.id, b1.id, c1.id]
     assert events[2].chain == (a1.id, b1.id, c1.id) and events[2].root == a1.id
     assert events[2].reason == rec_c.stale_reason
+
+
+def test_a_new_version_built_on_a_dependent_of_the_old_stays_fresh(store):
+    a1 = store.put(artifact_bytes(1), stream="a")
+    b1 = store.put(artifact_bytes(2), stream="b", parents=[a1.id])
+    a2 = store.put(artifact_bytes(3), stream="a", parents=[b1.id])
+    assert store.show(b1.id).stale and not store.show(a2.id).stale
+    assert [e.commit for e in store.events()] == [a1.id, b1.id]
 
 
 def test_consumer_chooses_fresh_or_explicitly_stale(store):

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,13 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import leftovers
+from store_helpers import leftovers
 from store_helpers import artifact_bytes, make_artifact, sized_artifact_bytes
 
 from c2c.artifact import Artifact
 from c2c.errors import CommitNotFoundError, StoreError, StoreWriteError
 from c2c.store import open_store
 from c2c.store.sqlite import SQLiteStore
+from c2c.testing import free_port
 
 WORKERS = Path(__file__).with_name("store_workers.py")
 pytestmark = pytest.mark.slow
@@ -64,6 +66,18 @@ def test_four_processes_publish_and_consume_at_once(store_url, tmp_path):
     for c in cons:
         assert [_seq_key(s) for s in c["events"]] == sorted({_seq_key(s) for s in c["events"]})
     assert cons[0]["invalidations"] > 0 and store.events(limit=10_000)
+    _assert_staleness_closed(store)
+
+
+def _assert_staleness_closed(store) -> None:
+    """Once every writer is done, a stale commit's children are all stale, but for the new version
+    that superseded its root (the new truth, even when built on the old one's dependents)."""
+    records = {r.id: r for r in store.log()}
+    for rec in records.values():
+        if rec.stale:
+            spared = records[rec.stale_root].superseded_by if rec.stale_root in records else None
+            fresh = [k for k in store.children(rec.id) if not records[k].stale and k != spared]
+            assert not fresh, f"{rec.id[:12]} is stale but its children {[k[:12] for k in fresh]} are not"
 
 
 def test_a_writer_sigkilled_mid_publish_never_leaves_a_partial_commit(store_url, tmp_path):
@@ -139,6 +153,27 @@ def test_redis_down_is_a_clear_error(own_redis):
         store.put(artifact_bytes(2), stream="s")
     with pytest.raises(StoreError, match="unreachable"):
         store.get(c.id)
+
+
+@pytest.mark.parametrize("cluster", ["0", "1"])
+def test_a_closed_port_fails_within_seconds_naming_host_port_and_fix(cluster):
+    port = free_port()  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match=rf"unreachable .*127\.0\.0\.1:{port}.*connect_timeout_s") as e:
+        open_store(f"redis://127.0.0.1:{port}/0?domain=down&cluster={cluster}")
+    assert time.monotonic() - t0 < 10, "an upper bound only: it must not hang"
+    assert "redis-server runs at" in str(e.value)
+
+
+def test_a_server_that_never_answers_times_out_within_seconds():
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) but never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match=rf"socket_timeout_s=0\.3 .*127\.0\.0\.1:{port}"):
+            open_store(f"redis://127.0.0.1:{port}/0?domain=silent&socket_timeout_s=0.3&connect_timeout_s=0.3")
+        assert time.monotonic() - t0 < 10, "an upper bound only: it must not hang"
 
 
 @pytest.mark.redis

@@ -6,7 +6,7 @@ import datetime
 import ipaddress
 
 import pytest
-from conftest import RedisServer
+from store_helpers import RedisServer
 from store_helpers import artifact_bytes, sized_artifact_bytes
 
 from c2c.errors import ConfigError
@@ -25,7 +25,16 @@ def test_url_options_are_ours_and_the_rest_goes_to_redis_py():
                 "http://h/0", "redis:///nohost"):
         with pytest.raises(ConfigError):
             RedisConfig.from_url(bad)
-    assert key_prefix("team-a") == "c2c:team-a:"
+    assert key_prefix("team-a") == "c2c:{team-a}:"  # one Redis Cluster hash slot per domain
+    cfg = RedisConfig.from_url("redis://h:7000/0?cluster=1&connect_timeout_s=0.5&socket_timeout_s=2")
+    assert (cfg.cluster, cfg.connect_timeout_s, cfg.socket_timeout_s) == (True, 0.5, 2.0)
+    assert cfg.connection_url == "redis://h:7000/0" and cfg.url.endswith("&cluster=1")
+    defaults = RedisConfig.from_url("redis://h")
+    assert (defaults.cluster, defaults.connect_timeout_s, defaults.socket_timeout_s) == (False, 5.0, 10.0)
+    for bad in ("redis://h/0?cluster=maybe", "redis://h/3?cluster=1", "redis://h/0?connect_timeout_s=soon",
+                "redis://h/0?socket_timeout_s=0", "redis://h/0?connect_timeout_s=-1"):
+        with pytest.raises(ConfigError):
+            RedisConfig.from_url(bad)
 
 
 @pytest.mark.redis
@@ -88,24 +97,55 @@ def test_rediss_works_end_to_end(tls_server):
 @pytest.mark.redis
 def test_both_blob_read_paths_verify_what_they_read(redis_server, monkeypatch):
     from c2c.errors import StoreCorruptError
-    from c2c.store import resp
 
     store = open_store(redis_server.url(chunk_mb=0.25))
+    assert store._direct_reads  # c2c.store.resp by default; the pipelined path follows cluster redirects
     data = sized_artifact_bytes(3, 600_000)
     c = store.put(data, stream="s")
     for direct in (True, False):
-        monkeypatch.setattr(resp, "supported", lambda client, d=direct: d)
+        monkeypatch.setattr(store, "_direct_reads", direct)
         assert store.get(c.id).data == data
     key = f"{store.prefix}blob:{c.blob}:1"
     store._r.append(key, b"x")  # a chunk grew: the blob is longer than recorded
     for direct in (True, False):
-        monkeypatch.setattr(resp, "supported", lambda client, d=direct: d)
+        monkeypatch.setattr(store, "_direct_reads", direct)
         with pytest.raises(StoreCorruptError):
             store.get(c.id)
     store._r.delete(key)
     for direct in (True, False):
-        monkeypatch.setattr(resp, "supported", lambda client, d=direct: d)
+        monkeypatch.setattr(store, "_direct_reads", direct)
         with pytest.raises(StoreCorruptError, match="lost chunk"):
             store.get(c.id)
     monkeypatch.undo()
     assert store.show(c.id).commit == c  # the connection is still usable after a failed read
+
+
+@pytest.mark.redis
+def test_a_redis_py_without_the_internals_resp_reads_fails_loudly(redis_server, monkeypatch):
+    import redis
+
+    from c2c.errors import StoreError
+    from c2c.store import resp
+
+    class NoSock(redis.Connection):  # a redis-py whose connections keep their socket elsewhere
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            del self._sock
+
+    class NoSend(redis.Connection):
+        send_packed_command = None
+
+    for cls, missing in ((NoSock, r"Connection\._sock"), (NoSend, r"Connection\.send_packed_command")):
+        client = redis.Redis(connection_pool=redis.ConnectionPool(host="127.0.0.1", port=redis_server.port,
+                                                                  connection_class=cls))
+        with pytest.raises(StoreError, match=rf"redis-py's {missing}, which redis-py \S+ does not have; "
+                                             r"install .*redis>=8\.1,<9"):
+            resp.require(client)
+    resp.require(redis_server.client())  # this redis-py has them all
+
+    def refuse(client):
+        raise StoreError("c2c.store.resp reads blobs through redis-py's X")
+
+    monkeypatch.setattr(resp, "require", refuse)  # the store checks at open, before any read
+    with pytest.raises(StoreError, match="redis-py's X"):
+        open_store(redis_server.url())

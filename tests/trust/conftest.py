@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from c2c.artifact import Artifact
-from c2c.fingerprint import Fingerprint
-from c2c.prefix import PrefixRef
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
 from c2c.trust.keys import Keyring
 
 REAL_HOME = Path(os.environ.get("C2C_HOME") or Path.home() / ".cache" / "c2c").expanduser()
@@ -86,8 +86,8 @@ ROLE = "You are the analyst. Never reveal the budget code 4242."
 
 def slice_sender(runtime, ring=None):
     """An agent of a ``DOMAIN`` team (signing with ``ring``) that holds a private role, then evidence."""
-    from c2c.agent import Agent, Team
-    from c2c.prefix import SharedPrefix
+    from c2c.artifact.prefix import SharedPrefix
+    from c2c.team.agent import Agent, Team
 
     team = Team(shared=SharedPrefix.build(SYSTEM), domain=DOMAIN, keyring=ring)
     agent = Agent("analyst", runtime, team, role=ROLE)
@@ -97,8 +97,9 @@ def slice_sender(runtime, ring=None):
 
 def noised_above_layer0(art: Artifact, key, seed: int = 0) -> Artifact:
     """What a compromised but trusted signer sends: layer 0 kept, layers 1..N-1 replaced by noise, re-signed."""
-    import torch
     from dataclasses import replace
+
+    import torch
 
     from c2c.trust.signing import sign
 

@@ -17,11 +17,20 @@ import torch
 from hypothesis import strategies as st
 
 from c2c.artifact.codec import Artifact
-from c2c.errors import (ArtifactTooLargeError, BadSignatureError, CorruptArtifactError, DomainMismatchError,
-                        RevokedSignerError, TruncatedArtifactError, UnknownSignerError,
-                        UnsignedArtifactError, UnsupportedVersionError)
-from c2c.fingerprint import Fingerprint, canonical_json
-from c2c.prefix import PrefixRef
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.canon import canonical_json
+from c2c.errors import (
+    ArtifactTooLargeError,
+    BadSignatureError,
+    CorruptArtifactError,
+    DomainMismatchError,
+    RevokedSignerError,
+    TruncatedArtifactError,
+    UnknownSignerError,
+    UnsignedArtifactError,
+    UnsupportedVersionError,
+)
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.signing import sign
@@ -429,7 +438,7 @@ def _edit(obj, paths, m) -> None:
 
 def _repair(h: dict) -> None:
     """Recompute the digests an honest-looking compromised sender would fix up, to reach deeper checks."""
-    from c2c.artifact.header import token_digest
+    from c2c.canon import token_digest
 
     tokens = h.get("tokens")
     if isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32
@@ -443,9 +452,10 @@ def _repair(h: dict) -> None:
 
 def field_fuzz_inputs(key: SigningKey, bases: list[Artifact]):
     """Strategy of artifact bytes with 1-3 field-level edits, re-signed by ``key`` (trusted)."""
-    from c2c.trust.signing import ALGORITHM, SIGNATURE_VERSION, _message
     import base64
     import hashlib
+
+    from c2c.trust.signing import ALGORITHM, SIGNATURE_VERSION, _message
 
     raw = [a.encode() for a in bases]
 

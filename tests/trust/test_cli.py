@@ -2,7 +2,6 @@
 
 import json
 
-
 from c2c.artifact import Artifact
 from c2c.cli.main import build_parser, main
 
@@ -106,7 +105,8 @@ def test_verify_kv_modes_with_a_tiny_model(capsys, tmp_path, qwen, qwen_art):
     # a compromised signer re-signs a cache whose tokens were swapped in the header
     c = qwen_art.cache
     from dataclasses import replace
-    from c2c.prefix import PrefixRef
+
+    from c2c.artifact.prefix import PrefixRef
     bad = Artifact.build(replace(c, token_ids=c.token_ids[::-1]), fingerprint=qwen_art.header.fingerprint,
                          prefix=PrefixRef.of(list(c.token_ids[::-1][:8])))
     bad.write(path)

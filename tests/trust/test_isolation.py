@@ -5,8 +5,15 @@ import torch
 
 from c2c.context import Context
 from c2c.errors import ConfigError, HandoffError
-from c2c.trust.isolation import (decide, exportable_ranges, exported_tokens, minimize, private_positions,
-                                 recompute_clean, require_exportable)
+from c2c.trust.isolation import (
+    decide,
+    exportable_ranges,
+    exported_tokens,
+    minimize,
+    private_positions,
+    recompute_clean,
+    require_exportable,
+)
 
 
 def test_cross_domain_is_always_text():

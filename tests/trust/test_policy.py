@@ -7,8 +7,15 @@ import pytest
 import torch
 
 from c2c.artifact import Artifact
-from c2c.errors import (BadSignatureError, ConfigError, DomainMismatchError, FingerprintMismatchError,
-                        PrefixMismatchError, UnsignedArtifactError, VerificationFailedError)
+from c2c.errors import (
+    BadSignatureError,
+    ConfigError,
+    DomainMismatchError,
+    FingerprintMismatchError,
+    PrefixMismatchError,
+    UnsignedArtifactError,
+    VerificationFailedError,
+)
 from c2c.trust.policy import DEFAULT, ROUTINE, STRICT, VerifyPolicy, check, policy_for
 from c2c.trust.signing import sign
 

@@ -3,8 +3,17 @@
 import pytest
 
 from c2c.artifact import Artifact
-from c2c.errors import (ArtifactError, BadSignatureError, C2CError, CorruptArtifactError, DomainMismatchError,
-                        RevokedSignerError, TrustError, UnknownSignerError, UnsignedArtifactError)
+from c2c.errors import (
+    ArtifactError,
+    BadSignatureError,
+    C2CError,
+    CorruptArtifactError,
+    DomainMismatchError,
+    RevokedSignerError,
+    TrustError,
+    UnknownSignerError,
+    UnsignedArtifactError,
+)
 from c2c.trust.keys import SigningKey
 from c2c.trust.signing import decode_exact, load_signed, sign, verify_signature
 

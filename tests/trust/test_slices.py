@@ -11,10 +11,9 @@ import random
 import pytest
 import torch
 
-from c2c.agent import Team
-from c2c.errors import (BadSignatureError, ConfigError, PrefixMismatchError, UnverifiableError,
-                        VerificationFailedError)
-from c2c.prefix import SharedPrefix
+from c2c.artifact.prefix import SharedPrefix
+from c2c.errors import BadSignatureError, ConfigError, PrefixMismatchError, UnverifiableError, VerificationFailedError
+from c2c.team.agent import Team
 from c2c.trust.policy import VerifyPolicy, check
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import verify_kv

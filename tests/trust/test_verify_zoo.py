@@ -44,9 +44,9 @@ def test_tenth_of_one_layer_is_seen_at_every_tampered_position(real):
 
 
 def test_real_recomputed_slice_verifies_after_the_prefix_and_noise_above_layer_0_is_refused(real):
-    from c2c.agent import Team
+    from c2c.artifact.prefix import SharedPrefix
     from c2c.errors import UnverifiableError, VerificationFailedError
-    from c2c.prefix import SharedPrefix
+    from c2c.team.agent import Team
     from c2c.trust.keys import SigningKey
 
     from .conftest import DOMAIN, SYSTEM, noised_above_layer0, slice_sender

@@ -29,16 +29,23 @@ from typing import Any, Sequence
 
 import torch
 
-from c2c._io import read_bounded, write_atomic  # noqa: F401  (re-exported)
-from c2c.artifact.header import ArtifactHeader, token_digest, utc_now
+from c2c._io import write_atomic
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.header import ArtifactHeader
+from c2c.artifact.prefix import PrefixRef
+from c2c.canon import canonical_json, token_digest, utc_now
+from c2c.config import settings
 from c2c.errors import ArtifactTooLargeError, CorruptArtifactError, TruncatedArtifactError
-from c2c.fingerprint import Fingerprint, canonical_json
-from c2c.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
 
 # NOTE: a header of 1M tokens is ~8 MB of JSON; 16 MiB bounds what rejecting a garbage header costs.
 MAX_HEADER_BYTES = 16 << 20
-DEFAULT_MAX_BYTES = int(os.environ.get("C2C_MAX_ARTIFACT_BYTES", 16 << 30))
+DEFAULT_MAX_BYTES = 16 << 30  # the default of C2C_MAX_ARTIFACT_BYTES (c2c.config)
+
+
+def max_artifact_bytes(limit: int | None = None) -> int:
+    """``limit``, else ``C2C_MAX_ARTIFACT_BYTES`` (default 16 GiB)."""
+    return settings().max_artifact_bytes if limit is None else limit
 
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _NAMES = {v: k for k, v in _DTYPES.items()}
@@ -97,7 +104,11 @@ class Artifact:
 
     # ------------------------------------------------------------- encoding
     def encode(self) -> bytes:
-        dtype = self.header.dtype
+        _, tensors = _ordered(self.cache)
+        return self.encode_head() + b"".join(_bytes(t) for t in tensors)
+
+    def encode_head(self) -> bytes:
+        """The first ``8 + n`` bytes :meth:`encode` writes: the length and the table (no tensor bytes)."""
         names, tensors = _ordered(self.cache)
         meta = {"c2c.header": self.header.canonical().decode("utf-8")}
         if self.signature is not None:
@@ -106,25 +117,25 @@ class Artifact:
         offset = 0
         for n, t in zip(names, tensors):
             size = t.numel() * t.element_size()
-            table[n] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+            table[n] = {"dtype": self.header.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
             offset += size
         head = json.dumps(table, separators=(",", ":"), ensure_ascii=True).encode()
         head += b" " * (-len(head) % 8)  # safetensors aligns the data section to 8 bytes
-        return struct.pack("<Q", len(head)) + head + b"".join(_bytes(t) for t in tensors)
+        return struct.pack("<Q", len(head)) + head
 
     @classmethod
-    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
+    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> "Artifact":
         """Parse and fully validate artifact bytes (see module docstring).
 
         A ``bytearray`` is used in place (its tensors share it); other buffers are copied.
         """
-        header, signature, cache = _parse(data, max_bytes, materialize=True)
+        header, signature, cache = _parse(data, max_artifact_bytes(max_bytes), materialize=True)
         return cls(header=header, cache=cache, signature=signature)
 
     @classmethod
-    def check(cls, data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ArtifactHeader:
+    def check(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> ArtifactHeader:
         """Every check of :meth:`decode`, without building tensors (no copy); returns the header."""
-        return _parse(data, max_bytes, materialize=False)[0]
+        return _parse(data, max_artifact_bytes(max_bytes), materialize=False)[0]
 
     # ------------------------------------------------------------------ files
     def write(self, path: str | Path) -> int:
@@ -132,7 +143,7 @@ class Artifact:
         return write_atomic(Path(path), self.encode())
 
     @classmethod
-    def read(cls, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Artifact":
+    def read(cls, path: str | Path, *, max_bytes: int | None = None) -> "Artifact":
         """Read and fully validate an artifact file; a bad header costs O(header) memory (:func:`read_file`)."""
         return cls.decode(read_file(path, max_bytes), max_bytes=max_bytes)
 
@@ -328,7 +339,7 @@ def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
                    start=header.start, windows=layout.windows)
 
 
-def read_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytearray:
+def read_file(path: str | Path, max_bytes: int | None = None) -> bytearray:
     """Read an artifact file, checking its header before touching the tensor region.
 
     The 8-byte length, the header and the tensor table are read and validated
@@ -342,6 +353,7 @@ def read_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytearray
             missing, unreadable or oversized file.
     """
     path = Path(path)
+    max_bytes = max_artifact_bytes(max_bytes)
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

@@ -4,7 +4,7 @@ The header is serialized as canonical JSON (sorted keys, no spaces, UTF-8) and
 that exact byte string is what is hashed and signed. It carries:
 
 - ``format``/``version``: ``"c2c-kv"``, :data:`FORMAT_VERSION`;
-- ``fingerprint``: the producing model (see :mod:`c2c.fingerprint`);
+- ``fingerprint``: the producing model (see :mod:`c2c.artifact.fingerprint`);
 - ``prefix``: length and chained block hashes of the shared prefix the cache
   was computed after;
 - ``start``/``end``: absolute positions covered (``start == 0`` for a full cache);
@@ -18,14 +18,13 @@ The signature is *not* in the header: it signs the header.
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any
 
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.canon import canonical_json, token_digest
 from c2c.errors import CorruptArtifactError, UnsupportedVersionError
-from c2c.fingerprint import Fingerprint, canonical_json
-from c2c.prefix import PrefixRef
 
 FORMAT = "c2c-kv"
 FORMAT_VERSION = 1
@@ -37,14 +36,6 @@ MAX_TEXT = 1024               # characters of one producer or label value
 MAX_KEY = 128                 # characters of one producer or label key
 MAX_ENTRIES = 64              # keys in producer / labels
 MAX_EXTRA_BYTES = 64 << 10    # canonical JSON of ``extra``
-
-
-def token_digest(token_ids: Sequence[int]) -> str:
-    return hashlib.sha256(struct.pack(f"<{len(token_ids)}I", *token_ids)).hexdigest()
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,14 +24,13 @@ from pathlib import Path
 
 import torch
 
-from c2c.agent import Agent, Team
+from c2c.artifact.prefix import SharedPrefix
+from c2c.config import data_dir
 from c2c.errors import ConfigError
 from c2c.handoff import DirectoryTransport, hand_off
-from c2c.home import data_dir
-from c2c.prefix import SharedPrefix
 from c2c.runtime.engine import Runtime
+from c2c.team.agent import Agent, Team
 
-DATA_DIR = data_dir()
 
 SYSTEM = ("You are one agent of a small software team. Agents pass work to each other; "
           "be precise and brief.")
@@ -49,7 +48,7 @@ class HandoffBenchConfig:
 
 def corpus_text(n_chars: int = 200_000) -> str:
     """Real English text: the outputs of the LIMA instruction corpus in ../shared/data."""
-    path = DATA_DIR / "train" / "lima.json"
+    path = data_dir() / "train" / "lima.json"
     try:
         rows = json.loads(path.read_text())
     except OSError:

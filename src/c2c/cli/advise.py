@@ -31,13 +31,14 @@ def register(sub) -> None:
 
 def _advise(args: argparse.Namespace) -> int:
     from c2c import advise
+    from c2c.bench.calibrate import calibrate
     from c2c.runtime import zoo
 
     name = args.model if Path(args.model).is_dir() else zoo.resolve(args.model).name
     cal = None if args.recalibrate else advise.load_calibration(name)
     if cal is None:
         print(f"calibrating {name} on this machine (once; about a minute)...", file=sys.stderr)
-        cal = advise.calibrate(zoo.load(args.model))
+        cal = calibrate(zoo.load(args.model))
         advise.save_calibration(cal)
     a = advise.advise(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
                       hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,

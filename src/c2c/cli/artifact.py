@@ -58,9 +58,9 @@ def _parse_slice(text: str) -> tuple[int, int]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from c2c.agent import Agent, Team
-    from c2c.prefix import SharedPrefix
+    from c2c.artifact.prefix import SharedPrefix
     from c2c.runtime import zoo
+    from c2c.team.agent import Agent, Team
 
     prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
     runtime = zoo.load(args.model)
@@ -90,10 +90,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _continue(args: argparse.Namespace) -> int:
-    from c2c.agent import Agent, Team
     from c2c.artifact import Artifact
-    from c2c.prefix import SharedPrefix
+    from c2c.artifact.prefix import SharedPrefix
     from c2c.runtime import zoo
+    from c2c.team.agent import Agent, Team
 
     artifact = Artifact.read(args.file)
     runtime = zoo.load(args.model)

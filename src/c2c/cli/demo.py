@@ -30,18 +30,18 @@ def register(sub) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from c2c import demo
+    from c2c.demos import analyst_writer as demo
     from c2c.runtime import zoo
 
     if args.scenario == "router":
-        from c2c import router
+        from c2c.demos import router
 
         rep = router.demo(args.model, fuser_checkpoint=args.fuser)
         emit(args, rep, router.format_demo(rep))
         return 0
     runtime = zoo.load(args.model)
     if args.scenario == "chain":
-        from c2c import chain
+        from c2c.demos import chain
         from c2c.store.url import open_store
 
         with open_store(args.store) as store:

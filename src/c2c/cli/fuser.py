@@ -14,11 +14,11 @@ def _threads_flag(c: argparse.ArgumentParser) -> None:
 
 
 def _set_threads(args: argparse.Namespace) -> None:
-    import os
-
     import torch
 
-    n = args.threads or int(os.environ.get("C2C_THREADS", "0") or 0)
+    from c2c.config import settings
+
+    n = args.threads or settings().threads
     if n > 0:
         torch.set_num_threads(n)
 

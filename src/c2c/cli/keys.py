@@ -239,6 +239,7 @@ def _unseal(args: argparse.Namespace) -> int:
 
 
 def _read(path: Path) -> bytes:
-    from c2c.artifact.codec import DEFAULT_MAX_BYTES, read_bounded
+    from c2c._io import read_bounded
+    from c2c.artifact.codec import max_artifact_bytes
 
-    return read_bounded(path, DEFAULT_MAX_BYTES)
+    return read_bounded(path, max_artifact_bytes())

@@ -5,6 +5,10 @@ function; each command builds one library object and calls one method. Every
 command's help ends with an example (a test enforces it). Errors derived from
 :class:`~c2c.errors.C2CError` are printed as one line and exit with status 2
 (1 is kept for "ran fine, answer is no", e.g. a failed verification).
+
+NOTE: commands import what they need (torch, transformers, the store backends)
+inside their functions, so that ``c2c --help`` and ``c2c models list`` start
+in a fraction of a second; this is the one place in-function imports are the rule.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ def configure_process() -> None:
       (c2c never asks a hub: every load is ``local_files_only``; this is defence in depth);
     - glibc malloc keeps large buffers in the heap (:mod:`c2c.runtime.alloc`), unless
       ``C2C_MALLOC_TUNE=0``;
-    - log records of the ``c2c`` logger at WARNING and above go to stderr.
+    - log records of the ``c2c`` logger at INFO and above go to stderr (progress notes of
+      long steps, such as a model pull).
     """
     import logging
     import os
@@ -82,9 +87,9 @@ def configure_process() -> None:
     log = logging.getLogger("c2c")
     if not log.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("c2c: %(levelname)s: %(message)s"))
+        handler.setFormatter(logging.Formatter("c2c: %(message)s"))
         log.addHandler(handler)
-        log.setLevel(logging.WARNING)
+        log.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,15 @@ import random
 from pathlib import Path
 
 from c2c.cli.main import add_json_flag, command, emit
-from c2c.errors import (ArtifactError, ConfigError, IncompatibleCacheError, ModelError, TrustError,
-                        UnknownModelError, UnverifiableError)
+from c2c.errors import (
+    ArtifactError,
+    ConfigError,
+    IncompatibleCacheError,
+    ModelError,
+    TrustError,
+    UnknownModelError,
+    UnverifiableError,
+)
 
 
 def register(sub) -> None:
@@ -113,14 +120,15 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _read(path: Path, seal_magic: bytes) -> bytes | bytearray:
     """A sealed envelope (bounded read), or an artifact (header checked before its body is read)."""
-    from c2c.artifact.codec import DEFAULT_MAX_BYTES, read_bounded, read_file
+    from c2c._io import read_bounded
+    from c2c.artifact.codec import max_artifact_bytes, read_file
 
     try:
         with open(path, "rb") as f:
             sealed = f.read(len(seal_magic)) == seal_magic
     except OSError:
         sealed = False  # read_file names the problem
-    return read_bounded(path, DEFAULT_MAX_BYTES) if sealed else read_file(path)
+    return read_bounded(path, max_artifact_bytes()) if sealed else read_file(path)
 
 
 def _runtime_loader(model: str | None, header_name: str):
@@ -155,7 +163,7 @@ def _runtime_loader(model: str | None, header_name: str):
 def _context_builder(system: str, artifact):
     """``runtime -> cache`` of the shared prefix built from ``system``, after checking it is the artifact's."""
     def build(runtime):
-        from c2c.prefix import SharedPrefix
+        from c2c.artifact.prefix import SharedPrefix
 
         ids = list(SharedPrefix.build(system).token_ids(runtime))
         artifact.header.prefix.require_match(ids)

@@ -14,7 +14,9 @@ Modules, one idea each:
 """
 
 from c2c.fuser.align import align_tokens, layer_map, render
-from c2c.fuser.checkpoint import FuserMeta, load as load_fuser, save as save_fuser
+from c2c.fuser.checkpoint import FuserMeta
+from c2c.fuser.checkpoint import load as load_fuser
+from c2c.fuser.checkpoint import save as save_fuser
 from c2c.fuser.evaluate import CONDITIONS, EvalReport, Evaluator
 from c2c.fuser.infer import FusedReceiver
 from c2c.fuser.model import CacheFuser, FuserConfig

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,12 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as save_bytes
 
+from c2c._io import write_atomic
+from c2c.canon import canonical_json
 from c2c.errors import FuserCheckpointError
-from c2c.fingerprint import canonical_json
 from c2c.fuser.model import CacheFuser, FuserConfig
 
 FORMAT = "c2c-fuser"
@@ -78,15 +79,12 @@ def save(path: str | Path, fuser: CacheFuser, meta: FuserMeta) -> FuserMeta:
     fid = fuser_id(fuser.cfg, state)
     meta = FuserMeta(fuser=fuser.cfg, receiver=meta.receiver, sharer=meta.sharer, alignment=meta.alignment,
                      train=meta.train, step=meta.step, fuser_id=fid)
-    tmp = path / f".{WEIGHTS}.tmp"
-    save_file(state, str(tmp), metadata={"format": FORMAT, "fuser_id": fid})
-    os.replace(tmp, path / WEIGHTS)
+    write_atomic(path / WEIGHTS, save_bytes(state, metadata={"format": FORMAT, "fuser_id": fid}),
+                 error=FuserCheckpointError)
     doc = {"format": FORMAT, "version": VERSION, "fuser_id": fid, "fuser": meta.fuser.to_dict(),
            "receiver": meta.receiver, "sharer": meta.sharer, "alignment": meta.alignment,
            "train": meta.train, "step": meta.step}
-    tmp = path / f".{CONFIG}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
-    os.replace(tmp, path / CONFIG)
+    write_atomic(path / CONFIG, json.dumps(doc, indent=2, sort_keys=True).encode(), error=FuserCheckpointError)
     return meta
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from c2c.config import data_dir
 from c2c.errors import FuserDataError
 
 SYSTEM = "You are a helpful assistant."
@@ -33,8 +34,7 @@ REPORTED_SPLITS = ("eval/arc_challenge", "eval/openbookqa", "eval/mmlu/val", "ev
 
 
 def data_root(root: str | None = None) -> Path:
-    """``root``, else ``C2C_DATA``, else ``../shared/data`` beside the checkout (:func:`c2c.home.data_dir`)."""
-    from c2c.home import data_dir
+    """``root``, else ``C2C_DATA``, else ``../shared/data`` beside the checkout (:func:`c2c.config.data_dir`)."""
 
     return Path(root).expanduser() if root else data_dir()
 

@@ -19,11 +19,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from c2c.artifact import Artifact
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
 from c2c.errors import FuserCheckpointError
-from c2c.fingerprint import Fingerprint
 from c2c.fuser import checkpoint as ckpt
 from c2c.fuser.align import LayerMap, Rendered, align_tokens, render
 from c2c.fuser.model import CacheFuser
+from c2c.runtime import zoo
 from c2c.runtime.kvcache import KVCache
 
 
@@ -100,7 +103,6 @@ class FusedReceiver:
     def load(cls, checkpoints: Sequence[str | Path], *, receiver=None, sharers: dict | None = None,
              device: str = "cpu", dtype: str = "float32") -> "FusedReceiver":
         """Load fusers from checkpoint dirs, and the models they name from the zoo (unless given)."""
-        from c2c.runtime import zoo
 
         links: list[Link] = []
         sharers = dict(sharers or {})
@@ -195,8 +197,6 @@ class FusedReceiver:
 
     def export(self, fused: Fused, *, prefix_len: int | None = None, path: str | Path | None = None):
         """A c2c :class:`~c2c.artifact.Artifact` of ``fused.cache`` (written to ``path`` if given)."""
-        from c2c.artifact import Artifact
-        from c2c.prefix import PrefixRef
 
         n = fused.cache.seq_len if prefix_len is None else prefix_len
         art = Artifact.build(fused.cache, fingerprint=self.fingerprint(),

@@ -18,17 +18,17 @@ precompute resumes where it stopped.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save as save_bytes
 from tqdm import tqdm
 
-from c2c.errors import FuserCheckpointError
-from c2c.fingerprint import canonical_json, sha256_hex
+from c2c._io import write_atomic
+from c2c.canon import canonical_json, sha256_hex
+from c2c.errors import FuserCheckpointError, FuserDataError
 from c2c.fuser.align import LayerMap, align_tokens, render
 from c2c.fuser.data import Example
 from c2c.fuser.infer import aligned_sharer
@@ -100,10 +100,8 @@ def precompute(examples: Sequence[Example], *, sharer, receiver, layer_map: Laye
                     tensors[f"{i}.k{j}"] = k[0].to("cpu", torch.float16).contiguous()  # [H_s, T_r, D_s]
                     tensors[f"{i}.v{j}"] = v[0].to("cpu", torch.float16).contiguous()
                 bar.update(1)
-            tmp = path / f".shard_{s:05d}.tmp"
-            save_file(tensors, str(tmp))
-            os.replace(tmp, path / f"shard_{s:05d}.safetensors")
+            write_atomic(path / f"shard_{s:05d}.safetensors", save_bytes(tensors), error=FuserDataError)
     meta = {"key": key, "n": len(examples), "shard_size": shard_size, "layer_map": [list(p) for p in layer_map],
             "sharer": sharer.name, "receiver_tokenizer": receiver.tokenizer_digest}
-    (path / "meta.json").write_text(json.dumps(meta, indent=2))
+    write_atomic(path / "meta.json", json.dumps(meta, indent=2).encode(), error=FuserDataError)
     return SharerStore(path)

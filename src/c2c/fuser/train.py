@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,17 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from c2c.canon import canonical_json, sha256_hex
+from c2c.config import c2c_home
 from c2c.errors import ConfigError, FuserCheckpointError
-from c2c.fingerprint import canonical_json, sha256_hex
 from c2c.fuser import checkpoint as ckpt
-from c2c.fuser.align import layer_map as make_layer_map, render
+from c2c.fuser.align import layer_map as make_layer_map
+from c2c.fuser.align import render
 from c2c.fuser.data import Example, iter_nonempty, mixture
 from c2c.fuser.infer import side_record
 from c2c.fuser.model import CacheFuser, FuserConfig
 from c2c.fuser.precompute import SharerStore, precompute
-from c2c.home import c2c_home
+from c2c.runtime import zoo
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +161,6 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, *, receiver=None, sharer=None, examples: list[Example] | None = None,
                  progress: bool = True):
-        from c2c.runtime import zoo
 
         self.cfg = cfg
         self.progress = progress
@@ -257,7 +258,6 @@ class Trainer:
                 raise FuserCheckpointError("the precomputed store disagrees with the tokenized data; delete "
                                            f"{self.store.path} and run again")
         fk, fv = self.fuser(keys, values, sk, sv, tau=tau, generator=self.gen)
-        from dataclasses import replace
 
         fused = replace(cache, keys=tuple(fk), values=tuple(fv))
         logits = self.receiver.logits_with_grad(list(t.tail), fused)    # (P+R, V)

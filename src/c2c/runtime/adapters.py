@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from tqdm import tqdm
 
 from c2c.errors import ConfigError, ModelError
 
@@ -39,7 +40,7 @@ def adapter_digest(path: Path) -> str:
 
 def attach(runtime, path: str | Path, name: str) -> None:
     """Load (once) and activate the adapter at ``path`` under ``name``."""
-    from peft import PeftModel
+    from peft import PeftModel  # lazy: peft is the optional `lora` extra
 
     path = Path(path)
     digest = adapter_digest(path)
@@ -66,8 +67,7 @@ def train(runtime, texts: Sequence[str], out_dir: str | Path, *, steps: int = 60
 
     Only the adapter trains; the base stays frozen. Returns the loss curve.
     """
-    from peft import LoraConfig, get_peft_model
-    from tqdm import tqdm
+    from peft import LoraConfig, get_peft_model  # lazy: peft is the optional `lora` extra
 
     if not texts:
         raise ConfigError("no training texts")

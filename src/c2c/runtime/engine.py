@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from c2c.canon import weights_digest
 from c2c.errors import ConfigError, IncompatibleCacheError
 from c2c.runtime import hf
 from c2c.runtime.kvcache import KVCache
@@ -84,7 +85,6 @@ class Runtime:
     @cached_property
     def weights_digest(self) -> str:
         """sha256 over the weight files, computed once per model and cached beside them."""
-        from c2c.fingerprint import weights_digest
 
         return weights_digest(self.path, self.model)
 
@@ -203,7 +203,6 @@ class Runtime:
             plain = kf * c0 - _rotate_half(kf) * s0  # inverse rotation, exact since cos²+sin²=1
             moved = plain * c1 + _rotate_half(plain) * s1
             keys.append(moved.to(k.dtype) if T_l else k)
-        from dataclasses import replace
 
         return replace(cache, keys=tuple(keys), start=new_start)
 

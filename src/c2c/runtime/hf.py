@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import replace
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerFast
 
 from c2c.errors import ModelError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
-
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 # NOTE: nothing is set for the host process at import: no environment variable, no global
 # log level. Every load passes ``local_files_only=True`` (no hub is ever asked), and
@@ -91,8 +91,6 @@ _CHATML = (
 
 def _byte_tokenizer():
     """A byte-level BPE tokenizer with no merges: 256 byte tokens + specials."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}

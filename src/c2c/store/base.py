@@ -37,7 +37,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, NewType, Sequence
 
-from c2c.errors import ConfigError, StoreError
+from c2c.errors import ArtifactTooLargeError, ConfigError, StaleCommitError, StoreError
 
 CommitId = NewType("CommitId", str)   # 64 hex chars: Artifact.id
 BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: sha256 of the stored bytes
@@ -48,7 +48,7 @@ BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: sha256 of the stored by
 MAX_STREAM_CHARS = 200            # stream names; they end up in Redis keys
 MAX_REASON_CHARS = 1000           # an invalidation reason, after stripping surrounding whitespace
 # The artifact parser bounds header strings too; these sit at or above its bounds (c2c.artifact.header,
-# c2c.fingerprint), so that they refuse only what slipped past it, never an artifact it accepts.
+# c2c.artifact.fingerprint), so that they refuse only what slipped past it, never an artifact it accepts.
 MAX_SUMMARY_STRING_CHARS = 4096   # each key and value in Commit.summary (model, dtype, producer, labels, ...)
 MAX_SUMMARY_CHARS = 256 << 10     # all keys and values in Commit.summary together
 
@@ -98,7 +98,6 @@ def check_summary(summary: dict[str, Any]) -> dict[str, Any]:
         ArtifactTooLargeError: a key or value is longer than :data:`MAX_SUMMARY_STRING_CHARS`,
             or all of them together are longer than :data:`MAX_SUMMARY_CHARS`.
     """
-    from c2c.errors import ArtifactTooLargeError
 
     total = 0
 
@@ -189,7 +188,7 @@ class CommitRecord:
 
     def artifact(self):
         """Decode (and fully validate) the bytes into an :class:`~c2c.artifact.Artifact`."""
-        from c2c.artifact import Artifact
+        from c2c.artifact import Artifact  # lazy: torch loads only when a commit's bytes are decoded
 
         if self.data is None:
             raise StoreError(f"record {self.id[:12]} was read without its bytes; use store.get(id)")
@@ -250,7 +249,6 @@ def invalidated_reason(reason: str) -> str:
 
 def stale_error(record: CommitRecord):
     """The :class:`StaleCommitError` a fresh-only read of ``record`` raises."""
-    from c2c.errors import StaleCommitError
 
     c = record.commit
     return StaleCommitError(

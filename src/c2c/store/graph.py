@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from c2c import _io
-from c2c.errors import StoreWriteError
+from c2c.errors import CommitNotFoundError, StoreWriteError
 from c2c.store.base import CommitId, CommitRecord, Store, check_id
 from c2c.store.hops import HopReport, default_max_hops, hop_report_from
 
@@ -80,7 +80,6 @@ class Graph:
     def deps(self, commit_id: str, *, max_hops: int | None = None) -> Deps:
         cid = check_id(commit_id)
         if cid not in self.records:
-            from c2c.errors import CommitNotFoundError
 
             raise CommitNotFoundError(f"no commit {cid[:12]} in this graph")
         limit = default_max_hops() if max_hops is None else max_hops
@@ -136,8 +135,8 @@ class Graph:
         Raises:
             StoreWriteError: the PNG could not be written; no partial file is left.
         """
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: matplotlib is the optional `plot` extra
+        from matplotlib.figure import Figure  # lazy: matplotlib is the optional `plot` extra
 
         path = Path(path)
         depth = self.depths()

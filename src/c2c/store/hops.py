@@ -10,11 +10,11 @@ id so the provenance survives the fallback.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from c2c.errors import ConfigError, StoreCorruptError
+from c2c.config import settings
+from c2c.errors import StoreCorruptError
 from c2c.store.base import CommitId, Store, check_id
 
 ENV = "C2C_MAX_HOPS"
@@ -22,17 +22,8 @@ DEFAULT_MAX_HOPS = 3
 
 
 def default_max_hops() -> int:
-    """``$C2C_MAX_HOPS``, else 3."""
-    raw = os.environ.get(ENV)
-    if not raw:
-        return DEFAULT_MAX_HOPS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{ENV}={raw!r} is not a whole number of hops") from None
-    if value < 0:
-        raise ConfigError(f"{ENV} must be >= 0")
-    return value
+    """``$C2C_MAX_HOPS``, else 3: the one hop limit, shared with handoffs (``HandoffPolicy.hop_limit``)."""
+    return settings().max_hops
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -83,9 +83,9 @@ def _decode_single_threaded(view: memoryview):
     per-thread setting, so pinning it here leaves the caller's threads alone;
     torch's global default is put back before the thread ends.
     """
-    import torch
+    import torch  # lazy: torch loads only when bytes are decoded
 
-    from c2c.artifact import Artifact
+    from c2c.artifact import Artifact  # lazy: torch loads only when bytes are decoded
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

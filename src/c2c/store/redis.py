@@ -4,10 +4,23 @@
 are stripped before the URL reaches redis-py::
 
     redis://user:secret@10.0.0.5:6379/0?domain=research&chunk_mb=8
+    redis://10.0.0.5:7000/0?domain=research&cluster=1          # Redis Cluster, any node to start from
 
 - ``domain`` (default ``default``) is the trust domain: every key lives under
-  ``c2c:<domain>:``, so an ACL user made by :func:`c2c.store.acl.create_domain_user`
-  sees its own domain only.
+  ``c2c:{<domain>}:``, so an ACL user made by :func:`c2c.store.acl.create_domain_user`
+  sees its own domain only, and on Redis Cluster the whole domain is one hash slot
+  (the ``{...}`` hash tag), so every script runs on one node.
+- ``cluster=1`` talks to a Redis Cluster (``redis.cluster.RedisCluster``); the
+  database must be 0. ``cluster=0`` (the default) talks to one server.
+- ``connect_timeout_s`` (default 5) bounds opening a connection and
+  ``socket_timeout_s`` (default 10) waiting for any reply, so a server that is
+  down or unreachable fails within seconds with :class:`StoreError` (a write:
+  :class:`StoreWriteError`) naming the host and port, instead of hanging. A
+  refused or reset connection (a restarting server) is retried twice within a
+  second; a timeout is not retried. ``events(wait_s=...)`` may wait longer than
+  ``socket_timeout_s``: it blocks in slices.
+- ``chunk_mb`` (default 8), ``upload_ttl_s`` (default 3600) and ``max_events``
+  (default 100000, the event stream's approximate length) tune the layout below.
 - metadata is in hashes, blobs are ``chunk_mb``-sized string chunks, and stale
   events go to a Redis Stream that a consumer reads from its last cursor, so one
   that was down catches up (see :mod:`c2c.store.redis_lua` for the key layout).
@@ -16,6 +29,12 @@ A put uploads the chunks under a temporary token (each chunk expires on its
 own after ``upload_ttl_s``), then one Lua script checks the parents and adopts
 the chunks as the blob, all at once. A writer killed mid-upload leaves only
 expiring chunks; nothing is visible until the script ran.
+
+An invalidation (and the supersession a put causes) marks the dependents in
+steps of at most :data:`WALK_BATCH` commits, one short script each, so a big
+DAG never blocks the server for long (see :mod:`c2c.store.redis_lua`). The call
+returns once every dependent is stale; until then a dependent not yet reached
+still reads as fresh, and a commit put under one meanwhile ends stale too.
 
 NOTE: an acknowledged put is as durable as the server's persistence: run
 redis-server with ``appendonly yes`` and ``appendfsync always`` for "acknowledged
@@ -29,6 +48,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +56,7 @@ from typing import Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 import redis
+import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
@@ -46,15 +67,19 @@ from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRec
 from c2c.store.ingest import HashingBuffer, hash_while_reading, ingest
 
 _DOMAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events"}
-READ_GROUP = 2  # chunks per pipelined round trip when reading a blob
+_OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events", "connect_timeout_s", "socket_timeout_s", "cluster"}
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+READ_GROUP = 2      # chunks per pipelined round trip when reading a blob
+WALK_BATCH = 500    # commits one invalidation step (one script run) marks at most
+WALK_LEASE_S = 30   # a walk whose walker made no step for this long is finished by the next write
+_RETRIES = 1000     # script runs that may be told "read again" in a row (each means another writer got on)
 
 
 def key_prefix(domain: str) -> str:
-    """Every key of ``domain`` starts with this."""
+    """Every key of ``domain`` starts with this; ``{domain}`` is the Redis Cluster hash tag."""
     if not isinstance(domain, str) or not _DOMAIN.fullmatch(domain):
         raise ConfigError(f"trust domain {domain!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
-    return f"c2c:{domain}:"
+    return f"c2c:{{{domain}}}:"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +91,9 @@ class RedisConfig:
     chunk_bytes: int = 8 << 20
     upload_ttl_s: int = 3600
     max_events: int = 100_000
+    connect_timeout_s: float = 5.0
+    socket_timeout_s: float = 10.0
+    cluster: bool = False
 
     @classmethod
     def from_url(cls, url: str) -> "RedisConfig":
@@ -79,14 +107,25 @@ class RedisConfig:
             chunk = int(float(ours.get("chunk_mb", 8)) * (1 << 20))
             ttl = int(ours.get("upload_ttl_s", 3600))
             maxev = int(ours.get("max_events", 100_000))
+            connect_s = float(ours.get("connect_timeout_s", 5))
+            socket_s = float(ours.get("socket_timeout_s", 10))
         except ValueError:
-            raise ConfigError("chunk_mb, upload_ttl_s and max_events must be numbers") from None
+            raise ConfigError("chunk_mb, upload_ttl_s, max_events, connect_timeout_s and socket_timeout_s "
+                              "must be numbers") from None
         if not (64 << 10) <= chunk <= (256 << 20):
             raise ConfigError("chunk_mb must be between 0.0625 and 256")
+        if not (0 < connect_s <= 600 and 0 < socket_s <= 600):
+            raise ConfigError("connect_timeout_s and socket_timeout_s must be seconds in (0, 600]")
+        cluster = _FLAGS.get(ours.get("cluster", "0").lower())
+        if cluster is None:
+            raise ConfigError(f"cluster={ours['cluster']!r}: write cluster=1 for Redis Cluster or cluster=0")
+        if cluster and u.path.strip("/") not in ("", "0"):
+            raise ConfigError(f"Redis Cluster has database 0 only; drop {u.path!r} from the URL or write /0")
         domain = ours.get("domain", "default")
         key_prefix(domain)
         return cls(connection_url=urlunparse(u._replace(query=urlencode(theirs))), domain=domain,
-                   chunk_bytes=chunk, upload_ttl_s=ttl, max_events=maxev)
+                   chunk_bytes=chunk, upload_ttl_s=ttl, max_events=maxev, connect_timeout_s=connect_s,
+                   socket_timeout_s=socket_s, cluster=cluster)
 
     @property
     def url(self) -> str:
@@ -94,7 +133,14 @@ class RedisConfig:
         u = urlparse(self.connection_url)
         host = f"{u.hostname}:{u.port or 6379}"
         user = f"{u.username}@" if u.username else ""
-        return f"{u.scheme}://{user}{host}{u.path or '/0'}?domain={self.domain}"
+        tail = "&cluster=1" if self.cluster else ""
+        return f"{u.scheme}://{user}{host}{u.path or '/0'}?domain={self.domain}{tail}"
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` of the server (on a cluster, the node the client starts from)."""
+        u = urlparse(self.connection_url)
+        return f"{u.hostname}:{u.port or 6379}"
 
 
 class RedisStore(Store):
@@ -104,17 +150,27 @@ class RedisStore(Store):
         self.config = config
         self.url = config.url
         self.prefix = key_prefix(config.domain)
-        try:
-            self._r = redis.Redis.from_url(
-                config.connection_url, socket_read_size=1 << 20, socket_connect_timeout=5,
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2))
-        except ValueError as e:
-            raise ConfigError(f"bad redis URL {self.url}: {e}") from None
+        self._direct_reads = True  # blobs via c2c.store.resp; the pipelined path stays for redirects (and tests)
+        # a refused or reset connection (a restarting server) is retried twice; a timeout is not,
+        # so a silent server fails after one socket_timeout_s
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2,
+                      supported_errors=(redis.exceptions.ConnectionError,))
+        options = dict(socket_read_size=1 << 20, socket_connect_timeout=config.connect_timeout_s,
+                       socket_timeout=config.socket_timeout_s, retry=retry)
+        with self._errors(writing=False):
+            try:
+                if config.cluster:  # NOTE: connects at once, to learn the slot map
+                    self._r = redis.cluster.RedisCluster.from_url(config.connection_url, **options)
+                else:
+                    self._r = redis.Redis.from_url(config.connection_url, **options)
+            except ValueError as e:
+                raise ConfigError(f"bad redis URL {self.url}: {e}") from None
+            self._r.ping()
+            resp.require(self._plain_client(self._ckey("0")))
         self._put = self._r.register_script(redis_lua.PUT)
         self._invalidate = self._r.register_script(redis_lua.INVALIDATE)
+        self._step = self._r.register_script(redis_lua.STEP)
         self._delete_leaf = self._r.register_script(redis_lua.DELETE_LEAF)
-        with self._errors(writing=False):
-            self._r.ping()
 
     @classmethod
     def from_url(cls, url: str) -> "RedisStore":
@@ -136,20 +192,41 @@ class RedisStore(Store):
                       f"use that domain's user{tail}") from e
         except redis.exceptions.AuthenticationError as e:
             raise StoreError(f"redis at {self.url} refused the credentials: {e}") from e
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                redis.exceptions.RedisClusterException) as e:
             # NOTE: a reply lost mid-commit leaves the outcome unknown; a put is idempotent, so say to retry
             lost = "; put it again (an artifact never commits twice)" if writing else ""
-            raise err(f"redis at {self.url} is unreachable ({e}){lost}") from e
+            cfg = self.config
+            if isinstance(e, redis.exceptions.TimeoutError):
+                what = (f"did not answer within socket_timeout_s={cfg.socket_timeout_s:g} s (or connect within "
+                        f"connect_timeout_s={cfg.connect_timeout_s:g} s)")
+            else:
+                what = "is unreachable"
+            raise err(f"redis at {self.url} {what} ({e}){lost}. Check that redis-server runs at "
+                      f"{cfg.address}{' as a cluster' if cfg.cluster else ''} and that this host can reach it "
+                      "(firewall, rediss:// for TLS); raise connect_timeout_s / socket_timeout_s in the store "
+                      "URL for a slow link") from e
         except redis.exceptions.ResponseError as e:
             if "OOM" in str(e) or "maxmemory" in str(e):
                 raise err(f"redis at {self.url} is out of memory (maxmemory){tail}") from e
             raise err(f"redis at {self.url} refused: {e}{tail}") from e
+        except redis.exceptions.RedisError as e:
+            raise err(f"redis at {self.url} failed: {type(e).__name__}: {e}{tail}") from e
 
     def _ckey(self, cid: str) -> str:
         return f"{self.prefix}c:{cid}"
 
+    def _kids_key(self, cid: str) -> str:
+        return f"{self.prefix}kids:{cid}"
+
     def _args(self, *rest) -> list:
-        return [self.prefix, self.config.max_events, *rest]
+        return [self.config.max_events, WALK_LEASE_S, *rest]
+
+    def _plain_client(self, key: str) -> redis.Redis:
+        """The single-server client that holds ``key``: ours, or on a cluster the node of its slot."""
+        if isinstance(self._r, redis.cluster.RedisCluster):
+            return self._r.get_redis_connection(self._r.get_node_from_key(key))
+        return self._r
 
     @staticmethod
     def _record(cid: str, h: dict[bytes, bytes]) -> CommitRecord:
@@ -191,10 +268,13 @@ class RedisStore(Store):
     def _read_blob(self, commit: Commit, chunks: int) -> bytes:
         keys = [f"{self.prefix}blob:{commit.blob}:{i}" for i in range(chunks)]
         with self._errors(writing=False):
-            if resp.supported(self._r):
-                data, digest = self._read_blob_direct(commit, keys)
-            else:
-                data, digest = hash_while_reading(self._read_blob_pipelined(commit, keys))
+            got = None
+            if self._direct_reads:
+                try:
+                    got = self._read_blob_direct(commit, keys)
+                except resp.Redirected:
+                    pass  # the slot is moving (cluster resharding): redis-py follows MOVED/ASK
+            data, digest = got or hash_while_reading(self._read_blob_pipelined(commit, keys))
         if digest != commit.blob or len(data) != commit.size:
             raise StoreCorruptError(f"blob of commit {commit.id[:12]} does not hash to {commit.blob[:12]} "
                                     f"({len(data)} bytes, sha256 {digest[:12]}); run `c2c store verify`")
@@ -204,7 +284,7 @@ class RedisStore(Store):
         """Chunks straight into one buffer (see :mod:`c2c.store.resp`), hashed as each lands."""
         with HashingBuffer(commit.size) as buf:
             try:
-                n = resp.get_into(self._r, keys, buf.view, buf.filled)
+                n = resp.get_into(self._plain_client(keys[0]), keys, buf.view, buf.filled)
             except resp.MissingValue as e:
                 raise StoreCorruptError(f"blob of commit {commit.id[:12]} lost chunk {e.key}") from None
             except ValueError:
@@ -235,9 +315,7 @@ class RedisStore(Store):
         if ing.id in all_parents:
             self._drop_upload(token, n)
             raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
-        with self._errors(writing=True):
-            res = self._put(args=self._args(ing.id, stream, ing.blob, ing.size, n, json.dumps(list(all_parents)),
-                                            json.dumps(ing.summary, sort_keys=True), token))
+        res = self._commit(ing.id, stream, ing.blob, ing.size, n, all_parents, ing.summary, token)
         code = int(res[0])
         if code == 0:  # already committed (by an earlier put whose reply was lost, say)
             try:
@@ -250,17 +328,117 @@ class RedisStore(Store):
         if code == -2:
             raise StoreWriteError(f"the upload of {ing.id[:12]} expired or was lost before it was committed; "
                                   "nothing was committed, put it again")
-        return Commit(id=ing.id, stream=stream, version=int(res[1]), parents=all_parents, blob=ing.blob,
-                      size=ing.size, created=float(_s(res[2])), summary=ing.summary)
+        commit = Commit(id=ing.id, stream=stream, version=int(res[1]), parents=all_parents, blob=ing.blob,
+                        size=ing.size, created=float(_s(res[2])), summary=ing.summary)
+        superseded = _s(res[4])
+        try:
+            if superseded:
+                self._walk(superseded)
+            self._finish_abandoned(res[5])
+        except StoreError as e:
+            raise StoreWriteError(
+                f"commit {ing.id[:12]} is stored as {stream} v{commit.version}, but marking the dependents of "
+                f"the version it superseded ({superseded[:12] or '-'}) stale was interrupted ({e}); the next "
+                f"write after {WALK_LEASE_S} s finishes that, or store.invalidate(old id, ...) does now") from e
+        return commit
+
+    def _commit(self, cid: str, stream: str, blob: str, size: int, n: int, parents: tuple[str, ...],
+                summary: dict, token: str) -> list:
+        """Run the PUT script, naming the stream head it read; read again while other puts move the head."""
+        p = self.prefix
+        with self._errors(writing=True):
+            top = self._head(stream)
+            for _ in range(_RETRIES):
+                keys = [self._ckey(cid), f"{p}s:{stream}", f"{p}seq", f"{p}all", f"{p}ids", f"{p}streams",
+                        f"{p}events", f"{p}walks"]
+                if top:
+                    keys += [self._ckey(top), f"{p}walk:{top}"]
+                for parent in parents:
+                    keys += [self._ckey(parent), self._kids_key(parent)]
+                keys += [f"{p}up:{token}:{i}" for i in range(n)] + [f"{p}blob:{blob}:{i}" for i in range(n)]
+                res = self._put(keys=keys, args=self._args(cid, stream, blob, size, n, json.dumps(list(parents)),
+                                                            json.dumps(summary, sort_keys=True), top))
+                if int(res[0]) != -3:
+                    return res
+                top = _s(res[1])
+        self._drop_upload(token, n)
+        raise StoreWriteError(f"stream {stream} took {_RETRIES} new versions from other writers while this put "
+                              "waited; nothing was committed, put it again")
+
+    def _head(self, stream: str) -> str:
+        top = self._r.zrevrange(f"{self.prefix}s:{stream}", 0, 0)
+        return _s(top[0]) if top else ""
 
     def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
         cid = check_id(commit_id)
         cause = invalidated_reason(check_reason(reason))
+        p = self.prefix
         with self._errors(writing=True):
-            res = self._invalidate(args=self._args(cid, cause))
+            res = self._invalidate(keys=[self._ckey(cid), f"{p}events", f"{p}walks", f"{p}walk:{cid}"],
+                                   args=self._args(cid, cause))
         if int(res[0]) == -1:
             raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
-        return self._events(res[1])
+        events = self._events(res[1])
+        try:
+            if int(res[2]):  # a walk below cid is to do: ours, or one left unfinished (then it was stale already)
+                events += self._walk(cid)
+            self._finish_abandoned(res[3])
+        except StoreError as e:
+            raise StoreWriteError(f"{cid[:12]} is marked stale, but marking its dependents was interrupted ({e}); "
+                                  f"invalidate {cid[:12]} again to finish (its first cause is kept), or the next "
+                                  f"write after {WALK_LEASE_S} s does") from e
+        return events
+
+    # -------------------------------------------------------------- the walk
+    def _walk(self, root: str) -> list[StaleEvent]:
+        """Run the walk below ``root`` (see :mod:`c2c.store.redis_lua`) until its list is empty.
+
+        Each round reads the first :data:`WALK_BATCH` entries and one SSCAN page of each entry's
+        children, then marks them in script runs of at most :data:`WALK_BATCH` children each.
+        Returns the events of the commits this call marked.
+        """
+        p = self.prefix
+        walk_key = f"{p}walk:{root}"
+        events: list[StaleEvent] = []
+        retries, rounds = 0, 0
+        with self._errors(writing=True):
+            while True:
+                raw = [_s(e) for e in self._r.lrange(walk_key, 0, WALK_BATCH - 1)]
+                if not raw:
+                    if rounds == 0:  # finished by a helper, or a lease left without a list: drop it
+                        self._step(keys=[walk_key, f"{p}walks", f"{p}events", self._ckey(root)],
+                                   args=self._args(root, 0, 0, ""))
+                    return events
+                rounds += 1
+                entries = [json.loads(e) for e in raw]
+                if entries[0][2] != "0":  # the first is mid-SSCAN, so this round ends with it: read it alone
+                    raw, entries = raw[:1], entries[:1]
+                pipe = self._r.pipeline(transaction=False)
+                for e in entries:
+                    pipe.sscan(self._kids_key(e[0]), cursor=int(e[2]), count=WALK_BATCH)
+                pages = pipe.execute()
+                for first, end, npop, newhead, kids in _plan(entries, pages):
+                    keys = [walk_key, f"{p}walks", f"{p}events", self._ckey(root)]
+                    keys += [self._ckey(k) for k, _ in kids]
+                    args = self._args(root, end - first, npop, newhead, *raw[first:end])
+                    for k, i in kids:
+                        args += [k, i - first + 1]
+                    res = self._step(keys=keys, args=args)
+                    if int(res[0]) == -3:  # another walker moved the list: read it again
+                        retries += 1
+                        if retries > _RETRIES:
+                            raise StoreWriteError(f"the invalidation walk below {root[:12]} kept changing under "
+                                                  "this client; invalidate it again")
+                        break
+                    retries = 0
+                    events += self._events(res[1])
+                    if int(res[2]) == 0:  # the list is empty: every dependent is stale
+                        return events
+
+    def _finish_abandoned(self, roots) -> None:
+        """Finish walks whose walker stopped making steps (killed, or lost its connection)."""
+        for root in roots:
+            self._walk(_s(root))
 
     # ------------------------------------------------------------------- reading
     def _hash(self, cid: str) -> dict[bytes, bytes]:
@@ -332,14 +510,20 @@ class RedisStore(Store):
         return CommitId(_s(hits[0]))
 
     def events(self, after: str = "0", *, limit: int = 1000, wait_s: float = 0.0) -> list[StaleEvent]:
-        block = max(1, int(wait_s * 1000)) if wait_s > 0 else None
+        deadline = time.monotonic() + wait_s
+        slice_ms = max(1, int(self.config.socket_timeout_s * 500))  # NOTE: a blocked read must beat the timeout
         with self._errors(writing=False):
-            try:
-                res = self._r.xread({f"{self.prefix}events": after}, count=int(limit), block=block)
-            except redis.exceptions.ResponseError as e:
-                if "Invalid stream ID" in str(e):
-                    raise ConfigError(f"event cursor {after!r} is not a Redis stream id") from None
-                raise
+            while True:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                block = max(1, min(slice_ms, left_ms)) if wait_s > 0 else None
+                try:
+                    res = self._r.xread({f"{self.prefix}events": after}, count=int(limit), block=block)
+                except redis.exceptions.ResponseError as e:
+                    if "Invalid stream ID" in str(e):
+                        raise ConfigError(f"event cursor {after!r} is not a Redis stream id") from None
+                    raise
+                if res or block is None or left_ms <= slice_ms:
+                    break
         if not res:
             return []
         entries = res[0][1]
@@ -361,13 +545,52 @@ class RedisStore(Store):
 
     def delete_leaf(self, commit_id: str) -> bool:
         cid = check_id(commit_id)
+        p = self.prefix
         with self._errors(writing=True):
-            return bool(self._delete_leaf(args=self._args(cid)))
+            for _ in range(_RETRIES):
+                h = self._r.hmget(self._ckey(cid), "stream", "blob", "chunks", "parents")
+                if h[0] is None:
+                    return False
+                stream, blob, chunks, parents = (_s(v) for v in h)
+                keys = [self._ckey(cid), self._kids_key(cid), f"{p}s:{stream}", f"{p}streams", f"{p}all",
+                        f"{p}ids", *(self._kids_key(q) for q in json.loads(parents)),
+                        *(f"{p}blob:{blob}:{i}" for i in range(int(chunks)))]
+                res = int(self._delete_leaf(keys=keys, args=self._args(cid, stream, blob, chunks, parents)))
+                if res != -3:
+                    return res == 1
+        raise StoreWriteError(f"commit {cid[:12]} kept being deleted and put again under this gc; run it again")
 
     def sweep_orphans(self, grace_s: float) -> int:
         # Upload chunks carry their own TTL, and the put and delete scripts adopt or drop a
         # blob together with its commit, so Redis never holds an orphan to sweep.
         return 0
+
+
+def _plan(entries: list, pages: list) -> list[tuple[int, int, int, str, list[tuple[str, int]]]]:
+    """Split one round of a walk into STEP runs that mark at most :data:`WALK_BATCH` children each.
+
+    ``entries`` are the walk list's first entries (``[id, chain, cursor, spared id]``) and ``pages``
+    the SSCAN page ``(cursor, members)`` of each one's children. A run is ``(first, end, npop,
+    newhead, kids)``: it checks that the list starts with entries ``first:end``, marks ``kids``
+    (child id, index into ``entries``), pops ``npop`` entries, then makes ``newhead`` the first if
+    given. The round ends at the first entry with children left on later SSCAN pages.
+    """
+    runs = []
+    first, kids = 0, []
+    for i, (entry, (cursor, members)) in enumerate(zip(entries, pages)):
+        for m in members:
+            kid = _s(m)
+            if kid == entry[3]:
+                continue
+            if len(kids) == WALK_BATCH:  # entries before i are done; i stays first, partly marked
+                runs.append((first, i + 1, i - first, "", kids))
+                first, kids = i, []
+            kids.append((kid, i))
+        if int(cursor) != 0:  # i has children on later pages: it stays, its cursor moved on
+            runs.append((first, i + 1, i - first, json.dumps([entry[0], entry[1], str(cursor), entry[3]]), kids))
+            return runs
+    runs.append((first, len(entries), len(entries) - first, "", kids))
+    return runs
 
 
 def _s(v) -> str:

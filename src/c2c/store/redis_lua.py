@@ -1,12 +1,30 @@
-"""The Lua scripts behind `RedisStore`: each write is one atomic script run.
+"""The Lua scripts behind `RedisStore`: each write step is one atomic script run.
 
 Redis runs a script without interleaving other commands, so a put (check
-parents, adopt the uploaded chunks, assign the version, supersede the previous
-head, record edges) and an invalidation (breadth-first walk down the dependents,
-marking each and appending an event) are all-or-nothing, and a put can never
-slip a new child under a commit while it is being invalidated.
+parents, adopt the uploaded chunks, assign the version, mark the previous head
+stale, record edges) is all-or-nothing.
 
-Key layout under the domain prefix ``P = "c2c:<domain>:"``::
+Every script names every key it touches in ``KEYS``; none builds a key name.
+The client reads what it needs to name them first (the stream head, a commit's
+parents, a walk's next dependents), and the script checks that what it was told
+still holds, answering ``-3`` ("read again") when it does not. All keys of a
+domain share the hash tag ``{<domain>}``, so on Redis Cluster every script runs
+on one slot.
+
+Invalidation walks the dependents in bounded steps, not in one script: marking
+a commit stale pushes it on the walk list ``P walk:<root>``; each ``STEP`` run
+marks at most a batch of the listed commits' fresh children (which the client
+read with SSCAN) and lists them in turn. Between steps a put may add a child
+under a commit of the walk; that is safe because a put checks its parents in
+the same script that records the edge: under a parent already marked, the child
+is born stale; under one not yet marked, it is in the parent's ``kids`` set
+before the walk reads it. The walk below a superseded head spares the version
+that superseded it, which may be built on the old one (or on its dependents)
+and is still the new truth. A walk carries a lease in ``P walks`` that each step
+renews; writes report walks whose lease ran out (their walker died), and the
+client finishes them.
+
+Key layout under the domain prefix ``P = "c2c:{<domain>}:"``::
 
     P c:<id>            hash    stream version parents blob size chunks created summary seq
                                 [stale_root stale_cause stale_reason stale_chain stale_at] [superseded_by]
@@ -19,128 +37,195 @@ Key layout under the domain prefix ``P = "c2c:<domain>:"``::
     P blob:<sha>:<i>    string  chunk i of a blob
     P up:<token>:<i>    string  chunk i of an upload in progress (expires on its own)
     P events            stream  one entry per commit marked stale
+    P walk:<root>       list    the invalidation walk below <root>: JSON [id, chain, sscan cursor, spared id]
+                                per commit marked but whose children are not all seen yet
+    P walks             zset    root -> lease deadline (unix s) of each walk in progress
 
-Every script takes ``ARGV[1] = P`` and ``ARGV[2] = max events kept``.
+Every script takes ``ARGV[1] = max events kept`` and ``ARGV[2] = walk lease (s)``.
 """
 
 COMMON = r"""
-local P = ARGV[1]
-local MAXEV = ARGV[2]
-local function ckey(id) return P .. 'c:' .. id end
+local MAXEV = ARGV[1]
+local LEASE = tonumber(ARGV[2])
 local function now_str()
   local t = redis.call('TIME')
   return string.format('%s.%06d', t[1], tonumber(t[2]))
 end
-local function is_stale(id) return redis.call('HEXISTS', ckey(id), 'stale_reason') == 1 end
+local function is_stale(ck) return redis.call('HEXISTS', ck, 'stale_reason') == 1 end
 local function hops_reason(root, cause, hops)
   local s = 's'
   if hops == 1 then s = '' end
   return 'built on stale ' .. string.sub(root, 1, 12) .. ' (' .. hops .. ' hop' .. s .. ' up): ' .. cause
 end
-local function mark(id, root, cause, reason, chain, now, out)
+-- mark the commit whose hash is ck stale, and append its event to the stream ek
+local function mark(ck, ek, id, root, cause, reason, chain, now, out)
   local cj = cjson.encode(chain)
-  redis.call('HSET', ckey(id), 'stale_root', root, 'stale_cause', cause, 'stale_reason', reason,
+  redis.call('HSET', ck, 'stale_root', root, 'stale_cause', cause, 'stale_reason', reason,
              'stale_chain', cj, 'stale_at', now)
-  local eid = redis.call('XADD', P .. 'events', 'MAXLEN', '~', MAXEV, '*', 'commit', id, 'root', root,
+  local eid = redis.call('XADD', ek, 'MAXLEN', '~', MAXEV, '*', 'commit', id, 'root', root,
                          'reason', reason, 'chain', cj, 'at', now)
   out[#out + 1] = {eid, id, root, reason, cj, now}
 end
-local function invalidate(root, cause, now, out)
-  if is_stale(root) then return end
-  mark(root, root, cause, cause, {root}, now, out)
-  local queue = {{root, {root}}}
-  local head = 1
-  while head <= #queue do
-    local node, chain = queue[head][1], queue[head][2]
-    head = head + 1
-    for _, kid in ipairs(redis.call('SMEMBERS', P .. 'kids:' .. node)) do
-      if not is_stale(kid) then
-        local kchain = {}
-        for i, v in ipairs(chain) do kchain[i] = v end
-        kchain[#kchain + 1] = kid
-        mark(kid, root, cause, hops_reason(root, cause, #kchain - 1), kchain, now, out)
-        queue[#queue + 1] = {kid, kchain}
-      end
-    end
-  end
+local function renew(wsk, root)
+  redis.call('ZADD', wsk, tonumber(redis.call('TIME')[1]) + LEASE, root)
+end
+-- start the walk below root (just marked); spare: a child the walk must leave fresh ('' for none)
+local function begin_walk(wk, wsk, root, spare)
+  redis.call('RPUSH', wk, cjson.encode({root, {root}, '0', spare}))
+  renew(wsk, root)
+end
+-- roots of walks whose lease ran out: their walker is gone, someone must finish them
+local function abandoned(wsk)
+  return redis.call('ZRANGEBYSCORE', wsk, '-inf', redis.call('TIME')[1], 'LIMIT', 0, 8)
 end
 """
 
-# ARGV: P, MAXEV, id, stream, blob, size, nchunks, parents_json, summary_json, upload_token
-# -> {0} exists | {-1, parent} missing parent | {-2} upload incomplete | {1, version, created, events}
+# KEYS: c:<id> s:<stream> seq all ids streams events walks [c:<top> walk:<top>] (c:<p> kids:<p>)...
+#       up:<token>:0..n-1 blob:<sha>:0..n-1   (c:<top> walk:<top> only when the stream has a head)
+# ARGV: MAXEV, LEASE, id, stream, blob, size, n, parents_json, summary_json, top (the head read, '' if none)
+# -> {0} exists | {-1, parent} missing parent | {-2} upload incomplete | {-3, head} the head moved: retry
+#    | {1, version, created, events, walk root ('' if none), abandoned walk roots}
 PUT = COMMON + r"""
-local id, stream, blob = ARGV[3], ARGV[4], ARGV[5]
+local id, stream, blob, top = ARGV[3], ARGV[4], ARGV[5], ARGV[10]
 local n = tonumber(ARGV[7])
-local up = P .. 'up:' .. ARGV[10]
-local bk = P .. 'blob:' .. blob
-local function drop_upload() for i = 0, n - 1 do redis.call('DEL', up .. ':' .. i) end end
-if redis.call('EXISTS', ckey(id)) == 1 then drop_upload() return {0} end
 local parents = cjson.decode(ARGV[8])
+local ck, sk, seqk, allk, idsk, streamsk, ek, wsk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+                                                    KEYS[7], KEYS[8]
+local at = 9
+local ctop, wtop
+if top ~= '' then ctop, wtop, at = KEYS[9], KEYS[10], 11 end
+local uk = at + 2 * #parents  -- KEYS[at + 2(i-1)] = c:<parent i>, the next one kids:<parent i>
+local bk = uk + n              -- KEYS[uk + i] = upload chunk i, KEYS[bk + i] = blob chunk i
+if #KEYS ~= bk + n - 1 then return redis.error_reply('c2c PUT: ' .. #KEYS .. ' keys for ' .. n .. ' chunks') end
+local function drop_upload() for i = 0, n - 1 do redis.call('DEL', KEYS[uk + i]) end end
+if redis.call('EXISTS', ck) == 1 then drop_upload() return {0} end
+local head = redis.call('ZREVRANGE', sk, 0, 0, 'WITHSCORES')
+if (head[1] or '') ~= top then return {-3, head[1] or ''} end
 local inherited = nil
-for _, p in ipairs(parents) do
-  local s = redis.call('HMGET', ckey(p), 'version', 'stale_root', 'stale_cause', 'stale_chain')
+for i, p in ipairs(parents) do
+  local s = redis.call('HMGET', KEYS[at + 2 * (i - 1)], 'version', 'stale_root', 'stale_cause', 'stale_chain')
   if not s[1] then drop_upload() return {-1, p} end
   if inherited == nil and s[2] then inherited = s end
 end
-if redis.call('EXISTS', bk .. ':0') == 1 then
+if redis.call('EXISTS', KEYS[bk]) == 1 then
   drop_upload()
 else
   for i = 0, n - 1 do
-    if redis.call('EXISTS', up .. ':' .. i) == 0 then drop_upload() return {-2} end
+    if redis.call('EXISTS', KEYS[uk + i]) == 0 then drop_upload() return {-2} end
   end
   for i = 0, n - 1 do
-    redis.call('RENAME', up .. ':' .. i, bk .. ':' .. i)
-    redis.call('PERSIST', bk .. ':' .. i)
+    redis.call('RENAME', KEYS[uk + i], KEYS[bk + i])
+    redis.call('PERSIST', KEYS[bk + i])
   end
 end
 local now = now_str()
-local sk = P .. 's:' .. stream
-local top = redis.call('ZREVRANGE', sk, 0, 0, 'WITHSCORES')
 local version = 1
 local out = {}
-if #top > 0 then
-  version = tonumber(top[2]) + 1
-  redis.call('HSET', ckey(top[1]), 'superseded_by', id)
-  invalidate(top[1], 'superseded by ' .. string.sub(id, 1, 12) .. ' (stream ' .. stream .. ' v' .. version .. ')',
-             now, out)
+local walk = ''
+if top ~= '' then
+  version = tonumber(head[2]) + 1
+  redis.call('HSET', ctop, 'superseded_by', id)
+  if not is_stale(ctop) then
+    local cause = 'superseded by ' .. string.sub(id, 1, 12) .. ' (stream ' .. stream .. ' v' .. version .. ')'
+    mark(ctop, ek, top, top, cause, cause, {top}, now, out)
+    begin_walk(wtop, wsk, top, id)  -- the new version is the new truth, even when built on the old
+    walk = top
+  end
 end
-local seq = redis.call('INCR', P .. 'seq')
-redis.call('HSET', ckey(id), 'stream', stream, 'version', version, 'parents', ARGV[8], 'blob', blob,
+local seq = redis.call('INCR', seqk)
+redis.call('HSET', ck, 'stream', stream, 'version', version, 'parents', ARGV[8], 'blob', blob,
            'size', ARGV[6], 'chunks', n, 'created', now, 'summary', ARGV[9], 'seq', seq)
-for _, p in ipairs(parents) do redis.call('SADD', P .. 'kids:' .. p, id) end
+for i = 1, #parents do redis.call('SADD', KEYS[at + 2 * (i - 1) + 1], id) end
 if inherited then
   local chain = cjson.decode(inherited[4])
   chain[#chain + 1] = id
-  mark(id, inherited[2], inherited[3], hops_reason(inherited[2], inherited[3], #chain - 1), chain, now, out)
+  mark(ck, ek, id, inherited[2], inherited[3], hops_reason(inherited[2], inherited[3], #chain - 1), chain, now,
+       out)
 end
 redis.call('ZADD', sk, version, id)
-redis.call('ZADD', P .. 'all', seq, id)
-redis.call('ZADD', P .. 'ids', 0, id)
-redis.call('SADD', P .. 'streams', stream)
-return {1, version, now, out}
+redis.call('ZADD', allk, seq, id)
+redis.call('ZADD', idsk, 0, id)
+redis.call('SADD', streamsk, stream)
+return {1, version, now, out, walk, abandoned(wsk)}
 """
 
-# ARGV: P, MAXEV, id, cause -> {-1} unknown | {1, events}
+# KEYS: c:<id> events walks walk:<id>    ARGV: MAXEV, LEASE, id, cause
+# -> {-1} unknown | {marked 0/1, events, walk:<id> exists 0/1, abandoned walk roots}
 INVALIDATE = COMMON + r"""
+local ck, ek, wsk, wk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[3]
-if redis.call('EXISTS', ckey(id)) == 0 then return {-1} end
+if redis.call('HEXISTS', ck, 'stream') == 0 then return {-1} end
+if is_stale(ck) then return {0, {}, redis.call('EXISTS', wk), abandoned(wsk)} end
 local out = {}
-invalidate(id, ARGV[4], now_str(), out)
-return {1, out}
+mark(ck, ek, id, id, ARGV[4], ARGV[4], {id}, now_str(), out)
+begin_walk(wk, wsk, id, '')
+return {1, out, 1, abandoned(wsk)}
 """
 
-# ARGV: P, MAXEV, id -> 1 removed | 0 unknown or has dependents
+# One bounded step of the walk below root: check that the walk list still starts with the nverify entries
+# the client read, mark the fresh ones among the children it names, list those, pop npop entries and, if
+# given, replace the (then) first entry by newhead (the same commit, its SSCAN further on).
+# KEYS: walk:<root> walks events c:<root> c:<kid>...
+# ARGV: MAXEV, LEASE, root, nverify, npop, newhead ('' for none), entry 1..nverify, then per kid: id, entry index
+# -> {-3} the list changed: read again | {1, events, entries left}
+STEP = COMMON + r"""
+local wk, wsk, ek, crk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local root, nv, np, newhead = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local nk = (#ARGV - 6 - nv) / 2
+if #KEYS ~= 4 + nk or np > nv or (newhead ~= '' and np >= nv) then
+  return redis.error_reply('c2c STEP: inconsistent arguments')
+end
+local entries = {}
+if nv > 0 then
+  local head = redis.call('LRANGE', wk, 0, nv - 1)
+  if #head ~= nv then return {-3} end
+  for i = 1, nv do
+    if head[i] ~= ARGV[6 + i] then return {-3} end
+    entries[i] = cjson.decode(head[i])
+  end
+end
+local cause = redis.call('HGET', crk, 'stale_cause') or ''
+local now = now_str()
+local out, listed = {}, {}
+for j = 1, nk do
+  local kid, e = ARGV[6 + nv + 2 * j - 1], entries[tonumber(ARGV[6 + nv + 2 * j])]
+  local kk = KEYS[4 + j]
+  -- skip the spared child, and children deleted (gc) or marked since the client read them
+  if kid ~= e[4] and redis.call('HEXISTS', kk, 'stream') == 1 and not is_stale(kk) then
+    local chain = {}
+    for i, v in ipairs(e[2]) do chain[i] = v end
+    chain[#chain + 1] = kid
+    mark(kk, ek, kid, root, cause, hops_reason(root, cause, #chain - 1), chain, now, out)
+    listed[#listed + 1] = cjson.encode({kid, chain, '0', e[4]})
+  end
+end
+if np > 0 then redis.call('LTRIM', wk, np, -1) end
+if newhead ~= '' then redis.call('LSET', wk, 0, newhead) end
+if #listed > 0 then redis.call('RPUSH', wk, unpack(listed)) end
+local left = redis.call('LLEN', wk)
+if left == 0 then redis.call('ZREM', wsk, root) else renew(wsk, root) end
+return {1, out, left}
+"""
+
+# KEYS: c:<id> kids:<id> s:<stream> streams all ids (kids:<p>)... blob:<sha>:0..n-1
+# ARGV: MAXEV, LEASE, id, stream, blob, n, parents_json: the commit's fields as the client read them
+# -> 1 removed | 0 unknown or has dependents | -3 the fields changed (deleted and put again): read again
 DELETE_LEAF = COMMON + r"""
+local ck, kk, sk, streamsk, allk, idsk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[3]
-local h = redis.call('HMGET', ckey(id), 'stream', 'blob', 'chunks', 'parents')
+local h = redis.call('HMGET', ck, 'stream', 'blob', 'chunks', 'parents')
 if not h[1] then return 0 end
-if redis.call('SCARD', P .. 'kids:' .. id) > 0 then return 0 end
-for _, p in ipairs(cjson.decode(h[4])) do redis.call('SREM', P .. 'kids:' .. p, id) end
-for i = 0, tonumber(h[3]) - 1 do redis.call('DEL', P .. 'blob:' .. h[2] .. ':' .. i) end
-redis.call('DEL', ckey(id), P .. 'kids:' .. id)
-redis.call('ZREM', P .. 's:' .. h[1], id)
-if redis.call('ZCARD', P .. 's:' .. h[1]) == 0 then redis.call('SREM', P .. 'streams', h[1]) end
-redis.call('ZREM', P .. 'all', id)
-redis.call('ZREM', P .. 'ids', id)
+if h[1] ~= ARGV[4] or h[2] ~= ARGV[5] or h[3] ~= ARGV[6] or h[4] ~= ARGV[7] then return -3 end
+local parents = cjson.decode(h[4])
+local n = tonumber(h[3])
+if #KEYS ~= 6 + #parents + n then return redis.error_reply('c2c DELETE_LEAF: wrong key count') end
+if redis.call('SCARD', kk) > 0 then return 0 end
+for i = 1, #parents do redis.call('SREM', KEYS[6 + i], id) end
+for i = 1, n do redis.call('DEL', KEYS[6 + #parents + i]) end
+redis.call('DEL', ck, kk)
+redis.call('ZREM', sk, id)
+if redis.call('ZCARD', sk) == 0 then redis.call('SREM', streamsk, h[1]) end
+redis.call('ZREM', allk, id)
+redis.call('ZREM', idsk, id)
 return 1
 """

@@ -9,9 +9,16 @@ AUTH, SELECT and HELLO handshake) and reads each bulk reply's payload with
 look the same in RESP2 and RESP3: ``$<n>\\r\\n<n bytes>\\r\\n``.
 
 NOTE: this reads the connection's socket (``Connection._sock``, private in
-redis-py). :func:`supported` checks it is there; the store falls back to
-ordinary pipelined GETs otherwise. After any failure the connection is
-disconnected, because unread replies may remain on it.
+redis-py; pyproject.toml bounds redis-py to the major version it was checked
+against). :func:`require` checks at store open that every internal it touches
+is there and raises :class:`~c2c.errors.StoreError` naming what is missing,
+and :func:`get_into` checks the socket again on use. After any failure the
+connection is disconnected, because unread replies may remain on it.
+
+Kept because it is faster than redis-py's own GETs, with or without the hiredis
+parser (``redis[hiredis]``): on the 64 MB put+get of ``benchmarks/store_bench.py``
+the get took 0.136 s here, 0.190 s with hiredis and 0.247 s with the pure-Python
+parser (medians of 7, benchmarks/results/store.md).
 """
 
 from __future__ import annotations
@@ -19,6 +26,18 @@ from __future__ import annotations
 from typing import Callable
 
 import redis
+
+from c2c.errors import StoreError
+
+# (what, how to find it) for each redis-py internal get_into relies on
+_INTERNALS = (
+    ("ConnectionPool.get_connection", lambda pool, conn: callable(getattr(pool, "get_connection", None))),
+    ("ConnectionPool.release", lambda pool, conn: callable(getattr(pool, "release", None))),
+    ("Connection.send_packed_command", lambda pool, conn: callable(getattr(conn, "send_packed_command", None))),
+    ("Connection.pack_commands", lambda pool, conn: callable(getattr(conn, "pack_commands", None))),
+    ("Connection.disconnect", lambda pool, conn: callable(getattr(conn, "disconnect", None))),
+    ("Connection._sock", lambda pool, conn: hasattr(conn, "_sock")),
+)
 
 
 class MissingValue(Exception):
@@ -29,10 +48,28 @@ class MissingValue(Exception):
         self.key = key
 
 
-def supported(client: redis.Redis) -> bool:
-    pool = client.connection_pool
-    return hasattr(pool, "get_connection") and hasattr(pool, "release") and \
-        hasattr(pool.connection_class, "send_packed_command")
+class Redirected(Exception):
+    """The server answered MOVED or ASK: the keys' slot is on another cluster node right now."""
+
+
+def _unsupported(missing: str) -> StoreError:
+    return StoreError(f"c2c.store.resp reads blobs through redis-py's {missing}, which redis-py "
+                      f"{redis.__version__} does not have; install the redis version pyproject.toml names "
+                      "(pip install 'redis>=8.1,<9')")
+
+
+def require(client: redis.Redis) -> None:
+    """Raise StoreError unless ``client``'s redis-py has every internal :func:`get_into` touches."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        raise _unsupported("Redis.connection_pool")
+    try:  # an unconnected Connection, as the pool would make one: no I/O
+        conn = pool.connection_class(**pool.connection_kwargs)
+    except Exception as e:  # noqa: BLE001 - any failure here means the internals moved
+        raise _unsupported(f"ConnectionPool.connection_class(**connection_kwargs) ({type(e).__name__}: {e})")
+    for what, present in _INTERNALS:
+        if not present(pool, conn):
+            raise _unsupported(what)
 
 
 def get_into(client: redis.Redis, keys: list[str], out: memoryview,
@@ -51,7 +88,9 @@ def get_into(client: redis.Redis, keys: list[str], out: memoryview,
     ok = False
     try:
         conn.send_packed_command(conn.pack_commands([("GET", k) for k in keys]))
-        sock = conn._sock
+        sock = getattr(conn, "_sock", None)
+        if sock is None or not hasattr(sock, "recv_into"):
+            raise _unsupported("Connection._sock (a socket once connected)")
         pending = bytearray()  # bytes received but not yet placed: a reply header, or a payload's start
 
         def fill() -> None:
@@ -68,6 +107,8 @@ def get_into(client: redis.Redis, keys: list[str], out: memoryview,
             del pending[: nl + 2]
             if head[:1] == b"-":
                 message = head[1:].decode(errors="replace")
+                if message.startswith(("MOVED ", "ASK ")):
+                    raise Redirected(message)
                 cls = redis.exceptions.NoPermissionError if message.startswith("NOPERM") else \
                     redis.exceptions.ResponseError
                 raise cls(message)

@@ -5,7 +5,12 @@
 ``sqlite:///REL/PATH``     the same, relative to the working directory
 ``redis://HOST:PORT/DB``   :class:`~c2c.store.redis.RedisStore`
 ``rediss://...``           the same over TLS
+``redis://...?cluster=1``  the same on a Redis Cluster (database 0), from any node
 =========================  ==============================================
+
+Redis URLs take c2c's options in the query string (``domain``, ``cluster``,
+``connect_timeout_s``, ``socket_timeout_s``, ``chunk_mb``, ...; see
+:mod:`c2c.store.redis`), e.g. ``redis://10.0.0.5:7000/0?domain=research&cluster=1``.
 
 SQLite URLs follow SQLAlchemy: ``sqlite://``, a ``/``, then the path, so four
 slashes make an absolute path (``sqlite:////var/c2c/store``) and three a relative
@@ -20,10 +25,8 @@ With no URL, ``C2C_STORE`` is used, else the absolute ``$C2C_HOME/store`` (a fou
 
 from __future__ import annotations
 
-import os
-
 from c2c.errors import ConfigError
-from c2c.home import c2c_home
+from c2c.config import c2c_home, settings
 from c2c.store.base import Store
 
 ENV = "C2C_STORE"
@@ -37,7 +40,7 @@ def default_url() -> str:
 
 def store_url(url: str | None = None) -> str:
     """``url``, else ``$C2C_STORE``, else :func:`default_url`."""
-    return url or os.environ.get(ENV) or default_url()
+    return url or settings().store_url or default_url()
 
 
 def open_store(url: str | None = None) -> Store:
@@ -45,11 +48,15 @@ def open_store(url: str | None = None) -> Store:
     url = store_url(url)
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "sqlite":
-        from c2c.store.sqlite import SQLiteStore
+        from c2c.store.sqlite import SQLiteStore  # lazy: only the backend the URL names is imported
 
         return SQLiteStore.from_url(url)
     if scheme in ("redis", "rediss"):
-        from c2c.store.redis import RedisStore
+        try:
+            from c2c.store.redis import RedisStore  # lazy: redis-py is an extra
+        except ImportError as e:
+            raise ConfigError(f"the Redis store needs redis-py ({e}); install it with `pip install 'c2c[redis]'`"
+                              ) from None
 
         return RedisStore.from_url(url)
     raise ConfigError(f"unknown store URL {url!r}; use sqlite:///PATH (sqlite:////ABS/PATH when absolute), "

@@ -38,11 +38,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from c2c.artifact.header import utc_now
 from c2c._io import private_dir, write_atomic
+from c2c.canon import canonical_json, sha256_hex, utc_now
+from c2c.config import c2c_home
 from c2c.errors import ConfigError, KeyringError, RevokedSignerError, UnknownSignerError
-from c2c.fingerprint import canonical_json, sha256_hex
-from c2c.home import c2c_home
 
 KeyId = NewType("KeyId", str)  # 64 hex chars: sha256 of the raw Ed25519 public key
 KEYRING_VERSION = 1
@@ -401,7 +400,7 @@ class Keyring:
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
             try:
-                import fcntl
+                import fcntl  # lazy: POSIX only
 
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except ImportError:  # NOTE: no flock on Windows; writes stay atomic, but may race

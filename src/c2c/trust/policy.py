@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Literal, Sequence
 
 from c2c.artifact.codec import Artifact
+from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError
-from c2c.fingerprint import Fingerprint
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring
 from c2c.trust.signing import SignerInfo, verify_signature

@@ -30,8 +30,8 @@ import struct
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from c2c.canon import canonical_json
 from c2c.errors import DomainMismatchError, KeyringError, SealError
-from c2c.fingerprint import canonical_json
 from c2c.trust.keys import Keyring, SealKey
 
 MAGIC = b"C2CSEAL1"

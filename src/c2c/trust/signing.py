@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from c2c.artifact.codec import DEFAULT_MAX_BYTES, Artifact, read_bounded
-from c2c.artifact.header import utc_now
-from c2c.errors import (BadSignatureError, CorruptArtifactError, DomainMismatchError,
-                        UnsignedArtifactError)
-from c2c.fingerprint import canonical_json
-from c2c.trust.keys import Keyring, KeyId, SigningKey
+from c2c.artifact.codec import Artifact, read_file
+from c2c.canon import canonical_json, utc_now
+from c2c.errors import BadSignatureError, CorruptArtifactError, DomainMismatchError, UnsignedArtifactError
+from c2c.trust.keys import KeyId, Keyring, SigningKey
 
 SIGNATURE_VERSION = "c2c-sig-v1"
 ALGORITHM = "ed25519"
@@ -113,7 +109,7 @@ def verify_signature(artifact: Artifact, keyring: Keyring, *, domain: str | None
                       signed_at=sig["signed_at"])
 
 
-def decode_exact(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Artifact:
+def decode_exact(data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> Artifact:
     """Decode artifact bytes and insist that they are the canonical encoding of their content.
 
     Raises:
@@ -131,34 +127,18 @@ def decode_exact(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAU
 
 
 def canonical_head(artifact: Artifact) -> bytes:
-    """The first ``8 + n`` bytes (length and table) that :meth:`Artifact.encode` writes.
-
-    NOTE: mirrors the table layout of ``c2c.artifact.codec``; ``tests/trust/test_signing.py``
-    pins it to ``encode()`` so that a format change there fails loudly here.
-    """
-    meta = {"c2c.header": artifact.header.canonical().decode("utf-8")}
-    if artifact.signature is not None:
-        meta["c2c.signature"] = canonical_json(artifact.signature).decode("utf-8")
-    table: dict[str, Any] = {"__metadata__": meta}
-    offset = 0
-    for i, (k, v) in enumerate(zip(artifact.cache.keys, artifact.cache.values)):
-        for name, t in ((f"k.{i:03d}", k), (f"v.{i:03d}", v)):
-            size = t.numel() * t.element_size()
-            table[name] = {"dtype": artifact.header.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
-            offset += size
-    head = json.dumps(table, separators=(",", ":"), ensure_ascii=True).encode()
-    head += b" " * (-len(head) % 8)
-    return struct.pack("<Q", len(head)) + head
+    """The first ``8 + n`` bytes (length and table) that :meth:`Artifact.encode` writes."""
+    return artifact.encode_head()
 
 
 def load_signed(source: bytes | bytearray | memoryview | str | Path, keyring: Keyring, *,
-                domain: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[Artifact, SignerInfo]:
+                domain: str | None = None, max_bytes: int | None = None) -> tuple[Artifact, SignerInfo]:
     """Read (from bytes or a path), decode byte-exactly and verify the signature.
 
     Every changed byte of a signed artifact raises a :class:`~c2c.errors.C2CError`:
     an :class:`~c2c.errors.ArtifactError` when the file is malformed, else a
     :class:`~c2c.errors.TrustError`.
     """
-    data = read_bounded(Path(source), max_bytes) if isinstance(source, (str, Path)) else source
+    data = read_file(source, max_bytes) if isinstance(source, (str, Path)) else source
     artifact = decode_exact(data, max_bytes=max_bytes)
     return artifact, verify_signature(artifact, keyring, domain=domain)

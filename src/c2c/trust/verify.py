@@ -31,7 +31,7 @@ What can be checked depends on what the receiver has:
   computed after. It is verified against the context it will be attached to:
   ``context`` is a cache of positions ``[0, start)``, normally the receiver's
   own shared-prefix cache, which is exactly what a slice exported with
-  isolation ``"recompute"`` follows (:meth:`c2c.agent.Agent.export`). The
+  isolation ``"recompute"`` follows (:meth:`c2c.team.agent.Agent.export`). The
   slice is then checked like a full cache. A context that ends elsewhere means
   the slice was computed after positions the receiver does not hold, so it
   cannot be checked: :class:`UnverifiableError`. Without a context, ``strict``
@@ -62,9 +62,9 @@ from typing import Literal, Sequence
 import torch
 
 from c2c.artifact.codec import Artifact
-from c2c.artifact.header import token_digest
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.canon import token_digest
 from c2c.errors import ConfigError, UnverifiableError, VerificationFailedError
-from c2c.fingerprint import Fingerprint
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.probe import PROBE_CHUNK, kv_at_positions, layer0_kv
 

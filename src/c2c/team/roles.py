@@ -18,6 +18,7 @@ from typing import Literal
 
 from c2c.errors import ConfigError, FingerprintMismatchError, VerificationFailedError
 from c2c.runtime.kvcache import KVCache
+from c2c.trust.verify import probe_errors, stratified_positions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +34,6 @@ class AdapterPolicy:
 
 def divergence(runtime, cache: KVCache, samples: int, rng: random.Random | None = None) -> float:
     """Largest relative K/V error at ``samples`` positions, re-computed by ``runtime``."""
-    from c2c.trust.verify import probe_errors, stratified_positions
 
     if cache.start != 0:
         raise ConfigError("divergence needs a full cache (start 0)")

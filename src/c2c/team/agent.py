@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from c2c.artifact import Artifact
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef, SharedPrefix
 from c2c.context import Context
-from c2c.fingerprint import Fingerprint
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError
-from c2c.prefix import PrefixRef, SharedPrefix
-from c2c.roles import AdapterPolicy, admit
 from c2c.runtime.engine import Generation, Runtime
 from c2c.runtime.kvcache import KVCache
-
-if TYPE_CHECKING:  # pragma: no cover
-    from c2c.artifact import Artifact
+from c2c.team.roles import AdapterPolicy, admit
+from c2c.trust.isolation import ISOLATIONS, recompute_after
+from c2c.trust.signing import sign
 
 
 @dataclass(eq=False)
@@ -157,8 +157,6 @@ class Agent:
         The mode is recorded in the artifact's labels (``{"isolation": ...}``);
         a whole cache (``labels=None``) is exported as it is.
         """
-        from c2c.artifact import Artifact
-        from c2c.trust.isolation import ISOLATIONS, recompute_after
 
         if isolation is not None and isolation not in ISOLATIONS:
             raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
@@ -183,7 +181,6 @@ class Agent:
             cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
             producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)
         if self.team.keyring is not None:
-            from c2c.trust import sign
 
             artifact = sign(artifact, self.team.keyring.signing_key(self.team.domain))
         return artifact
@@ -210,7 +207,7 @@ class Agent:
         shared prefix); a slice is re-positioned to follow this agent's context.
 
         A cache made under another role adapter of the same base is handled by
-        the team's :class:`~c2c.roles.AdapterPolicy` (``attach_note`` says what
+        the team's :class:`~c2c.team.roles.AdapterPolicy` (``attach_note`` says what
         was done).
 
         Raises:

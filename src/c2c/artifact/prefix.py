@@ -75,15 +75,20 @@ class PrefixRef:
 
     def require_match(self, token_ids: Sequence[int]) -> None:
         """Raise :class:`PrefixMismatchError` unless ``token_ids`` is exactly this prefix."""
-        mine = PrefixRef.of(token_ids, self.block_size)
-        if mine == self:
+        PrefixRef.of(token_ids, self.block_size).require_same(self, here="here", there="in the artifact")
+
+    def require_same(self, other: "PrefixRef", *, here: str = "here", there: str = "there") -> None:
+        """Raise :class:`PrefixMismatchError` naming the first differing block unless ``other`` equals this."""
+        if other == self:
             return
-        first = next((i for i, (a, b) in enumerate(zip(self.hashes, mine.hashes)) if a != b),
-                     min(len(self.hashes), len(mine.hashes)))
+        first = next((i for i, (a, b) in enumerate(zip(self.hashes, other.hashes)) if a != b),
+                     min(len(self.hashes), len(other.hashes)))
+        if self.block_size != other.block_size:
+            first = 0
         raise PrefixMismatchError(
-            f"shared prefix differs from the artifact's: {mine.length} tokens here vs {self.length} in the "
-            f"artifact, first differing block {first} (tokens {first * self.block_size}..); make every agent "
-            "of the team use the same SharedPrefix (system prompt, tools, context) and model"
+            f"shared prefix differs: {self.length} tokens {here} vs {other.length} {there}, first differing "
+            f"block {first} (tokens {first * self.block_size}..); make every agent of the team use the same "
+            "SharedPrefix (system prompt, tools, context) and model"
         )
 
 

@@ -10,27 +10,14 @@ difference is named.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from c2c._io import write_atomic
-from c2c.errors import ArtifactWriteError, FingerprintMismatchError
+from c2c.canon import canonical_json, sha256_hex
+from c2c.errors import FingerprintMismatchError
 
 CACHE_FORMAT_VERSION = 1
 _MAX_FIELD_CHARS = 4096  # bound on each string field a (possibly hostile) header may carry
-
-
-def canonical_json(obj: Any) -> bytes:
-    """The one canonical serialization c2c hashes and signs: sorted keys, no spaces, UTF-8."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,42 +118,3 @@ class Fingerprint:
 def _short(v: Any) -> str:
     s = str(v)
     return s if len(s) <= 24 else s[:21] + "..."
-
-
-def weights_digest(path: Path | None, model=None) -> str:
-    """sha256 over a model's weight files, cached next to them keyed by size and mtime.
-
-    Falls back to hashing the in-memory parameters when there is no directory.
-    """
-    if path is not None:
-        files = sorted(Path(path).glob("*.safetensors"))
-        if files:
-            key = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-            memo = Path(path) / "c2c-weights.sha256.json"
-            try:
-                cached = json.loads(memo.read_text())
-                if cached.get("key") == key:
-                    return cached["digest"]
-            except (OSError, ValueError):
-                pass
-            h = hashlib.sha256()
-            for p in files:
-                h.update(p.name.encode())
-                with open(p, "rb") as f:
-                    while block := f.read(1 << 24):
-                        h.update(block)
-            digest = h.hexdigest()
-            try:
-                write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
-            except ArtifactWriteError:
-                pass  # NOTE: a read-only model dir just means we hash again next time
-            return digest
-    if model is None:
-        raise ValueError("weights_digest needs a model directory or a model")
-    import torch
-
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()

@@ -3,22 +3,23 @@
 Run once by text (the analyst writes a message, the writer reads it) and once by
 cache (the writer continues from the analyst's KV-cache), on a real zoo model,
 and report time per stage, bytes moved, tokens decoded and prefilled, and both
-final answers. Questions come from MMLU dev in ../shared/data.
+final answers. The questions (MMLU dev) ship with the package.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import time
+from importlib import resources
 from dataclasses import dataclass
-from pathlib import Path
 
-from c2c.agent import Agent, Team
-from c2c.bench.handoff import DATA_DIR
+from c2c.artifact.prefix import SharedPrefix
+from c2c.config import data_dir
 from c2c.errors import ConfigError
 from c2c.handoff import hand_off
-from c2c.prefix import SharedPrefix
 from c2c.runtime.engine import Runtime
+from c2c.team.agent import Agent, Team
 
 SYSTEM = ("You are part of a two-agent team answering exam questions. The analyst studies the questions; "
           "the writer gives the final answers.")
@@ -41,13 +42,21 @@ class DemoResult:
         return sum(self.stages.values())
 
 
-def load_questions(subject: str = "high_school_computer_science", n: int = 3) -> list[dict]:
-    path = DATA_DIR / "eval" / "mmlu" / "dev" / f"{subject}_dev.csv"
+def load_questions(n: int = 3) -> list[dict]:
+    """The first ``n`` questions the demo ships (5, MMLU dev, high-school computer science).
+
+    More than that are read from the shared data (``C2C_DATA``), the same subject's dev split.
+    """
+    shipped = json.loads(resources.files("c2c.demos").joinpath("data/mmlu_hs_cs_dev.json").read_text())["questions"]
+    if n <= len(shipped):
+        return shipped[:n]
+    path = data_dir() / "eval" / "mmlu" / "dev" / "high_school_computer_science_dev.csv"
     try:
         with open(path, newline="") as f:
             rows = list(csv.reader(f))
     except OSError:
-        raise ConfigError(f"cannot read {path}; set C2C_DATA to the shared data folder") from None
+        raise ConfigError(f"the demo ships {len(shipped)} questions; for {n}, set C2C_DATA to the shared data "
+                          f"folder (cannot read {path})") from None
     return [{"question": r[0], "options": dict(zip("ABCD", r[1:5])), "answer": r[5]} for r in rows[:n]]
 
 

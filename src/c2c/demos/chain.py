@@ -1,58 +1,15 @@
-"""A chain of agents over the commit store: publish, pull, go stale, re-pull or continue flagged.
-
-Each agent publishes its cache as a commit on its own stream, with the commits it
-was built from as parents. When an upstream agent publishes a new version, the
-store marks every downstream commit stale, with the chain of causes. A
-downstream agent then either re-pulls fresh context or continues explicitly
-flagged as built on stale context.
-"""
+"""Demo: researcher -> analyst -> writer over the store; upstream publishes v2 and the chain goes stale
+(``c2c demo chain``)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
-from c2c.agent import Agent, Team
-from c2c.artifact import Artifact
+from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import StaleCommitError
-from c2c.prefix import SharedPrefix
+from c2c.flows.chain import ChainReport, ChainStep, publish, pull
 from c2c.runtime.engine import Runtime
-
-
-def publish(store, agent: Agent, parents: tuple[str, ...] = ()) -> str:
-    """Export ``agent``'s whole cache and commit it on the agent's stream."""
-    art = agent.export(parents=parents)
-    return store.put(art.encode(), stream=agent.name).id
-
-
-def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False) -> bool:
-    """Attach commit ``commit_id`` to ``agent``. Returns whether it was stale.
-
-    Raises:
-        StaleCommitError: the commit is stale and ``allow_stale`` is False.
-    """
-    rec = store.get(commit_id, allow_stale=allow_stale)
-    agent.attach(Artifact.decode(rec.data))
-    return rec.stale
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChainStep:
-    what: str
-    commit: str | None = None
-    stale: bool = False
-    note: str = ""
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChainReport:
-    steps: tuple[ChainStep, ...]
-    answers: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"steps": [s.__dict__ for s in self.steps], "answers": self.answers}
-
+from c2c.team.agent import Agent, Team
 
 DOC_V1 = ("Release notes v1.4: the export command now writes artifacts atomically. "
           "Known issue: the Redis backend does not support TLS yet.")

@@ -1,8 +1,9 @@
 """Pipelines of agents (A -> B -> C) with a per-hop choice of path.
 
 Hybrid rollout, as the sources recommend: hops use text by default, and a
-cache mode only on hops marked ``expensive``; a chain longer than the hop limit
-falls back to text. Every hop records which path it took and why.
+cache mode only on hops marked ``expensive``; a run of cache hops longer than
+the hop limit (``C2C_MAX_HOPS``, or ``HandoffPolicy.max_hops``) falls back to
+text, by :func:`c2c.handoff.decide`. Every hop records which path it took and why.
 """
 
 from __future__ import annotations
@@ -11,24 +12,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from c2c.agent import Agent
 from c2c.errors import ConfigError
-from c2c.handoff import Handoff, hand_off
+from c2c.handoff import Handoff, HandoffPolicy, hand_off
+from c2c.team.agent import Agent
 
 
 @dataclass(frozen=True, kw_only=True)
 class HopPolicy:
-    """How hops choose their mode."""
+    """Which mode each hop asks for (the hop limit is the handoff decision's, see ``HandoffPolicy``)."""
 
     default_mode: str = "text"     # hybrid: text unless a hop is marked expensive
     expensive_mode: str = "auto"   # cache where it can cross, text otherwise
-    hop_limit: int = 3             # beyond this many cache hops in a row: text
 
-    def mode_for(self, stage: "Stage", cache_hops_so_far: int) -> tuple[str, str]:
+    def mode_for(self, stage: "Stage") -> tuple[str, str]:
         if not stage.expensive:
             return self.default_mode, "hop not marked expensive: hybrid default"
-        if cache_hops_so_far >= self.hop_limit:
-            return "text", f"{cache_hops_so_far} cache hops in a row reach the hop limit {self.hop_limit}"
         return self.expensive_mode, "hop marked expensive"
 
 
@@ -62,7 +60,7 @@ class Pipeline:
     """Run stages in order; the first reads the material, each later one receives a handoff."""
 
     def __init__(self, stages: Sequence[Stage], *, policy: HopPolicy = HopPolicy(),
-                 check: Callable | None = None):
+                 handoff: HandoffPolicy = HandoffPolicy(), check: Callable | None = None):
         if len(stages) < 2:
             raise ConfigError("a pipeline needs at least two stages")
         names = [s.agent.name for s in stages]
@@ -70,6 +68,7 @@ class Pipeline:
             raise ConfigError(f"agent names must be unique in a pipeline, got {names}")
         self.stages = tuple(stages)
         self.policy = policy
+        self.handoff = handoff
         self.check = check
 
     def run(self, material: str) -> PipelineRun:
@@ -80,8 +79,8 @@ class Pipeline:
         hops: list[HopRecord] = []
         cache_run = 0
         for prev, stage in zip(self.stages, self.stages[1:]):
-            mode, why = self.policy.mode_for(stage, cache_run)
-            h = hand_off(prev.agent, stage.agent, mode=mode, check=self.check)
+            mode, why = self.policy.mode_for(stage)
+            h = hand_off(prev.agent, stage.agent, self.handoff, mode=mode, check=self.check, hops=cache_run + 1)
             cache_run = cache_run + 1 if h.used != "text" else 0
             hops.append(HopRecord(sender=prev.agent.name, receiver=stage.agent.name, policy_reason=why, handoff=h))
             outputs[stage.agent.name] = stage.agent.respond(stage.instruction,

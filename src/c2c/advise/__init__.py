@@ -1,0 +1,8 @@
+"""The advisor: a calibrated cost model of text vs cache hops, and the decision it suggests.
+
+Measuring a calibration runs real handoffs, so it lives above them, in :mod:`c2c.bench.calibrate`.
+"""
+
+from c2c.advise.model import Advice, Calibration, advise, calibration_path, load_calibration, save_calibration
+
+__all__ = ["Advice", "Calibration", "advise", "calibration_path", "load_calibration", "save_calibration"]

@@ -1,0 +1,83 @@
+"""Canonical bytes and digests: what c2c hashes and signs, the same on every machine.
+
+- :func:`canonical_json`: sorted keys, no spaces, UTF-8, no NaN. The one
+  serialization of anything that is hashed or signed (headers, signatures,
+  fingerprints, configs).
+- :func:`sha256_hex`, :func:`token_digest` (token ids as little-endian uint32),
+  :func:`weights_digest` (a model's weight files, memoized beside them).
+- :func:`utc_now`: timestamps as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``.
+
+Never Python's ``hash()`` or pickle: these values cross processes and machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, NewType, Sequence
+
+from c2c._io import write_atomic
+from c2c.errors import ArtifactWriteError
+
+Sha256Hex = NewType("Sha256Hex", str)  # 64 lowercase hex characters
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one canonical serialization c2c hashes and signs: sorted keys, no spaces, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> Sha256Hex:
+    return Sha256Hex(hashlib.sha256(data).hexdigest())
+
+
+def token_digest(token_ids: Sequence[int]) -> Sha256Hex:
+    """sha256 of token ids packed as little-endian uint32."""
+    return sha256_hex(struct.pack(f"<{len(token_ids)}I", *token_ids))
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def weights_digest(path: Path | None, model=None) -> str:
+    """sha256 over a model's weight files, cached next to them keyed by size and mtime.
+
+    Falls back to hashing the in-memory parameters when there is no directory.
+    """
+    if path is not None:
+        files = sorted(Path(path).glob("*.safetensors"))
+        if files:
+            key = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+            memo = Path(path) / "c2c-weights.sha256.json"
+            try:
+                cached = json.loads(memo.read_text())
+                if cached.get("key") == key:
+                    return cached["digest"]
+            except (OSError, ValueError):
+                pass
+            h = hashlib.sha256()
+            for p in files:
+                h.update(p.name.encode())
+                with open(p, "rb") as f:
+                    while block := f.read(1 << 24):
+                        h.update(block)
+            digest = h.hexdigest()
+            try:
+                write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
+            except ArtifactWriteError:
+                pass  # NOTE: a read-only model dir just means we hash again next time
+            return digest
+    if model is None:
+        raise ValueError("weights_digest needs a model directory or a model")
+    import torch  # lazy: only when hashing in-memory weights; canon imports without torch
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,1 @@
+"""Flows of many handoffs: pipelines (A -> B -> C), a router across models, chains over the store."""

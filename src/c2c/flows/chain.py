@@ -1,0 +1,50 @@
+"""A chain of agents over the commit store: publish, pull, go stale, re-pull or continue flagged.
+
+Each agent publishes its cache as a commit on its own stream, with the commits it
+was built from as parents. When an upstream agent publishes a new version, the
+store marks every downstream commit stale, with the chain of causes. A
+downstream agent then either re-pulls fresh context or continues explicitly
+flagged as built on stale context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from c2c.artifact import Artifact
+from c2c.team.agent import Agent
+
+
+def publish(store, agent: Agent, parents: tuple[str, ...] = ()) -> str:
+    """Export ``agent``'s whole cache and commit it on the agent's stream."""
+    art = agent.export(parents=parents)
+    return store.put(art.encode(), stream=agent.name).id
+
+
+def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False) -> bool:
+    """Attach commit ``commit_id`` to ``agent``. Returns whether it was stale.
+
+    Raises:
+        StaleCommitError: the commit is stale and ``allow_stale`` is False.
+    """
+    rec = store.get(commit_id, allow_stale=allow_stale)
+    agent.attach(Artifact.decode(rec.data))
+    return rec.stale
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainStep:
+    what: str
+    commit: str | None = None
+    stale: bool = False
+    note: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainReport:
+    steps: tuple[ChainStep, ...]
+    answers: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"steps": [s.__dict__ for s in self.steps], "answers": self.answers}

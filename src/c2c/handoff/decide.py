@@ -1,0 +1,185 @@
+"""`decide()`: the one place the handoff rules live.
+
+Every caller that moves context between agents (``hand_off``, ``Pipeline``,
+``Router``, the server) asks :func:`decide` and follows its
+:class:`Decision`. The checks, in order:
+
+==============  ==========================================================
+``domain``      both parties in the same, named trust domain (else: text,
+                always; caches never leave a domain, nor do fusers)
+``fingerprint`` the same model: architecture, layers, heads, RoPE, dtype,
+                tokenizer, weights, adapters (else: a fuser if one exists
+                for the pair, else text)
+``prefix``      the same shared prefix, block by block
+``hops``        the chain stays within the hop limit (``C2C_MAX_HOPS``)
+``staleness``   the context is not built on a stale commit
+``advisor``     this machine's calibrated cost model predicts the cache to
+                be faster (only asked in ``auto``, when calibrated)
+==============  ==========================================================
+
+``auto`` takes the cache path when every check passes (a fused path when only
+the model differs and a fuser exists), text otherwise, and says why. An explicit
+``full`` or ``slice`` gets the cache path or, through :meth:`Decision.refusal`,
+the specific error of the first failed check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.errors import C2CError, FingerprintMismatchError, HandoffError, PrefixMismatchError, StaleCommitError
+from c2c.handoff.policy import HandoffPolicy
+from c2c.trust.isolation import decide as domain_rule
+
+Path = Literal["cache", "fused", "text"]
+CHECKS = ("domain", "fingerprint", "prefix", "hops", "staleness", "advisor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Party:
+    """What :func:`decide` needs to know about one side of a hop.
+
+    ``private`` and ``exportable`` are span labels of a live sender (an agent);
+    a sender that is a stored commit has neither (its artifact is already cut).
+    """
+
+    name: str
+    domain: str | None
+    fingerprint: Fingerprint
+    prefix: PrefixRef
+    private: tuple[str, ...] = ()
+    exportable: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, agent) -> "Party":
+        """The party of a :class:`~c2c.team.agent.Agent`."""
+        spans = agent.context.spans
+        return cls(name=agent.name, domain=agent.team.domain, fingerprint=agent.fingerprint, prefix=agent.prefix,
+                   private=tuple(sorted({s.label for s in spans if s.private})),
+                   exportable=agent.exportable_labels())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One rule's verdict: ``ok`` is None when the rule was not asked (e.g. no calibration)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+    error: type[C2CError] | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The path one hop takes, why, and every check behind it."""
+
+    path: Path
+    mode: str                      # "full" | "slice" | "text" | "fused"
+    reason: str
+    checks: tuple[Check, ...]
+    labels: tuple[str, ...] = ()   # the spans a slice exports
+    advice: dict | None = None     # the advisor's Advice, when it was asked
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.ok is False)
+
+    def refusal(self) -> C2CError | None:
+        """For an explicit cache mode: the specific error of the first failed check, else None."""
+        for c in self.failed:
+            if c.error is not None:  # None: an explicit mode overrides it (the advisor, role adapters)
+                return c.error(c.detail)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["checks"] = [c.to_dict() for c in self.checks]
+        return d
+
+
+def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy(), *, hops: int = 1,
+           stale: str | None = None, advice=None, advice_note: str = "", fuser_available: bool = False
+           ) -> Decision:
+    """Which path a hop from ``sender`` to ``receiver`` takes under ``policy``.
+
+    Args:
+        hops: the number of cache hops the chain holds once this one is made (1 for
+            a first handoff); more than ``policy.hop_limit`` sends text.
+        stale: why the sender's context is stale (a commit's ``stale_reason``), or None.
+        advice: the advisor's :class:`~c2c.advise.Advice` for this hop, or None when
+            not calibrated (``advice_note`` then says so).
+        fuser_available: a trained fuser exists for ``sender -> receiver``.
+    """
+    checks = _checks(sender, receiver, policy, hops, stale, advice, advice_note)
+    by = {c.name: c for c in checks}
+    adv = advice.to_dict() if advice is not None else None
+    if policy.mode == "text":
+        return Decision(path="text", mode="text", reason="text requested", checks=checks, advice=adv)
+    if policy.mode in ("full", "slice"):
+        mode, labels, why = policy.mode, policy.labels if policy.mode == "slice" else (), f"{policy.mode} requested"
+        if mode == "full" and sender.private:
+            why += f" (includes private spans {list(sender.private)})"
+        return Decision(path="cache", mode=mode, reason=why, checks=checks, labels=labels, advice=adv)
+    # auto
+    blocking = [c for c in checks if c.ok is False]
+    only_model = blocking and all(c.name in ("fingerprint", "prefix") for c in blocking)
+    if blocking:
+        if only_model and fuser_available and by["domain"].ok:
+            return Decision(path="fused", mode="fused", checks=checks, advice=adv,
+                            reason=f"{blocking[0].detail}; a trained fuser exists for {sender.name} -> "
+                                   f"{receiver.name}")
+        tail = "" if not only_model or not by["domain"].ok else "; no trained fuser for this pair"
+        return Decision(path="text", mode="text", checks=checks, advice=adv,
+                        reason=f"fell back to text: {blocking[0].detail}{tail}")
+    reason = "same model, same shared prefix, same trust domain"
+    if by["advisor"].ok is not None or advice_note:
+        reason += f"; {by['advisor'].detail}"
+    mode, labels = policy.auto_cache_mode, policy.labels if policy.auto_cache_mode == "slice" else ()
+    if mode == "full" and sender.private:
+        if not sender.exportable:
+            return Decision(path="text", mode="text", checks=checks, advice=adv,
+                            reason="fell back to text: nothing exportable after the private spans")
+        mode, labels = "slice", sender.exportable
+        reason += f"; minimized to spans {list(labels)} (private {list(sender.private)} never leave)"
+    return Decision(path="cache", mode=mode, reason=reason, checks=checks, labels=labels, advice=adv)
+
+
+def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, stale: str | None, advice,
+            advice_note: str) -> tuple[Check, ...]:
+    domains = domain_rule(sender.domain, receiver.domain)
+    out = [Check(name="domain", ok=domains.allows_cache, detail=domains.reason,
+                 error=None if domains.allows_cache else HandoffError)]
+    diff = sender.fingerprint.diff(receiver.fingerprint)
+    if set(diff) == {"adapters"}:
+        # Same base model under other role adapters: auto sends text; an explicit mode goes on and the
+        # receiving team's AdapterPolicy (refuse / verify / re-prefill) decides at attach (c2c.team.roles).
+        out.append(Check(name="fingerprint", ok=False, error=None,
+                         detail="models differ in adapters (same base; the team's adapter policy decides)"))
+    else:
+        out.append(Check(name="fingerprint", ok=not diff, error=FingerprintMismatchError,
+                         detail=f"models differ in {', '.join(sorted(diff))}" if diff else "same model fingerprint"))
+    try:
+        sender.prefix.require_same(receiver.prefix)
+        out.append(Check(name="prefix", ok=True, detail="same shared prefix"))
+    except PrefixMismatchError as e:
+        out.append(Check(name="prefix", ok=False, detail=f"shared prefixes differ: {e}", error=PrefixMismatchError))
+    limit = policy.hop_limit
+    out.append(Check(name="hops", ok=hops <= limit, error=HandoffError,
+                     detail=f"{hops} cache hop(s) within the hop limit {limit}" if hops <= limit else
+                     f"{hops} cache hops would exceed the hop limit {limit} (C2C_MAX_HOPS); text with reference ids"))
+    out.append(Check(name="staleness", ok=stale is None, error=StaleCommitError,
+                     detail="fresh context" if stale is None else f"built on stale context: {stale}"))
+    if policy.mode == "auto" and advice is not None:
+        out.append(Check(name="advisor", ok=advice.decision != "text", detail=advice_note))
+    else:
+        out.append(Check(name="advisor", ok=None, detail=advice_note or "advisor not asked"))
+    return tuple(out)

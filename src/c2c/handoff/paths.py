@@ -1,0 +1,106 @@
+"""The three ways context crosses a hop, one small class each: text, cache, fused.
+
+Each ``run`` does the work of one path and returns its :class:`~c2c.handoff.record.Handoff`;
+which path runs is :func:`c2c.handoff.decide.decide`'s business, never theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from c2c.artifact import Artifact
+from c2c.errors import HandoffError
+from c2c.handoff.policy import HandoffPolicy
+from c2c.handoff.record import Handoff
+from c2c.handoff.transport import Transport
+from c2c.team.agent import Agent
+from c2c.trust import check as trust_check
+from c2c.trust.signing import decode_exact
+
+_ISOLATION_REASONS = {
+    "recompute": "isolation recompute: the slice was re-prefilled after the shared prefix only (no trace of "
+                 "private spans in any layer)",
+    "positions": "isolation positions: the slice keeps the sender's K/V at their positions, which leak the "
+                 "spans before it through attention",
+}
+
+
+class TextPath:
+    """The sender writes a message (decode); the receiver reads it (prefill). Always available."""
+
+    def run(self, sender: Agent, receiver: Agent, policy: HandoffPolicy, *, requested: str, reason: str
+            ) -> Handoff:
+        before = receiver.stats
+        gen = sender.respond(policy.message_prompt, max_new_tokens=policy.message_tokens,
+                             min_new_tokens=policy.min_message_tokens, label="message")
+        receiver.read_role()  # the receiver's own role turn is not part of reading the message
+        t0 = time.perf_counter()
+        receiver.read(f"Message from {sender.name}:\n{gen.text}", label="message")
+        t1 = time.perf_counter()
+        return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used="text", reason=reason,
+                       message=gen.text, tokens_decoded=len(gen.token_ids),
+                       tokens_prefilled=receiver.stats.prefilled - before.prefilled,
+                       timings={"write_message_s": gen.prefill_s + gen.decode_s, "read_message_s": t1 - t0})
+
+
+class CachePath:
+    """The sender exports its cache (whole, or a slice); it crosses ``transport``; the receiver
+    checks it (signature, prefix, KV per its team's trust policy) and attaches it."""
+
+    def __init__(self, transport: Transport, check: Callable[[Artifact], None] | None = None):
+        self.transport = transport
+        self.check = check
+
+    def run(self, sender: Agent, receiver: Agent, policy: HandoffPolicy, *, mode: str, labels: tuple[str, ...],
+            requested: str, reason: str) -> Handoff:
+        t0 = time.perf_counter()
+        if mode == "slice":
+            artifact = sender.export(labels=labels, isolation=policy.isolation)
+            reason += "; " + _ISOLATION_REASONS[artifact.header.labels["isolation"]]
+        else:
+            artifact = sender.export()
+        payload = artifact.encode()
+        t1 = time.perf_counter()
+        self.transport.send(artifact.id, payload)
+        t2 = time.perf_counter()
+        received = self.transport.receive(artifact.id)
+        t3 = time.perf_counter()
+        keyring = receiver.team.keyring
+        got = decode_exact(received) if keyring is not None else Artifact.decode(received)
+        if got.id != artifact.id:
+            raise HandoffError("the artifact changed in transit")
+        report = None
+        if keyring is not None:
+            # A slice is verified against what it follows: the receiver's own shared-prefix cache. A slice
+            # starting elsewhere was computed after positions the receiver does not hold: no context, so a
+            # sampled or strict policy refuses it (UnverifiableError) and auto falls back to text.
+            P = receiver.context.prefix_len
+            context = receiver.team.prefix_cache(receiver.runtime) if got.header.start == P else None
+            report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime,
+                                 critical=policy.critical, prefix_ids=receiver.context.token_ids[:P],
+                                 context=context).to_dict()
+        if self.check is not None:
+            self.check(got)
+        receiver.attach(got)
+        t4 = time.perf_counter()
+        return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode, reason=reason,
+                       artifact_id=artifact.id, artifact_bytes=len(payload), trust=report,
+                       timings={"export_s": t1 - t0, "write_s": t2 - t1, "read_s": t3 - t2, "import_s": t4 - t3})
+
+
+class FusedPath:
+    """The receiver re-reads the conversation with its own model and a trained fuser adds the
+    sender's cache into it (:mod:`c2c.fuser.infer`). Works across models; never across domains."""
+
+    def __init__(self, fused_receiver):
+        self.fused_receiver = fused_receiver  # a c2c.fuser.infer.FusedReceiver
+
+    def run(self, sender: Agent, receiver: Agent, *, requested: str, reason: str) -> Handoff:
+        t0 = time.perf_counter()
+        fused = self.fused_receiver.fuse(sender.messages)
+        t1 = time.perf_counter()
+        receiver.adopt(fused.cache, label=f"fused:{sender.name}")
+        receiver.messages = list(sender.messages)
+        return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used="fused", reason=reason,
+                       artifact_bytes=fused.cache.nbytes, timings={"fuse_s": t1 - t0, **fused.timings})

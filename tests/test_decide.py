@@ -1,0 +1,93 @@
+"""decide(): the one place the handoff rules live. Pure: no model, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from c2c.artifact.prefix import PrefixRef
+from c2c.errors import (ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
+                        StaleCommitError)
+from c2c.handoff import CHECKS, HandoffPolicy, Party, decide
+from tests.trust.hostile import synthetic_fingerprint
+
+FP = synthetic_fingerprint()
+PREFIX = PrefixRef.of(list(range(40)))
+
+
+def party(name="a", **kw):
+    base = dict(name=name, domain="lab", fingerprint=FP, prefix=PREFIX)
+    return Party(**{**base, **kw})
+
+
+class FakeAdvice:
+    def __init__(self, decision):
+        self.decision = decision
+
+    def to_dict(self):
+        return {"decision": self.decision}
+
+
+def test_auto_takes_the_cache_when_every_check_passes_and_records_all_of_them():
+    d = decide(party(), party("b"))
+    assert (d.path, d.mode) == ("cache", "full")
+    assert [c.name for c in d.checks] == list(CHECKS)
+    assert all(c.ok for c in d.checks if c.name != "advisor") and d.check("advisor").ok is None
+    assert d.to_dict()["checks"][0] == {"name": "domain", "ok": True, "detail": "same trust domain 'lab'"}
+
+
+@pytest.mark.parametrize("change, check, error", [
+    (dict(domain="other"), "domain", HandoffError),
+    (dict(domain=None), "domain", HandoffError),
+    (dict(fingerprint=replace(FP, head_dim=16)), "fingerprint", FingerprintMismatchError),
+    (dict(prefix=PrefixRef.of(list(range(39)) + [7])), "prefix", PrefixMismatchError),
+])
+def test_each_failed_check_sends_auto_to_text_and_explicit_modes_to_its_error(change, check, error):
+    d = decide(party(), party("b", **change))
+    assert d.path == "text" and d.check(check).ok is False and d.reason.startswith("fell back to text")
+    explicit = decide(party(), party("b", **change), HandoffPolicy(mode="full"))
+    assert isinstance(explicit.refusal(), error)
+
+
+def test_hops_staleness_and_the_advisor():
+    d = decide(party(), party("b"), HandoffPolicy(max_hops=2), hops=3)
+    assert d.path == "text" and "hop limit 2" in d.reason
+    assert isinstance(decide(party(), party("b"), HandoffPolicy(mode="slice", max_hops=2), hops=3).refusal(),
+                      HandoffError)
+    d = decide(party(), party("b"), stale="superseded by abc")
+    assert d.path == "text" and "stale" in d.reason
+    assert isinstance(decide(party(), party("b"), HandoffPolicy(mode="full"), stale="x").refusal(), StaleCommitError)
+    d = decide(party(), party("b"), advice=FakeAdvice("text"), advice_note="advisor: text is faster")
+    assert d.path == "text" and d.reason == "fell back to text: advisor: text is faster"
+    assert decide(party(), party("b"), HandoffPolicy(mode="full"), advice=FakeAdvice("text")).refusal() is None
+    d = decide(party(), party("b"), advice=FakeAdvice("cache"), advice_note="advisor predicts cache")
+    assert d.path == "cache" and "advisor predicts cache" in d.reason and d.advice == {"decision": "cache"}
+
+
+def test_the_hop_limit_defaults_to_c2c_max_hops(monkeypatch):
+    monkeypatch.setenv("C2C_MAX_HOPS", "1")
+    assert decide(party(), party("b"), hops=2).path == "text"
+    monkeypatch.setenv("C2C_MAX_HOPS", "5")
+    assert decide(party(), party("b"), hops=2).path == "cache"
+    monkeypatch.setenv("C2C_MAX_HOPS", "many")
+    with pytest.raises(ConfigError, match="C2C_MAX_HOPS"):
+        decide(party(), party("b"))
+
+
+def test_minimization_and_the_fused_path():
+    d = decide(party(private=("role",), exportable=("evidence",)), party("b"))
+    assert (d.mode, d.labels) == ("slice", ("evidence",)) and "private ['role'] never leave" in d.reason
+    d = decide(party(private=("role",), exportable=()), party("b"))
+    assert d.path == "text" and "nothing exportable" in d.reason
+    other = party("b", fingerprint=replace(FP, architecture="other"))
+    assert decide(party(), other, fuser_available=True).path == "fused"
+    assert decide(party(), replace(other, domain="elsewhere"), fuser_available=True).path == "text"
+
+
+def test_policy_is_validated_and_built_from_options():
+    assert HandoffPolicy.build(mode="slice", labels=["a"]).labels == ("a",)
+    with pytest.raises(ConfigError, match="unknown handoff option"):
+        HandoffPolicy.build(modes="full")
+    with pytest.raises(ConfigError, match="isolation"):
+        HandoffPolicy(isolation="none")

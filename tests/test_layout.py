@@ -1,0 +1,95 @@
+"""The package layout: layers import only downwards, no import cycle, lazy imports say why."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "c2c"
+
+
+def test_import_linter_contract_is_kept():
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    proc = subprocess.run([exe], capture_output=True, text=True, cwd=SRC.parents[1], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def _cycles(adj: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in adj:
+        if root in index:
+            continue
+        work = [(root, iter(adj[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(adj[w])))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycle_anywhere_in_the_package():
+    g = grimp.build_graph("c2c")
+    adj = {m: sorted(g.find_modules_directly_imported_by(m)) for m in g.modules}
+    assert len(adj) > 60
+    assert _cycles(adj) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": []}) == [["a", "b", "c"]]
+
+
+def test_in_function_imports_outside_the_cli_say_why():
+    """An import inside a function is kept only for lazy loading, marked ``# lazy: reason``.
+
+    (The CLI imports its commands' dependencies inside each command, so that
+    ``c2c --help`` stays fast; see c2c.cli.main.)"""
+    unmarked = []
+    for path in sorted(SRC.rglob("*.py")):
+        if "cli" in path.relative_to(SRC).parts:
+            continue
+        lines = path.read_text().split("\n")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)) and "# lazy:" not in lines[sub.lineno - 1]:
+                        unmarked.append(f"{path.relative_to(SRC)}:{sub.lineno}: {lines[sub.lineno - 1].strip()}")
+    assert unmarked == []
+
+
+def test_no_flat_modules_beyond_the_base_layer():
+    """Every concept is a package; only the base layer sits at the top of c2c/."""
+    flat = sorted(p.stem for p in SRC.glob("*.py"))
+    assert flat == ["__init__", "_io", "canon", "config", "context", "errors", "testing"]
