@@ -22,15 +22,12 @@ import sys
 from pathlib import Path
 
 import torch
+from slice_repair import load_arc, option_logprobs, render  # noqa: E402
 from tqdm import tqdm
 
-from c2c.config import data_dir
-from c2c.config import c2c_home
+from c2c.config import c2c_home, data_dir
 from c2c.runtime import adapters, zoo
 from c2c.team.roles import divergence
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from slice_repair import load_arc, option_logprobs, render  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

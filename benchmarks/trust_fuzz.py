@@ -5,7 +5,7 @@
 
 Outputs benchmarks/results/trust_fuzz.{json,md} (or --out PREFIX).
 
-Three parts, all on artifacts generated in memory (``tests/trust/hostile.py``):
+Three parts, all on artifacts generated in memory (``c2c.testing.hostile``):
 
 1. *hypothesis*: byte mutations (bit flips, byte sets, truncation, insertion,
    deletion, splices, rewritten header length), JSON-level edits of the table
@@ -35,13 +35,12 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
-from trust import hostile  # noqa: E402
 
 from c2c.artifact import Artifact  # noqa: E402
 from c2c.errors import C2CError  # noqa: E402
+from c2c.testing import hostile  # noqa: E402
 from c2c.trust.signing import load_signed  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -7,10 +7,9 @@ from dataclasses import replace
 import pytest
 
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import (ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
-                        StaleCommitError)
+from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError, StaleCommitError
 from c2c.handoff import CHECKS, HandoffPolicy, Party, decide
-from tests.trust.hostile import synthetic_fingerprint
+from c2c.testing.synthetic import synthetic_fingerprint
 
 FP = synthetic_fingerprint()
 PREFIX = PrefixRef.of(list(range(40)))

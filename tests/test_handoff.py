@@ -196,7 +196,7 @@ def test_rooted_transport_is_durable_and_the_ephemeral_one_is_not(tmp_path, monk
     import os
 
     from c2c.handoff import DirectoryTransport
-    from tests.trust.hostile import synthetic_artifact
+    from c2c.testing.synthetic import synthetic_artifact
 
     payload = synthetic_artifact().encode()
     synced = []

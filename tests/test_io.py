@@ -14,7 +14,7 @@ import pytest
 
 from c2c._io import private_dir, read_bounded, write_atomic
 from c2c.errors import ArtifactTooLargeError, ArtifactWriteError, KeyringError
-from tests.trust.hostile import synthetic_artifact
+from c2c.testing.synthetic import synthetic_artifact
 
 
 def _mode(p: Path) -> int:

@@ -92,4 +92,4 @@ def test_in_function_imports_outside_the_cli_say_why():
 def test_no_flat_modules_beyond_the_base_layer():
     """Every concept is a package; only the base layer sits at the top of c2c/."""
     flat = sorted(p.stem for p in SRC.glob("*.py"))
-    assert flat == ["__init__", "_io", "canon", "config", "context", "errors", "testing"]
+    assert flat == ["__init__", "_io", "canon", "config", "context", "errors"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trust.hostile import synthetic_artifact
+from c2c.testing.synthetic import synthetic_artifact
 
 GB = 1 << 30
 

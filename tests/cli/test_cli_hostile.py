@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from c2c.cli.main import main
-from c2c.testing import RedisServer
-from tests.trust import hostile
+from c2c.testing import RedisServer, hostile
 
 COMMANDS = (
     ("inspect", lambda f, ring, store: ["inspect", f]),

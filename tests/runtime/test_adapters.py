@@ -1,7 +1,6 @@
 """LoRA roles: training, attach/detach, and the fingerprint recording the adapter."""
 
 import pytest
-import torch
 
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ModelError

@@ -4,9 +4,9 @@ import json
 
 from c2c.artifact import Artifact
 from c2c.cli.main import build_parser, main
+from c2c.testing.synthetic import synthetic_artifact
 
 from .conftest import DOMAIN
-from .hostile import synthetic_artifact
 
 
 def run(capsys, *argv):

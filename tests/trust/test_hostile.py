@@ -7,10 +7,9 @@ from hypothesis import HealthCheck, given, settings
 
 from c2c.artifact import Artifact
 from c2c.errors import C2CError
+from c2c.testing import hostile
+from c2c.testing.hostile import DOMAIN
 from c2c.trust.signing import load_signed
-
-from . import hostile
-from .hostile import DOMAIN
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,8 @@ import pytest
 import torch
 
 from c2c.errors import ConfigError
+from c2c.testing.synthetic import synthetic_cache
 from c2c.trust.noise import NoiseConfig, add_noise, noise_label
-
-from .hostile import synthetic_cache
 
 
 def test_zero_sigma_is_identity():

@@ -14,11 +14,11 @@ from c2c.errors import (
     UnknownSignerError,
     UnsignedArtifactError,
 )
+from c2c.testing.synthetic import synthetic_artifact
 from c2c.trust.keys import SigningKey
 from c2c.trust.signing import decode_exact, load_signed, sign, verify_signature
 
 from .conftest import DOMAIN
-from .hostile import synthetic_artifact
 
 
 def test_sign_and_verify_through_bytes(ring, key, qwen_art):
@@ -116,9 +116,8 @@ def test_non_canonical_base64_signature_is_refused(ring, key):
 @pytest.mark.parametrize("kind", ["signed", "signed-bf16", "signed-slice", "signed-withheld", "signed-sliding",
                                   "unsigned"])
 def test_canonical_head_is_what_encode_writes(key, kind):
+    from c2c.testing.hostile import base_artifacts
     from c2c.trust.signing import canonical_head
-
-    from .hostile import base_artifacts
     art = dict(base_artifacts(key))[kind]
     data = art.encode()
     head = canonical_head(art)
