@@ -43,6 +43,7 @@ import torch
 from tqdm import tqdm
 
 from c2c.artifact.prefix import SharedPrefix
+from c2c.bench.stats import wilson
 from c2c.config import settings
 from c2c.runtime import zoo
 from c2c.team.agent import Agent, Team
@@ -145,17 +146,6 @@ def main() -> int:
     out.with_suffix(".md").write_text(md)
     print(md)
     return 0 if all(result["acceptance"].values()) else 1
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion k / n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
-    return max(0.0, c - h), min(1.0, c + h)
 
 
 def table(r: dict) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from c2c.bench.stats import wilson
 from c2c.config import data_dir
 from c2c.runtime import zoo
 from c2c.trust.noise import NoiseConfig, add_noise
@@ -84,16 +84,6 @@ def score(rt, cache, q: dict, scoring: str, lead: list[int]) -> list[float]:
         picks = [float(lp[len(lead) - 1 + j, tok]) for j, tok in enumerate(opt)]
         out.append(sum(picks) / len(picks))
     return out
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 0.0
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return c - h, c + h
 
 
 def main() -> int:

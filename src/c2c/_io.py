@@ -107,6 +107,26 @@ def fsync_dir(path: str | Path) -> None:
             os.close(dfd)
 
 
+@contextlib.contextmanager
+def open_for_read(path: str | Path):
+    """``open(path, "rb")`` whose failures (missing, a directory, unreadable) are c2c errors.
+
+    Raises:
+        CorruptArtifactError: naming the path and what is wrong with it.
+    """
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise CorruptArtifactError(f"no file at {path}") from None
+    except IsADirectoryError:
+        raise CorruptArtifactError(f"{path} is a directory, not a file") from None
+    except PermissionError as e:
+        raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None
+    with f:
+        yield f
+
+
 def read_bounded(path: str | Path, max_bytes: int) -> bytearray:
     """Read a whole file of at most ``max_bytes`` into a fresh ``bytearray``.
 
@@ -117,20 +137,12 @@ def read_bounded(path: str | Path, max_bytes: int) -> bytearray:
         ArtifactTooLargeError: the file is, or grew, larger than ``max_bytes``.
         CorruptArtifactError: no such file, a directory, or unreadable.
     """
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > max_bytes:
-                raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
-            buf = bytearray(size)
-            got = f.readinto(buf)
-            if got != size or f.read(1):
-                raise ArtifactTooLargeError(f"{path} changed size while being read; refusing it")
-            return buf
-    except FileNotFoundError:
-        raise CorruptArtifactError(f"no file at {path}") from None
-    except IsADirectoryError:
-        raise CorruptArtifactError(f"{path} is a directory, not a file") from None
-    except PermissionError as e:
-        raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None
+    with open_for_read(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
+        buf = bytearray(size)
+        got = f.readinto(buf)
+        if got != size or f.read(1):
+            raise ArtifactTooLargeError(f"{path} changed size while being read; refusing it")
+        return buf

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from c2c._io import write_atomic
+from c2c._io import open_for_read, write_atomic
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
@@ -354,28 +354,21 @@ def read_file(path: str | Path, max_bytes: int | None = None) -> bytearray:
     """
     path = Path(path)
     max_bytes = max_artifact_bytes(max_bytes)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > max_bytes:
-                raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
-            lead = f.read(8)
-            n = _header_length(lead, size)
-            head = f.read(n)
-            if len(head) != n:
-                raise TruncatedArtifactError(f"{path} changed while being read")
-            header, _, table = _parse_head(head)
-            _check_body_size(_layout(header, table), size - 8 - n)
-            buf = bytearray(size)
-            buf[:8], buf[8: 8 + n] = lead, head
-            with memoryview(buf) as view:
-                got = f.readinto(view[8 + n:])
-            if got != size - 8 - n or f.read(1):
-                raise TruncatedArtifactError(f"{path} changed size while being read; refusing it")
-            return buf
-    except FileNotFoundError:
-        raise CorruptArtifactError(f"no artifact at {path}") from None
-    except IsADirectoryError:
-        raise CorruptArtifactError(f"{path} is a directory, not an artifact") from None
-    except PermissionError as e:
-        raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None
+    with open_for_read(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")
+        lead = f.read(8)
+        n = _header_length(lead, size)
+        head = f.read(n)
+        if len(head) != n:
+            raise TruncatedArtifactError(f"{path} changed while being read")
+        header, _, table = _parse_head(head)
+        _check_body_size(_layout(header, table), size - 8 - n)
+        buf = bytearray(size)
+        buf[:8], buf[8: 8 + n] = lead, head
+        with memoryview(buf) as view:
+            got = f.readinto(view[8 + n:])
+        if got != size - 8 - n or f.read(1):
+            raise TruncatedArtifactError(f"{path} changed size while being read; refusing it")
+        return buf

@@ -4,8 +4,12 @@
   port with its own directory, started and stopped by the caller.
 - :func:`free_port`: a free TCP port on 127.0.0.1.
 
-Synthetic artifacts and tiny models live with the tests (``tests/trust/hostile.py``,
-``c2c.runtime.zoo`` ``tiny-*`` models). Nothing here runs at import.
+- :mod:`c2c.testing.synthetic`: artifacts of random K/V for a made-up model (no model needed).
+- :mod:`c2c.testing.hostile`: bad artifacts with the error each must get, and
+  hypothesis strategies for byte- and field-level fuzzing (needs ``hypothesis``).
+
+Tiny random-weight models are zoo entries (``c2c.runtime.zoo.load("tiny-qwen2")``).
+Nothing here runs at import.
 """
 
 from __future__ import annotations

@@ -1,0 +1,16 @@
+"""Intervals for reported accuracies and rates: every number a benchmark prints carries one."""
+
+from __future__ import annotations
+
+import math
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% (``z = 1.96``) Wilson score interval of the proportion ``k / n``; ``(0, 1)`` when ``n == 0``."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
