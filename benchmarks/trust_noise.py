@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/trust_noise.py                       # Qwen2.5-Coder-0.5B, 100 questions (~5 min)
     .venv/bin/python benchmarks/trust_noise.py --n 20 --sigmas 0,0.5  # quick look
-    .venv/bin/python benchmarks/trust_noise.py --data /work/shared/data/eval/arc_easy/ARC-Easy-Dev.jsonl \
+    .venv/bin/python benchmarks/trust_noise.py --data ../shared/data/eval/arc_easy/ARC-Easy-Dev.jsonl \
         --out benchmarks/results/trust_noise_arc_easy     # an easier split, where the clean model is well above chance
 
 Outputs benchmarks/results/trust_noise.{json,md,png} (or --out PREFIX).
@@ -14,7 +14,7 @@ the assistant prefix ``"Answer:"`` is run *from the noisy cache* with
 ``runtime.logits`` and the choices are scored by the log-likelihood of their
 label token (``--scoring label``) or by the mean log-likelihood of their text
 (``--scoring text``, 4-5x slower). The data is read from
-``/work/shared/data/eval/arc_challenge`` (``--data``); nothing is copied.
+``../shared/data/eval/arc_challenge`` (``--data``); nothing is copied.
 """
 
 from __future__ import annotations
