@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from c2c.errors import ConfigError
 from c2c.store.base import BlobDigest, CommitId, check_id, check_stream, check_summary
@@ -71,6 +71,29 @@ def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T
         wrote = written.result()
     return Ingested(id=cid, blob=BlobDigest(digest), size=len(view), parents=parents,
                     default_stream=_stream_of(header.producer.get("agent")), summary=summary), wrote
+
+
+def prepare_put(data, *, stream: str | None, parents: Sequence[str], write: Callable[[memoryview], T],
+                discard: Callable[[T], Any]) -> tuple[Ingested, T, str, tuple[CommitId, ...]]:
+    """The part of ``Store.put`` every backend shares: check the arguments, ingest the bytes.
+
+    Returns ``(ingested, what write returned, the stream, every parent)``: the parents
+    are the header's and ``parents``, deduplicated in order. Nothing is committed yet.
+
+    Raises:
+        ConfigError: a bad stream name or parent id, or a commit that names itself as parent
+            (what was written is discarded first).
+        ArtifactError: the bytes are not a valid artifact (ditto).
+    """
+    if stream is not None:
+        check_stream(stream)
+    extra = [check_id(p, "parent") for p in parents]
+    ing, written = ingest(data, write, discard)
+    all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
+    if ing.id in all_parents:
+        discard(written)
+        raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
+    return ing, written, stream or ing.default_stream, all_parents
 
 
 def _decode_single_threaded(view: memoryview):

@@ -64,7 +64,7 @@ from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, Stor
 from c2c.store import redis_lua, resp
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
                             check_id, check_reason, check_stream, invalidated_reason, stale_error)
-from c2c.store.ingest import HashingBuffer, hash_while_reading, ingest
+from c2c.store.ingest import HashingBuffer, hash_while_reading, prepare_put
 
 _DOMAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events", "connect_timeout_s", "socket_timeout_s", "cluster"}
@@ -305,16 +305,10 @@ class RedisStore(Store):
 
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
-        if stream is not None:
-            check_stream(stream)
-        extra = [check_id(p, "parent") for p in parents]
         token = uuid.uuid4().hex
-        ing, n = ingest(data, lambda view: self._upload(token, view), lambda n: self._drop_upload(token, n))
-        stream = stream or ing.default_stream
-        all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
-        if ing.id in all_parents:
-            self._drop_upload(token, n)
-            raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
+        ing, n, stream, all_parents = prepare_put(data, stream=stream, parents=parents,
+                                                  write=lambda view: self._upload(token, view),
+                                                  discard=lambda n: self._drop_upload(token, n))
         res = self._commit(ing.id, stream, ing.blob, ing.size, n, all_parents, ing.summary, token)
         code = int(res[0])
         if code == 0:  # already committed (by an earlier put whose reply was lost, say)

@@ -50,7 +50,7 @@ from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, Stor
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
                             check_id, check_reason, check_stream, invalidated_reason, stale_error,
                             stale_reason_for, superseded_reason)
-from c2c.store.ingest import HashingBuffer, ingest
+from c2c.store.ingest import HashingBuffer, prepare_put
 
 SCHEMA_VERSION = 1
 CHUNK = 8 << 20  # bytes per read/write call on blob files
@@ -276,15 +276,9 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
-        if stream is not None:
-            check_stream(stream)
-        extra = [check_id(p, "parent") for p in parents]
-        ing, tmp = ingest(data, self._write_tmp, _unlink)
+        ing, tmp, stream, all_parents = prepare_put(data, stream=stream, parents=parents, write=self._write_tmp,
+                                                    discard=_unlink)
         try:
-            stream = stream or ing.default_stream
-            all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
-            if ing.id in all_parents:
-                raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
             for p in all_parents:  # checked again inside the transaction; this spares an orphan blob
                 if not self._read("SELECT 1 FROM commits WHERE id = ?", (p,)):
                     raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
