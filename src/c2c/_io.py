@@ -108,8 +108,8 @@ def fsync_dir(path: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def open_for_read(path: str | Path):
-    """``open(path, "rb")`` whose failures (missing, a directory, unreadable) are c2c errors.
+def open_for_read(path: str | Path, what: str = "file"):
+    """``open(path, "rb")`` whose failures (missing, a directory, unreadable) are c2c errors naming ``what``.
 
     Raises:
         CorruptArtifactError: naming the path and what is wrong with it.
@@ -118,9 +118,9 @@ def open_for_read(path: str | Path):
     try:
         f = open(path, "rb")
     except FileNotFoundError:
-        raise CorruptArtifactError(f"no file at {path}") from None
+        raise CorruptArtifactError(f"no {what} at {path}") from None
     except IsADirectoryError:
-        raise CorruptArtifactError(f"{path} is a directory, not a file") from None
+        raise CorruptArtifactError(f"{path} is a directory, not a {what}") from None
     except PermissionError as e:
         raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None
     with f:

@@ -37,6 +37,12 @@ problem and say what to do instead.
     │   │                             nothing was half-written
     │   └── StoreCorruptError         a blob does not hash to its id
     ├── HandoffError                a handoff could not be done in the mode asked
+    ├── ServeError                  the HTTP server (`c2c serve`) refused a request, or is draining
+    │   ├── AuthError                 no bearer token, or one the server does not know (401)
+    │   ├── ContextLengthError        the prompt (+ max_tokens) exceeds the model's context (400)
+    │   ├── RequestTooLargeError      the request body is over the server's limit (413)
+    │   ├── QueueFullError            the model's queue is full; retry after a moment (429)
+    │   └── RequestTimeoutError       the request ran past its deadline (504)
     └── FuserError                  fuser config, checkpoint or alignment problem
         ├── AlignmentError            two renderings of a conversation cannot be aligned
         ├── FuserCheckpointError      a fuser checkpoint is missing, corrupt or for other models
@@ -168,6 +174,34 @@ class StoreCorruptError(StoreError):
 
 class HandoffError(C2CError):
     """A handoff could not be carried out in the requested mode."""
+
+
+class ServeError(C2CError):
+    """The HTTP server refused a request (see :mod:`c2c.serve.errors` for the status of each)."""
+
+
+class AuthError(ServeError):
+    """No bearer token, or a token the server does not know."""
+
+
+class ContextLengthError(ServeError):
+    """The prompt, plus the tokens asked for, does not fit in the model's context."""
+
+
+class RequestTooLargeError(ServeError):
+    """The request body is larger than the server accepts."""
+
+
+class QueueFullError(ServeError):
+    """The model's request queue is full; the client should retry after a moment."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestTimeoutError(ServeError):
+    """The request ran past its deadline (waiting in the queue included)."""
 
 
 class FuserError(C2CError):

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from c2c.cli.main import build_parser, main
 

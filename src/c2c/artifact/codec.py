@@ -354,7 +354,7 @@ def read_file(path: str | Path, max_bytes: int | None = None) -> bytearray:
     """
     path = Path(path)
     max_bytes = max_artifact_bytes(max_bytes)
-    with open_for_read(path) as f:
+    with open_for_read(path, "artifact") as f:
         size = os.fstat(f.fileno()).st_size
         if size > max_bytes:
             raise ArtifactTooLargeError(f"{path} is {size} bytes, over the limit of {max_bytes}")

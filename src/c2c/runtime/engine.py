@@ -42,6 +42,34 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def check_sampling(temperature: float, top_p: float) -> None:
+    """Raise :class:`ConfigError` unless ``temperature >= 0`` and ``0 < top_p <= 1``."""
+    if not (isinstance(temperature, (int, float)) and temperature >= 0 and temperature == temperature):
+        raise ConfigError(f"temperature={temperature!r}: give a number >= 0 (0 is greedy)")
+    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ConfigError(f"top_p={top_p!r}: give a number in (0, 1]")
+
+
+def sample_next(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float = 1.0,
+                generator: torch.Generator | None = None) -> int:
+    """The next token from ``logits`` ``(vocab,)``.
+
+    ``temperature == 0``: the argmax (greedy). Otherwise a draw from
+    ``softmax(logits / temperature)`` restricted to the smallest set of most likely
+    tokens whose probability reaches ``top_p`` (nucleus sampling), using ``generator``
+    (on the logits' device) so that a seeded generator gives the same draw every time.
+    """
+    if temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (vocab,)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)  # (vocab,), (vocab,)
+        # keep a token while the mass of the tokens before it is still below top_p (the first is always kept)
+        keep = (torch.cumsum(sorted_p, dim=0) - sorted_p) < top_p
+        return int(order[torch.multinomial(sorted_p * keep, 1, generator=generator)])
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
 class Runtime:
     """One loaded model. Build with :meth:`load` (a directory) or :func:`c2c.models.load`."""
 
@@ -162,8 +190,15 @@ class Runtime:
         return hf.forward_logits_grad(self.model, ids, past)
 
     def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,
-                 min_new_tokens: int = 0) -> Generation:
-        """Greedy decoding after feeding ``ids``; stops at EOS once ``min_new_tokens`` are out."""
+                 min_new_tokens: int = 0, temperature: float = 0.0, top_p: float = 1.0,
+                 generator: torch.Generator | None = None) -> Generation:
+        """Decoding after feeding ``ids``; stops at EOS once ``min_new_tokens`` are out.
+
+        Greedy by default (``temperature=0``); otherwise each token is drawn by
+        :func:`sample_next` with ``temperature``, ``top_p`` and ``generator`` (seed it for
+        a reproducible draw).
+        """
+        check_sampling(temperature, top_p)
         t0 = time.perf_counter()
         logits, cache = self.prefill(ids, past)
         t1 = time.perf_counter()
@@ -172,7 +207,7 @@ class Runtime:
             if step < min_new_tokens and self.eos_ids:
                 logits = logits.clone()
                 logits[list(self.eos_ids)] = float("-inf")
-            tok = int(torch.argmax(logits))
+            tok = sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)
             out.append(tok)
             if tok in self.eos_ids or step == max_new_tokens - 1:
                 break

@@ -1,0 +1,70 @@
+"""`c2c serve`: an OpenAI-compatible HTTP server over the library (see :mod:`c2c.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from c2c.cli.main import command
+
+EXAMPLE = """c2c serve                                   # the default model on http://127.0.0.1:8000/v1, open access
+c2c serve --model Qwen2.5-Coder-0.5B-Instruct --model SmolLM2-135M-Instruct --port 8080 --tokens tokens.json
+# then, from Python:
+#   from openai import OpenAI
+#   client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="TOKEN")
+#   client.chat.completions.create(model="Qwen2.5-Coder-0.5B-Instruct",
+#       messages=[{"role": "user", "content": "hi"}], extra_body={"c2c": {"session": "analyst-1"}})"""
+
+
+def register(sub) -> None:
+    p = command(sub, "serve", help="serve models over an OpenAI-compatible HTTP API, with cache handoffs",
+                example=EXAMPLE, func=_serve)
+    p.add_argument("--model", action="append", default=None, metavar="NAME",
+                   help="zoo model name or model directory to serve (repeatable; default "
+                        "Qwen2.5-Coder-0.5B-Instruct)")
+    p.add_argument("--store", default=None, metavar="URL",
+                   help="commit store URL (default $C2C_STORE, else SQLite under $C2C_HOME)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--tokens", type=Path, default=None, metavar="FILE",
+                   help='JSON {token: {"agent": A, "domain": D}} (mode 0600); without it, open access in '
+                        'domain "default" (refused off loopback unless --allow-open)')
+    p.add_argument("--max-queue", type=int, default=16, metavar="N",
+                   help="requests that may wait per model; more get 429 with Retry-After (default 16)")
+    p.add_argument("--session-budget-mb", type=float, default=1024, metavar="M",
+                   help="K/V megabytes all sessions may hold; past it the least recently used are evicted "
+                        "(and rebuilt from their messages when used again; default 1024)")
+    p.add_argument("--max-body-mb", type=float, default=8, metavar="M",
+                   help="largest request body in megabytes; larger ones get 413 (default 8)")
+    p.add_argument("--request-timeout", type=float, default=300, metavar="S",
+                   help="seconds a request may take, queueing included; past it 504 (default 300)")
+    p.add_argument("--default-max-tokens", type=int, default=512, metavar="N",
+                   help="completion tokens when a request sets no max_tokens (default 512)")
+    p.add_argument("--verify-kv", choices=["none", "sample", "strict"], default="none",
+                   help="KV check of an attached cache besides signature, fingerprint and prefix (default none)")
+    p.add_argument("--allow-open", action="store_true",
+                   help="allow open access (no --tokens) on a non-loopback address")
+
+
+def config_from(args: argparse.Namespace):
+    """The :class:`~c2c.serve.ServeConfig` the flags describe."""
+    from c2c.serve.config import DEFAULT_MODEL, MB, ServeConfig
+
+    return ServeConfig(models=tuple(args.model or (DEFAULT_MODEL,)), store_url=args.store, host=args.host,
+                       port=args.port, tokens_file=args.tokens, max_queue=args.max_queue,
+                       session_budget_bytes=int(args.session_budget_mb * MB), max_body_bytes=int(args.max_body_mb * MB),
+                       request_timeout_s=args.request_timeout, default_max_tokens=args.default_max_tokens,
+                       verify_kv=args.verify_kv, allow_open=args.allow_open)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from c2c.config import settings
+    from c2c.serve import run
+
+    config = config_from(args)
+    if settings().threads:  # C2C_THREADS: this process's torch threads (1 on a shared, busy machine)
+        import torch
+
+        torch.set_num_threads(settings().threads)
+    run(config)
+    return 0

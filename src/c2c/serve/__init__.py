@@ -1,0 +1,41 @@
+"""`c2c serve`: an OpenAI-compatible HTTP server whose agents hand each other KV caches.
+
+Needs the ``serve`` extra (``pip install 'c2c[serve]'``: fastapi, uvicorn,
+prometheus-client). Start it with ``c2c serve`` or :func:`run`; talk to it with
+any OpenAI client, and use :mod:`c2c.client` for the native endpoints.
+
+Modules, one idea each (the HTTP layer is thin; the logic is in the library modules):
+
+================  ==============================================================
+``config``        :class:`ServeConfig`, every option, frozen
+``auth``          bearer tokens -> (agent, trust domain), compared in constant time
+``render``        messages -> tokens, turn by turn, so prefixes are reused exactly
+``reuse``         a held cache brought up to a rendering (reuse, import, prefill)
+``sessions``      per-caller sessions under one K/V byte budget, LRU eviction
+``decode``        the decode loop: sampling, stop strings, streaming, cancellation
+``handoff``       publish to the store; attach commits through ``c2c.handoff.decide``
+``service``       :class:`ChatService`: one completion, on its model's worker
+``worker``        one thread per model, a bounded queue in front (429)
+``stream``        the asyncio side: wait for a job, or stream it as SSE
+``schema``        pydantic models mirroring OpenAI's, plus the ``c2c`` field
+``errors``        each refusal as an HTTP status in OpenAI's error shape
+``middleware``    body limit (413) and request metrics, as plain ASGI
+``metrics``       the Prometheus metrics of one server
+``server``        :class:`Server`: the loaded pieces of one server
+``app``           :func:`build_app`: the FastAPI routes
+``runner``        :func:`run`: a :class:`Server` under uvicorn, with graceful shutdown
+================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from c2c.serve.config import ServeConfig
+
+__all__ = ["ServeConfig", "run"]
+
+
+def run(config: ServeConfig) -> None:
+    """Serve ``config`` until SIGTERM or Ctrl-C (see :func:`c2c.serve.runner.run`)."""
+    from c2c.serve.runner import run as _run  # lazy: fastapi, uvicorn and torch load only to serve
+
+    _run(config)

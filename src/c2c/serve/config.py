@@ -1,0 +1,88 @@
+"""`ServeConfig`: everything `c2c serve` is started with, in one frozen value."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from c2c.errors import ConfigError
+from c2c.runtime.zoo import DEFAULT_MODEL
+
+MB = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """How the server runs.
+
+    Attributes:
+        models: zoo names or model directories; one worker thread each.
+        store_url: the commit store (``None``: ``C2C_STORE``, else SQLite under ``C2C_HOME``).
+        host, port: where to listen. Loopback by default.
+        tokens_file: JSON ``{token: {"agent": A, "domain": D}}``; ``None`` is open access in the
+            one domain ``"default"``, which is refused off loopback unless ``allow_open``.
+        max_queue: requests waiting per model beyond the one running; more get 429.
+        session_budget_bytes: KV bytes all sessions may hold together; past it the least
+            recently used lose their cache (and are rebuilt from their messages when used).
+        max_sessions: session records kept (a record without its cache is a few token ids).
+        max_body_bytes: largest request body; larger ones get 413.
+        request_timeout_s: the longest a request may take, queueing included (504 past it).
+        default_max_tokens: completion tokens when a request names none (capped by the context).
+        verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.policy``):
+            ``none`` (signature, fingerprint and prefix only), ``sample`` or ``strict``.
+        allow_open: serve without tokens on a non-loopback address.
+        dtype, device: how models are loaded.
+        shutdown_timeout_s: how long a graceful shutdown waits for running requests.
+    """
+
+    models: tuple[str, ...] = (DEFAULT_MODEL,)
+    store_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    tokens_file: Path | None = None
+    max_queue: int = 16
+    session_budget_bytes: int = 1024 * MB
+    max_sessions: int = 4096
+    max_body_bytes: int = 8 * MB
+    request_timeout_s: float = 300.0
+    default_max_tokens: int = 512
+    verify_kv: Literal["none", "sample", "strict"] = "none"
+    allow_open: bool = False
+    dtype: str = "float32"
+    device: str = "cpu"
+    shutdown_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+            raise ConfigError("serve needs at least one model (--model NAME)")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port {self.port}: give 0-65535")
+        for name, value, lo in (("--max-queue", self.max_queue, 0), ("--max-sessions", self.max_sessions, 1),
+                                ("--max-body-mb", self.max_body_bytes, 1024),
+                                ("--default-max-tokens", self.default_max_tokens, 1),
+                                ("--session-budget-mb", self.session_budget_bytes, 0)):
+            if not isinstance(value, int) or value < lo:
+                raise ConfigError(f"{name} is too small ({value}); give at least {lo}")
+        if not self.request_timeout_s > 0 or not self.shutdown_timeout_s >= 0:
+            raise ConfigError("--request-timeout must be > 0 and the shutdown timeout >= 0")
+        if self.verify_kv not in ("none", "sample", "strict"):
+            raise ConfigError(f"--verify-kv {self.verify_kv!r}: use none, sample or strict")
+        if self.tokens_file is None and not self.allow_open and not is_loopback(self.host):
+            raise ConfigError(f"serving on {self.host} without --tokens would give anyone who can reach it your "
+                              "models and caches; pass --tokens FILE, or --allow-open if that is what you want")
+
+    @property
+    def open_access(self) -> bool:
+        return self.tokens_file is None
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,110 @@
+"""The decode loop of one request: sample, stream text deltas, honour stop strings, stop when told.
+
+It runs on the model's worker thread. Between tokens it calls ``check()``, which
+raises when the client went away or the deadline passed, so an abandoned request
+stops within one forward pass.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from c2c.errors import ConfigError
+from c2c.runtime.engine import Runtime, check_sampling, sample_next
+from c2c.runtime.kvcache import KVCache
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """How to pick tokens: ``temperature`` 0 is greedy; ``seed`` makes a sampled reply reproducible;
+    ``logit_bias`` adds to the logits of the given token ids before every pick (OpenAI's -100..100)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_sampling(self.temperature, self.top_p)
+        if any(not -100 <= b <= 100 for _, b in self.logit_bias):
+            raise ConfigError("logit_bias values must lie in [-100, 100]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decoded:
+    """What one generation produced.
+
+    ``cache`` holds the prompt and every generated token but the last sampled one
+    (an end-of-turn token is never fed); ``completion_tokens`` counts every sampled
+    token, the end-of-turn token included.
+    """
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str            # "stop" (end of turn or a stop string) | "length"
+    completion_tokens: int
+    cache: KVCache
+    prefill_s: float
+    decode_s: float
+
+
+def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sampling: Sampling, *,
+             on_delta: Callable[[str], None] = lambda text: None,
+             check: Callable[[], None] = lambda: None) -> Decoded:
+    """Feed ``pending`` after ``cache``, then sample up to ``sampling.max_tokens`` tokens.
+
+    ``on_delta`` receives the reply's text as it grows (never a part of a stop string,
+    nor a half-decoded character); ``check`` is called before every forward pass.
+    """
+    gen = torch.Generator(device=runtime.device)
+    gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+    check()
+    t0 = time.perf_counter()
+    logits, cache = runtime.prefill(list(pending), cache)
+    t1 = time.perf_counter()
+    hold = max((len(s) for s in sampling.stop), default=1) - 1
+    bias_ids = torch.tensor([i for i, _ in sampling.logit_bias], dtype=torch.long, device=logits.device)
+    bias = torch.tensor([b for _, b in sampling.logit_bias], dtype=logits.dtype, device=logits.device)
+    out: list[int] = []
+    text, emitted, finish, sampled = "", 0, "length", 0
+    for step in range(sampling.max_tokens):
+        if len(bias_ids):
+            logits = logits.clone()
+            logits[bias_ids] += bias  # (vocab,)
+        tok = sample_next(logits, temperature=sampling.temperature, top_p=sampling.top_p, generator=gen)
+        sampled += 1
+        if tok in runtime.eos_ids:
+            finish = "stop"
+            break
+        out.append(tok)
+        text = runtime.decode(out)
+        cut = _first_stop(text, sampling.stop)
+        if cut is not None:
+            text, finish = text[:cut], "stop"
+            break
+        safe = len(text) - hold
+        while safe > emitted and text[safe - 1] == "\ufffd":  # maybe half a character: wait for the rest
+            safe -= 1
+        if safe > emitted:
+            on_delta(text[emitted:safe])
+            emitted = safe
+        if step == sampling.max_tokens - 1:
+            break
+        check()
+        logits, cache = runtime.prefill([tok], cache)
+    if len(text) > emitted:
+        on_delta(text[emitted:])
+    return Decoded(token_ids=tuple(out), text=text, finish_reason=finish, completion_tokens=sampled, cache=cache,
+                   prefill_s=t1 - t0, decode_s=time.perf_counter() - t1)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None

@@ -1,0 +1,352 @@
+"""Handoffs through the API: publish a session's cache to the store, attach commits to a request.
+
+**Publish** (``"publish": {"stream": S, "labels": [...]}``) commits the session's
+cache after the reply, whole or as the slice covering the spans ``labels`` (one
+span per message, labelled by the message's ``name``, else its role), signed
+with the caller's domain key (created in the server's keyring on first use).
+The messages' text goes with it, in the signed header's ``extra["c2c.serve"]``
+(at most :data:`MAX_TEXT_BYTES`, oldest text cut first), so that a receiver that
+may not take the cache can still read what it says.
+
+**Attach** (``"attach": [ids], "mode": ...``) fetches each commit and, before
+anything it names is used, checks that its bytes are canonical and its
+signature verifies against a key the server trusts for the signer's domain (a
+failure is an error in every mode: a tampered commit is not read, not even its
+text). Then :func:`c2c.handoff.decide` rules, with the sender's party built from
+the header (fingerprint, prefix) and the signature (domain), the hop count from
+the store (depth + 1) and staleness from the record. A cache goes through
+:func:`c2c.trust.check` for the caller's domain and is placed right after the
+caller's shared prefix; text is placed there as a user message. ``auto`` falls
+back to text whenever a check fails and says why; ``full`` and ``slice`` raise
+the failed check's error instead (a foreign domain as
+:class:`~c2c.errors.DomainMismatchError`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from c2c.advise import advise, load_calibration
+from c2c.artifact import Artifact
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.canon import canonical_json
+from c2c.config import settings
+from c2c.errors import C2CError, CommitNotFoundError, ConfigError, DomainMismatchError, HandoffError, KeyringError
+from c2c.handoff.decide import Decision, Party, decide
+from c2c.handoff.policy import HandoffPolicy
+from c2c.runtime.engine import Runtime
+from c2c.runtime.kvcache import KVCache
+from c2c.serve.auth import Principal
+from c2c.serve.render import Part, Rendering, text_turn
+from c2c.store.base import Store, check_id, check_stream
+from c2c.store.hops import hop_report
+from c2c.trust.isolation import recompute_after
+from c2c.trust.keys import Keyring, SigningKey
+from c2c.trust.policy import VerifyPolicy, check as trust_check
+from c2c.trust.signing import decode_exact, sign, verify_signature
+
+TEXT_KEY = "c2c.serve"
+MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
+MAX_LABELS = 16
+ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attachment:
+    """What one attached commit adds to a request, and the record of how.
+
+    Attributes:
+        parts: placed after the caller's shared prefix (``kv`` set on the cache path).
+        prefix_kv: a full cache's own prefix K/V (equal to the caller's, by the prefix
+            check), imported when the caller's session holds nothing yet.
+        record: for the response's ``c2c.attach`` list.
+        metric_reason: ``ok``, or the first failed check, or the error type.
+    """
+
+    commit: str
+    used: str
+    parts: tuple[Part, ...]
+    prefix_kv: KVCache | None
+    nbytes: int
+    record: dict
+    metric_reason: str
+
+
+class Exchange:
+    """Publishes and attaches against one store and keyring."""
+
+    def __init__(self, store: Store, keyring: Keyring, *, verify_kv: str = "none"):
+        self.store = store
+        self.keyring = keyring
+        self.verify = VerifyPolicy(kv=verify_kv)
+        self._key_lock = threading.Lock()
+
+    def signing_key(self, domain: str) -> SigningKey:
+        """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
+        with self._key_lock:
+            try:
+                return self.keyring.signing_key(domain)
+            except KeyringError:
+                if any(e.domain == domain and e.has_private and not e.revoked for e in self.keyring.entries()):
+                    raise
+                return self.keyring.create_key(domain, label="c2c serve")
+
+    # ------------------------------------------------------------------ publish
+    @staticmethod
+    def check_publish(principal: Principal, stream: str | None, labels: Sequence[str],
+                      known: Sequence[str]) -> None:
+        """Refuse a bad stream name or a label that no span will have, before any work is done.
+
+        ``known``: the labels the conversation's spans will carry (its messages', and ``assistant``
+        for the reply).
+        """
+        check_stream(stream or principal.agent)
+        missing = sorted(set(_check_labels(labels)) - set(known))
+        if missing:
+            raise ConfigError(f"publish labels {missing} name no span of this conversation; its spans are "
+                              f"labelled {sorted(set(known))} (a message's name, else its role)")
+
+    def publish(self, *, runtime: Runtime, principal: Principal, session: str | None, cache: KVCache,
+                rendering: Rendering, stream: str | None, labels: Sequence[str] = (),
+                parents: Sequence[str] = ()) -> dict:
+        """Commit ``cache`` (which covers exactly ``rendering``), whole or the slice of ``labels``.
+
+        Raises:
+            ConfigError: a bad stream name or labels, or no span with those labels.
+        """
+        t0 = time.perf_counter()
+        stream = check_stream(stream or principal.agent)
+        labels = _check_labels(labels)
+        if cache.token_ids != rendering.token_ids:
+            raise HandoffError("internal: the cache to publish does not cover the conversation")  # never expected
+        P = len(rendering.prefix_ids)
+        span_labels: dict[str, str] = {}
+        if labels:
+            try:
+                start, end = rendering.context().export_range(labels)
+            except HandoffError as e:
+                raise ConfigError(f"publish labels: {e}") from None
+            tokens = rendering.token_ids[start:end]
+            if start > P:  # re-prefilled after the shared prefix alone: no trace of what came between
+                kv = recompute_after(runtime, cache.slice(0, P), tokens) if P else runtime.prefill(tokens)[1]
+                isolation = "recompute"
+            else:
+                kv, isolation = cache.slice(start, end), "positions"
+            span_labels = {"span": ",".join(labels), "isolation": isolation}
+        else:
+            start, end, kv = P, len(rendering), cache
+        text, truncated = _bounded_text(_text_between(rendering, start, end))
+        key = self.signing_key(principal.domain)
+        producer = {"agent": principal.agent, "domain": principal.domain}
+        if session:
+            producer["session"] = session
+        artifact = Artifact.build(kv, fingerprint=Fingerprint.of(runtime), prefix=PrefixRef.of(rendering.prefix_ids),
+                                  producer=producer, parents=tuple(parents), labels=span_labels,
+                                  extra={TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text,
+                                                    "truncated": truncated}})
+        data = sign(artifact, key).encode()
+        t1 = time.perf_counter()
+        commit = self.store.put(data, stream=stream)
+        t2 = time.perf_counter()
+        return {"commit": commit.id, "stream": commit.stream, "version": commit.version,
+                "kind": artifact.header.kind, "labels": list(labels), "tokens": kv.seq_len, "bytes": len(data),
+                "parents": list(commit.parents), "text_chars": len(text), "text_truncated": truncated,
+                "signed_by": {"domain": key.domain, "key_id": key.key_id[:16]},
+                "timings": {"export_s": t1 - t0, "put_s": t2 - t1}}
+
+    # ------------------------------------------------------------------- attach
+    def attach(self, commit_id: str, *, runtime: Runtime, principal: Principal, prefix_ids: Sequence[int],
+               mode: str) -> Attachment:
+        """Fetch, check and decide one commit for a request whose shared prefix is ``prefix_ids``.
+
+        Raises:
+            ConfigError: a malformed id. CommitNotFoundError: no such commit.
+            ArtifactError, TrustError: the commit's bytes or signature do not verify (any mode).
+            DomainMismatchError, StaleCommitError, FingerprintMismatchError, PrefixMismatchError,
+            HandoffError: ``full``/``slice`` and the cache may not be used (``auto`` takes text).
+        """
+        t0 = time.perf_counter()
+        cid = check_id(commit_id)
+        rec = self.store.get(cid, allow_stale=True)
+        t1 = time.perf_counter()
+        artifact = decode_exact(rec.data)
+        signer = verify_signature(artifact, self.keyring)  # the signer's own domain: provenance of cache and text
+        h = artifact.header
+        agent = h.producer.get("agent", "?")
+        hops = hop_report(self.store, cid)
+        sender = Party(name=agent, domain=signer.domain, fingerprint=h.fingerprint, prefix=h.prefix)
+        receiver = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
+                         prefix=PrefixRef.of(prefix_ids))
+        decision = decide(sender, receiver, HandoffPolicy(mode=mode), hops=hops.depth + 1,
+                          stale=rec.stale_reason if rec.stale else None, advice_note=ADVISOR_NOTE)
+        t2 = time.perf_counter()
+        if mode in ("full", "slice"):
+            _refuse(decision)
+        used, reason, metric = decision.path, decision.reason, _metric_reason(decision, mode)
+        trust = None
+        parts: tuple[Part, ...] = ()
+        prefix_kv = None
+        if used == "cache":
+            try:
+                trust = trust_check(artifact, self.keyring, principal.domain, self.verify, runtime=runtime,
+                                    prefix_ids=list(prefix_ids),
+                                    context=lambda rt: rt.prefill(list(prefix_ids))[1] if prefix_ids else None)
+                parts, prefix_kv = _cache_parts(artifact, f"from:{agent}", _kept_text(artifact, cid, required=False))
+            except C2CError as e:
+                if mode != "auto":
+                    raise
+                used, metric = "text", f"error:{type(e).__name__}"
+                reason = f"fell back to text: {type(e).__name__}: {e}"
+        nbytes = len(rec.data)
+        if used == "text":
+            text = _kept_text(artifact, cid)
+            if decision.check("hops").ok is False:  # cite the chain the cache would have extended
+                text += "\n" + hops.fallback_text()
+            parts = (text_turn(runtime, f"from:{agent}", f"Context from {agent} (c2c commit {cid[:12]}):\n{text}"),)
+            nbytes = len(text.encode())
+        t3 = time.perf_counter()
+        record = {"commit": cid, "requested": mode, "used": used, "mode": h.kind if used == "cache" else "text",
+                  "kind": h.kind, "reason": reason, "checks": [c.to_dict() for c in decision.checks],
+                  "signer": {"domain": signer.domain, "key_id": signer.key_id[:16]}, "stale": rec.stale,
+                  "hops": hops.depth + 1, "tokens": sum(len(p.token_ids) for p in parts) + (
+                      prefix_kv.seq_len if prefix_kv is not None else 0),
+                  "bytes": nbytes, "trust": trust.to_dict() if trust is not None else None,
+                  "timings": {"fetch_s": t1 - t0, "decide_s": t2 - t1, "check_s": t3 - t2}}
+        return Attachment(commit=cid, used=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
+                          metric_reason=metric)
+
+
+    # ------------------------------------------------------------------ commits
+    def show(self, principal: Principal, commit_id: str) -> dict:
+        """A commit's facts, staleness and hop depth (of the caller's domain only).
+
+        Raises:
+            ConfigError, CommitNotFoundError, DomainMismatchError.
+        """
+        rec = self.store.show(check_id(commit_id))
+        _require_domain(principal, rec)
+        return {**rec.to_dict(), "hops": hop_report(self.store, rec.id).to_dict()}
+
+    def invalidate(self, principal: Principal, commit_id: str, reason: str) -> list[dict]:
+        """Mark a commit of the caller's domain (and everything built on it) stale; the new events."""
+        rec = self.store.show(check_id(commit_id))
+        _require_domain(principal, rec)
+        return [e.to_dict() for e in self.store.invalidate(rec.id, reason=reason)]
+
+    def events(self, principal: Principal, after: str = "0", *, limit: int = 100,
+               wait_s: float = 0.0) -> tuple[list[dict], str]:
+        """Stale events after cursor ``after`` about the caller's domain's commits, and the next cursor."""
+        evs = self.store.events(after, limit=limit, wait_s=wait_s)
+        cursor = evs[-1].seq if evs else after
+        return [e.to_dict() for e in evs if self._domain_of(e.commit) == principal.domain], cursor
+
+    def _domain_of(self, commit_id: str) -> str | None:
+        try:
+            return _producer_domain(self.store.show(commit_id))
+        except CommitNotFoundError:  # collected since
+            return None
+
+
+def advise_hop(model: str, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,
+               bandwidth_gbps: float | None = None, cross_domain: bool = False, same_model: bool = True,
+               fuser_available: bool = False) -> dict:
+    """The advisor's prediction for one hop, from ``model``'s calibration on this machine.
+
+    Raises:
+        ConfigError: ``model`` was never calibrated here.
+    """
+    cal = load_calibration(model)
+    if cal is None:
+        raise ConfigError(f"no calibration for {model} on this server; run `c2c advise --model {model} "
+                          "--message-tokens 64` once on this machine (it measures and saves one)")
+    a = advise(cal, message_tokens=message_tokens, context_tokens=context_tokens, hops=hops,
+               bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, same_model=same_model,
+               fuser_available=fuser_available, hop_limit=settings().max_hops)
+    return {"model": model, "calibration_created": cal.created, **a.to_dict()}
+
+
+def _producer_domain(rec) -> str | None:
+    producer = rec.commit.summary.get("producer") or {}
+    return producer.get("domain") if isinstance(producer, dict) else None
+
+
+def _require_domain(principal: Principal, rec) -> None:
+    if _producer_domain(rec) != principal.domain:
+        raise DomainMismatchError(f"commit {rec.id[:12]} belongs to another trust domain than {principal.domain!r}")
+
+
+def _refuse(decision: Decision) -> None:
+    """An explicit cache mode: raise the first failed check's error (a foreign domain: 403's error)."""
+    if decision.check("domain").ok is False:
+        raise DomainMismatchError(decision.check("domain").detail + "; attach with mode auto to read its text")
+    refusal = decision.refusal()
+    if refusal is not None:
+        raise refusal
+
+
+def _metric_reason(decision: Decision, mode: str) -> str:
+    if decision.path == "cache":
+        return "ok"
+    failed = decision.failed if mode != "text" else ()
+    return failed[0].name if failed else "requested"
+
+
+def _cache_parts(artifact: Artifact, label: str, text: str) -> tuple[tuple[Part, ...], KVCache | None]:
+    """The commit's K/V and tokens after the shared prefix (and, for a full cache, its prefix K/V)."""
+    h = artifact.header
+    if h.tokens is None:
+        raise HandoffError("the commit withholds its token ids, so the server cannot track what the cache holds")
+    cache = artifact.cache
+    if h.kind == "slice":
+        return (Part(label=label, token_ids=tuple(h.tokens), private=False, kv=cache, text=text),), None
+    P = h.prefix.length
+    prefix_kv = cache.slice(0, P) if P else None
+    if cache.end == P:
+        return (), prefix_kv
+    return (Part(label=label, token_ids=tuple(h.tokens[P:]), private=False, kv=cache.slice(P, cache.end),
+                 text=text),), prefix_kv
+
+
+def _kept_text(artifact: Artifact, cid: str, *, required: bool = True) -> str:
+    kept = artifact.header.extra.get(TEXT_KEY)
+    if not isinstance(kept, dict) or not isinstance(kept.get("text"), str):
+        if not required:
+            return ""
+        raise HandoffError(f"commit {cid[:12]} keeps no text (it was not published by c2c serve), so it "
+                           "cannot be handed over as text; attach it with mode full or slice")
+    return kept["text"]
+
+
+def _text_between(rendering: Rendering, start: int, end: int) -> str:
+    """The text of the parts inside tokens ``[start, end)`` (not the shared prefix)."""
+    out, offset = [], 0
+    for i, p in enumerate(rendering.parts):
+        a, b = offset, offset + len(p.token_ids)
+        offset = b
+        if i and a >= start and b <= end and p.text:
+            out.append(p.text)
+    return "\n\n".join(out)
+
+
+def _bounded_text(text: str) -> tuple[str, bool]:
+    """``text``, its oldest part cut until it fits :data:`MAX_TEXT_BYTES` as canonical JSON."""
+    def size(t: str) -> int:
+        return len(canonical_json({TEXT_KEY: {"v": 1, "agent": "x" * 64, "text": t, "truncated": True}}))
+
+    if size(text) <= MAX_TEXT_BYTES:
+        return text, False
+    keep = len(text)
+    while keep and size(text[-keep:]) > MAX_TEXT_BYTES - 64:
+        keep = keep * 3 // 4
+    return f"[... {len(text) - keep} earlier characters cut]\n" + text[-keep:], True
+
+
+def _check_labels(labels: Sequence[str]) -> tuple[str, ...]:
+    labels = tuple(labels or ())
+    if len(labels) > MAX_LABELS or not all(isinstance(x, str) and 0 < len(x) <= 64 for x in labels):
+        raise ConfigError(f"publish labels: give at most {MAX_LABELS} labels of 1-64 characters")
+    return labels

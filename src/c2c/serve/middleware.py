@@ -1,0 +1,106 @@
+"""Two ASGI middlewares: a bounded request body (413), and request metrics (count, status, latency).
+
+Both are plain ASGI (not Starlette's ``BaseHTTPMiddleware``), so that streamed
+responses and client disconnects pass through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from c2c.errors import RequestTooLargeError
+from c2c.serve.errors import error_body
+from c2c.serve.metrics import Metrics
+
+_ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/c2c/events", "/v1/c2c/advise", "/healthz", "/metrics",
+           "/docs", "/openapi.json")
+_COMMIT = re.compile(r"^/v1/c2c/commits/[^/]+(/invalidate)?$")
+_MODEL = re.compile(r"^/v1/models/[^/]+$")
+
+
+def route_of(path: str) -> str:
+    """A low-cardinality name for ``path`` (ids replaced by placeholders, unknown paths as ``other``)."""
+    if path in _ROUTES:
+        return path
+    m = _COMMIT.match(path)
+    if m:
+        return "/v1/c2c/commits/{id}" + (m.group(1) or "")
+    return "/v1/models/{model}" if _MODEL.match(path) else "other"
+
+
+async def send_error(send, e) -> None:
+    status, body, headers = error_body(e)
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+                + [(k.lower().encode(), v.encode()) for k, v in headers.items()]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class BodyLimit:
+    """Refuse a body over ``max_bytes`` with 413, by its ``Content-Length`` or as it arrives.
+
+    The body is read here in full (it is at most ``max_bytes``) and replayed to the app;
+    later messages (the disconnect) pass through.
+    """
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self, n: int | str) -> RequestTooLargeError:
+        return RequestTooLargeError(f"the request body is {n} bytes, over this server's limit of "
+                                    f"{self.max_bytes} (--max-body-mb); send less")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await send_error(send, self._too_large(int(length)))
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_bytes:
+                return await send_error(send, self._too_large(f"more than {self.max_bytes}"))
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class RequestMetrics:
+    """Count every HTTP request by route and status, and time it until its last byte."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = route_of(scope["path"])
+            self.metrics.requests.labels(route=route, status=str(status[0])).inc()
+            self.metrics.latency.labels(route=route).observe(time.perf_counter() - t0)

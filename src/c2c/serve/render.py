@@ -1,0 +1,129 @@
+"""Chat messages as tokens, the same way every time, so that a session's cache is reused exactly.
+
+A conversation is rendered as a run of :class:`Part` values::
+
+    [prefix: BOS + the system turn] [attachments ...] [one turn per message ...] [generation prompt]
+
+Each turn is rendered with the model's chat template exactly as it is written
+mid-conversation (:meth:`Runtime.render_turn`) and tokenized on its own, so the
+tokens of ``messages[:k]`` are always a prefix of those of ``messages[:k + 1]``:
+a session that already holds the KV of the first ``k`` messages needs to prefill
+only what follows. The shared prefix (what :func:`c2c.handoff.decide` compares
+between sender and receiver) is BOS plus a leading system message, if any.
+
+NOTE: a request without a system message gets no template default (Qwen's
+"You are Qwen..." is not inserted): what the client sends is what the model reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from c2c.context import Context
+from c2c.runtime.engine import Runtime
+from c2c.runtime.kvcache import KVCache
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One chat message; ``name`` (optional) is also the label of its span (see :meth:`Rendering.context`)."""
+
+    role: str
+    content: str
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.role
+
+    def to_dict(self) -> dict[str, str]:
+        d = {"role": self.role, "content": self.content}
+        if self.name:
+            d["name"] = self.name
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """A run of tokens of a rendered conversation.
+
+    ``kv``, when given, is the K/V of exactly these tokens at positions ``kv.start...``
+    (a cache attached from the store); it is imported instead of prefilled. ``text`` is
+    what the part says, for a text handoff of it (empty for the prefix and prompt).
+    """
+
+    label: str
+    token_ids: tuple[int, ...]
+    private: bool | None = None
+    kv: KVCache | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendering:
+    """A conversation's parts; ``parts[0]`` is the shared prefix."""
+
+    parts: tuple[Part, ...]
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(t for p in self.parts for t in p.token_ids)
+
+    @property
+    def prefix_ids(self) -> tuple[int, ...]:
+        return self.parts[0].token_ids
+
+    def __len__(self) -> int:
+        return sum(len(p.token_ids) for p in self.parts)
+
+    def context(self) -> Context:
+        """The tokens as a :class:`~c2c.context.Context`: one span per part after the prefix, labelled."""
+        ctx = Context(token_ids=self.prefix_ids, prefix_len=len(self.prefix_ids))
+        for p in self.parts[1:]:
+            ctx = ctx.extend(p.token_ids, p.label, private=p.private)
+        return ctx
+
+
+def split_system(messages: Sequence[Message]) -> tuple[Message | None, tuple[Message, ...]]:
+    """The leading system (or developer) message, if any, and the rest."""
+    if messages and messages[0].role in ("system", "developer"):
+        return messages[0], tuple(messages[1:])
+    return None, tuple(messages)
+
+
+def prefix_ids(runtime: Runtime, system: Message | None) -> tuple[int, ...]:
+    """BOS (if the model has one) and the system turn: what sender and receiver must share."""
+    turn = runtime.encode(runtime.render_turn("system", system.content)) if system is not None else []
+    return tuple(runtime.bos_ids) + tuple(turn)
+
+
+def turn(runtime: Runtime, m: Message) -> Part:
+    role = "system" if m.role == "developer" else m.role
+    return Part(label=m.label, token_ids=tuple(runtime.encode(runtime.render_turn(role, m.content))),
+                text=f"{m.label}: {m.content}")
+
+
+def render(runtime: Runtime, messages: Sequence[Message], *, attachments: Sequence[Part] = (),
+           generation_prompt: bool = True) -> Rendering:
+    """``messages`` (with ``attachments`` right after the shared prefix) as parts.
+
+    With ``generation_prompt`` the last part is the assistant's opening (label ``"prompt"``),
+    after which the reply is generated.
+    """
+    system, rest = split_system(messages)
+    parts = [Part(label="prefix", token_ids=prefix_ids(runtime, system))]
+    parts += attachments
+    parts += [turn(runtime, m) for m in rest]
+    if generation_prompt:
+        parts.append(Part(label="prompt", token_ids=tuple(runtime.encode(runtime.generation_prompt())),
+                          private=False))
+    return Rendering(parts=tuple(parts))
+
+
+def text_turn(runtime: Runtime, label: str, text: str) -> Part:
+    """A user turn holding ``text`` (how a text handoff is read)."""
+    return Part(label=label, token_ids=tuple(runtime.encode(runtime.render_turn("user", text))), private=False,
+                text=text)

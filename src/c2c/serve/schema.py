@@ -1,0 +1,233 @@
+"""The HTTP schema: pydantic models mirroring OpenAI's chat completions, and the ``c2c`` extension.
+
+Extensions ride in one extra field, ``c2c`` (the openai client sends it with
+``extra_body={"c2c": {...}}``)::
+
+    {"session": "analyst-1",                       # keep this conversation's KV cache between requests
+     "publish": {"stream": "analyst", "labels": ["evidence"]},   # commit the cache (or a slice) after the reply
+     "attach": ["<commit id>", ...], "mode": "auto",             # continue from commits: auto|full|slice|text
+     "timeout_s": 30}                              # a tighter deadline than the server's
+
+Responses carry the same field with what was done: the session's state, cached,
+reused, imported and prefilled tokens, one record per attached commit (the path
+used, the reason, every check of the :class:`~c2c.handoff.Decision`, bytes,
+timings), the published commit, and timings. A non-streamed response repeats the
+essentials as headers (:func:`c2c_headers`: ``x-c2c-commit``, ``x-c2c-handoffs``,
+``x-c2c-cached-tokens``, ``x-c2c-session-state``) for clients that drop unknown fields.
+
+Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
+``temperature: 0`` is greedy and deterministic.
+
+NOTE: OpenAI fields this server does not know are ignored (clients such as
+LangChain send a few); those it cannot honour (``n > 1``, ``tools``, ``logprobs``,
+a JSON ``response_format``) are refused. Inside ``c2c`` every unknown key is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from c2c.serve.render import Message
+from c2c.serve.service import ChatRequest, Completion, PublishSpec, Started
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$"
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=64, pattern=_NAME,
+                             description="also the label of the message's span, for publish labels")
+    tool_calls: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _no_tools(self) -> "ChatMessageIn":
+        if self.tool_calls:
+            raise ValueError("tool calls are not supported by this server")
+        return self
+
+    def to_message(self) -> Message:
+        c = self.content
+        text = "" if c is None else c if isinstance(c, str) else "".join(p.text for p in c)
+        return Message(role=self.role, content=text, name=self.name)
+
+
+class PublishIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stream: str | None = Field(default=None, max_length=200, description="default: the caller's agent name")
+    labels: list[str] = Field(default_factory=list, max_length=16,
+                              description="publish only the slice covering these spans; empty: the whole cache")
+
+
+class C2CIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session: str | None = Field(default=None, min_length=1, max_length=128, pattern=_NAME)
+    publish: PublishIn | None = None
+    attach: list[str] = Field(default_factory=list, max_length=8, description="commit ids (64 hex)")
+    mode: Literal["auto", "full", "slice", "text"] = "auto"
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class StreamOptionsIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class ChatCompletionIn(BaseModel):
+    """``POST /v1/chat/completions``: OpenAI's fields this server honours, and ``c2c``."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1, max_length=256)
+    messages: list[ChatMessageIn] = Field(min_length=1, max_length=4096)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2, description="default 1.0 (OpenAI's); 0 is greedy")
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=1024,
+                                                description="token id -> bias in [-100, 100]")
+    stream: bool = False
+    stream_options: StreamOptionsIn | None = None
+    n: int | None = Field(default=None, ge=1, le=1, description="only 1")
+    tools: list[Any] | None = None
+    logprobs: bool | None = None
+    response_format: dict[str, Any] | None = None
+    c2c: C2CIn | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> "ChatCompletionIn":
+        if self.tools:
+            raise ValueError("tools are not supported by this server")
+        if self.logprobs:
+            raise ValueError("logprobs are not supported by this server")
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            raise ValueError("only response_format {'type': 'text'} is supported")
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        if len(stops) > 4 or not all(stops):
+            raise ValueError("stop: give at most 4 non-empty strings")
+        for k, v in (self.logit_bias or {}).items():
+            if not k.isdigit() or not -100 <= v <= 100:
+                raise ValueError("logit_bias: map token ids (as strings) to biases in [-100, 100]")
+        return self
+
+    def to_request(self) -> ChatRequest:
+        c = self.c2c or C2CIn()
+        return ChatRequest(
+            model=self.model, messages=tuple(m.to_message() for m in self.messages),
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p, seed=self.seed,
+            stop=tuple([self.stop] if isinstance(self.stop, str) else (self.stop or [])),
+            logit_bias=tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items()),
+            session=c.session, attach=tuple(c.attach), mode=c.mode, timeout_s=c.timeout_s, stream=self.stream,
+            publish=None if c.publish is None else PublishSpec(stream=c.publish.stream, labels=tuple(c.publish.labels)))
+
+
+class InvalidateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class AdviseIn(BaseModel):
+    """``POST /v1/c2c/advise``: the inputs of :func:`c2c.advise.advise` for one hop."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=256)
+    message_tokens: int = Field(ge=1, le=1 << 20)
+    context_tokens: int = Field(default=0, ge=0, le=1 << 24)
+    hops: int = Field(default=1, ge=1, le=1000)
+    bandwidth_gbps: float | None = Field(default=None, gt=0)
+    cross_domain: bool = False
+    same_model: bool = True
+    fuser_available: bool = False
+
+
+# ---------------------------------------------------------------- responses
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+    logprobs: None = None
+
+
+class ChatCompletionOut(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    c2c: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str | None = None
+    param: str | None = None
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+def usage(c: Completion) -> dict[str, Any]:
+    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+            "total_tokens": c.prompt_tokens + c.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": c.cached_tokens}}
+
+
+def completion_body(c: Completion) -> dict[str, Any]:
+    return {"id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text},
+                         "finish_reason": c.finish_reason, "logprobs": None}],
+            "usage": usage(c), "c2c": c.c2c}
+
+
+def c2c_headers(c: Completion) -> dict[str, str]:
+    """The ``c2c`` field's essentials as response headers, for clients that drop unknown fields
+    (e.g. LangChain's ``ChatOpenAI(include_response_headers=True)``)."""
+    h = {"x-c2c-cached-tokens": str(c.cached_tokens)}
+    f = c.c2c
+    if f.get("session"):
+        h["x-c2c-session-state"] = f["session"]["state"]
+    if f.get("publish"):
+        h["x-c2c-commit"] = f["publish"]["commit"]
+    if f.get("attach"):
+        h["x-c2c-handoffs"] = ",".join(f"{a['commit'][:12]}:{a['used']}" for a in f["attach"])
+    return h
+
+
+def chunk_body(s: Started, *, delta: dict[str, Any] | None = None, finish_reason: str | None = None,
+               extra: dict[str, Any] | None = None, choices: bool = True) -> dict[str, Any]:
+    body = {"id": s.id, "object": "chat.completion.chunk", "created": s.created, "model": s.model,
+            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish_reason, "logprobs": None}]
+            if choices else []}
+    body.update(extra or {})
+    return body

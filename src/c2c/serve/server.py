@@ -1,0 +1,57 @@
+"""`Server`: the loaded pieces of a running `c2c serve` (models, store, keyring, tokens, metrics).
+
+:func:`c2c.serve.runner.run` starts one and serves it with uvicorn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from c2c.runtime import zoo
+from c2c.runtime.engine import Runtime
+from c2c.serve.auth import TokenTable
+from c2c.serve.config import ServeConfig
+from c2c.serve.handoff import Exchange
+from c2c.serve.metrics import Metrics
+from c2c.serve.service import ChatService
+from c2c.store.base import Store
+from c2c.store.url import open_store, store_url
+from c2c.trust.keys import Keyring
+
+log = logging.getLogger("c2c")
+
+
+@dataclass(eq=False)
+class Server:
+    config: ServeConfig
+    service: ChatService
+    tokens: TokenTable
+    store: Store
+    metrics: Metrics
+    draining: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def start(cls, config: ServeConfig, *, runtimes: dict[str, Runtime] | None = None) -> "Server":
+        """Load the models (unless given), open the store and keyring, read the tokens."""
+        tokens = TokenTable.load(config.tokens_file) if config.tokens_file is not None else TokenTable.open()
+        if runtimes is None:
+            runtimes = {}
+            for name in config.models:
+                rt = zoo.load(name, dtype=config.dtype, device=config.device)
+                runtimes[rt.name] = rt
+        store = open_store(config.store_url)
+        metrics = Metrics()
+        exchange = Exchange(store, Keyring(), verify_kv=config.verify_kv)
+        service = ChatService(config, runtimes, exchange, metrics)
+        log.info("serving %s; store %s; %s", ", ".join(runtimes), store_url(config.store_url),
+                 "open access in domain 'default'" if tokens.is_open else
+                 f"tokens for domain(s) {', '.join(tokens.domains)}")
+        return cls(config=config, service=service, tokens=tokens, store=store, metrics=metrics)
+
+    def close(self) -> None:
+        self.draining.set()
+        self.service.close()
+        self.store.close()
+

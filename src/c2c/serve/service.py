@@ -1,0 +1,251 @@
+"""`ChatService`: one chat completion, from validated request to result, on the model's worker.
+
+This is what ``POST /v1/chat/completions`` calls, once. It owns the models'
+workers, the sessions, and the :class:`~c2c.serve.handoff.Exchange` with the
+store. One request, on its model's worker thread:
+
+1. take the session (if named) out of the pool;
+2. attach the requested commits (:meth:`Exchange.attach`), or keep the session's;
+3. render the messages (:mod:`c2c.serve.render`), check the context length;
+4. reuse the session's cache and prefill the rest (:mod:`c2c.serve.reuse`);
+5. generate, streaming deltas (:mod:`c2c.serve.decode`);
+6. publish, if asked: close the reply's turn and commit the cache;
+7. put the session back (it may evict others' caches).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from c2c.artifact.prefix import PrefixRef
+from c2c.errors import ConfigError, ContextLengthError, PrefixMismatchError, UnknownModelError
+from c2c.runtime.engine import Runtime
+from c2c.serve.auth import Principal
+from c2c.serve.config import ServeConfig
+from c2c.serve.decode import Sampling, generate
+from c2c.serve.handoff import Exchange
+from c2c.serve.metrics import Metrics
+from c2c.serve.render import Message, Part, prefix_ids, render, split_system
+from c2c.serve.reuse import extend, prepare
+from c2c.serve.sessions import Session, SessionKey, SessionPool
+from c2c.serve.worker import Channel, Job, ModelWorker
+
+DEFAULT_CONTEXT = 32768
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishSpec:
+    stream: str | None = None
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatRequest:
+    """A validated chat completion request (the HTTP schema converts to this)."""
+
+    model: str
+    messages: tuple[Message, ...]
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    session: str | None = None
+    attach: tuple[str, ...] = ()
+    mode: str = "auto"
+    publish: PublishSpec | None = None
+    timeout_s: float | None = None
+    stream: bool = False           # send ("delta", text) events as the reply grows
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """The result of one request (serialized by :mod:`c2c.serve.schema`)."""
+
+    id: str
+    created: int
+    model: str
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    c2c: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started:
+    """Sent when a request has passed every check and its prompt is prefilled (streams start here)."""
+
+    id: str
+    created: int
+    model: str
+
+
+def context_length(runtime: Runtime) -> int:
+    """The model's context window, from its ``config.json`` (``max_position_embeddings``)."""
+    try:
+        cfg = json.loads((Path(runtime.path) / "config.json").read_text())
+    except (TypeError, OSError, ValueError):
+        return DEFAULT_CONTEXT
+    n = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
+    return int(n) if isinstance(n, int) and n > 0 else DEFAULT_CONTEXT
+
+
+class ChatService:
+    """Chat completions over loaded runtimes, a store and a keyring (see the module docstring)."""
+
+    def __init__(self, config: ServeConfig, runtimes: dict[str, Runtime], exchange: Exchange,
+                 metrics: Metrics | None = None):
+        self.config = config
+        self.runtimes = runtimes
+        self.exchange = exchange
+        self.metrics = metrics or Metrics()
+        self.context = {name: context_length(rt) for name, rt in runtimes.items()}
+        self.pool = SessionPool(config.session_budget_bytes, max_sessions=config.max_sessions,
+                                on_evict=lambda s: self.metrics.evictions.inc())
+        self.workers = {name: ModelWorker(name, max_queue=config.max_queue,
+                                          on_depth=self.metrics.queue_depth.labels(model=name).set)
+                        for name in runtimes}
+
+    # ------------------------------------------------------------- queries
+    def models(self) -> list[dict[str, Any]]:
+        return [{"id": name, "object": "model", "created": 0, "owned_by": "c2c",
+                 "context_length": self.context[name]} for name in self.runtimes]
+
+    def model_name(self, name: str) -> str:
+        """The served model ``name`` refers to (exact, else case-insensitive).
+
+        Raises:
+            UnknownModelError: the server does not serve it.
+        """
+        if name in self.runtimes:
+            return name
+        for served in self.runtimes:
+            if served.lower() == name.lower():
+                return served
+        raise UnknownModelError(f"model {name!r} is not served here; this server serves "
+                                f"{', '.join(self.runtimes)} (GET /v1/models)")
+
+    # ------------------------------------------------------------- requests
+    def submit(self, principal: Principal, request: ChatRequest, channel: Channel) -> Job:
+        """Queue ``request`` on its model's worker; events arrive on ``channel``.
+
+        Events: ``("ready", Started)``, ``("delta", str)`` ... (when ``request.stream``), then
+        ``("done", Completion)``, ``("error", C2CError)`` or ``("cancelled", None)``.
+
+        Raises:
+            UnknownModelError, QueueFullError, ServeError (shutting down).
+        """
+        name = self.model_name(request.model)
+        request = replace(request, model=name)
+        timeout = min(request.timeout_s or math.inf, self.config.request_timeout_s)
+        job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout)
+        return self.workers[name].submit(job)
+
+    def _run(self, job: Job, principal: Principal, req: ChatRequest) -> Completion:
+        t0 = time.perf_counter()
+        rt = self.runtimes[req.model]
+        key = SessionKey(principal.domain, principal.agent, req.session, req.model) if req.session else None
+        session = self.pool.take(key) if key is not None else Session(key=None)
+        state = session.state
+        try:
+            return self._turn(job, principal, req, rt, session, state, t0)
+        finally:
+            self.pool.put(session)
+            self.metrics.sessions.set(self.pool.stats.sessions)
+            self.metrics.session_bytes.set(self.pool.stats.held_bytes)
+
+    def _turn(self, job: Job, principal: Principal, req: ChatRequest, rt: Runtime, session: Session, state: str,
+              t0: float) -> Completion:
+        system, rest = split_system(req.messages)
+        if req.publish is not None:
+            self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
+                                        [m.label for m in rest] + ["assistant"])
+        prefix = prefix_ids(rt, system)
+        attachments, attached, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
+        t_attach = time.perf_counter()
+        rendering = render(rt, req.messages, attachments=attachments)
+        if prefix_kv is not None:  # a full cache brings its own (identical) prefix K/V
+            rendering = replace(rendering, parts=(replace(rendering.parts[0], kv=prefix_kv),) + rendering.parts[1:])
+        n_prompt, window = len(rendering), self.context[req.model]
+        max_tokens = req.max_tokens or min(self.config.default_max_tokens, max(window - n_prompt, 1))
+        if n_prompt + max_tokens > window:
+            raise ContextLengthError(
+                f"the prompt is {n_prompt} tokens and {max_tokens} more were asked for, but {req.model} reads at "
+                f"most {window}; shorten the messages or lower max_tokens")
+        vocab = rt.facts["vocab_size"]
+        if any(not 0 <= i < vocab for i, _ in req.logit_bias):
+            raise ConfigError(f"logit_bias names a token id outside {req.model}'s vocabulary [0, {vocab})")
+        sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
+                            stop=req.stop, logit_bias=req.logit_bias)
+        job.check()
+        prepared = prepare(rt, session.cache, rendering)
+        # Commit what this request established: the cache (exact by its token ids) and the attachments.
+        session.cache = prepared.cache
+        session.attachments = tuple(replace(p, kv=None) for p in attachments)
+        session.attached = attached
+        session.attach_prefix = PrefixRef.of(prefix) if attachments else None
+        t_prep = time.perf_counter()
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        job.emit("ready", Started(id=cid, created=created, model=req.model))
+        decoded = generate(rt, prepared.cache, prepared.pending, sampling, check=job.check,
+                           on_delta=(lambda text: job.emit("delta", text)) if req.stream else (lambda text: None))
+        session.cache = decoded.cache
+        session.state, session.turns = "warm", session.turns + 1
+        t_gen = time.perf_counter()
+        published = None
+        if req.publish is not None:
+            whole = render(rt, req.messages + (Message(role="assistant", content=decoded.text),),
+                           attachments=session.attachments, generation_prompt=False)
+            session.cache, _ = extend(rt, session.cache, whole.token_ids)
+            published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
+                                              cache=session.cache, rendering=whole, stream=req.publish.stream,
+                                              labels=req.publish.labels, parents=attached)
+            self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])
+        t_end = time.perf_counter()
+        for kind, n in (("prompt", n_prompt), ("cached", prepared.cached), ("completion", decoded.completion_tokens)):
+            self.metrics.tokens.labels(kind=kind).inc(n)
+        c2c = {
+            "session": None if req.session is None else {
+                "name": req.session, "state": {"evicted": "rebuilt"}.get(state, state), "turns": session.turns},
+            "cached_tokens": prepared.cached, "reused_tokens": prepared.reused,
+            "imported_tokens": prepared.imported, "prefilled_tokens": prepared.prefilled + len(prepared.pending),
+            "attach": records, "attached": list(session.attached), "publish": published,
+            "timings": {"queue_s": job.queued_s, "attach_s": t_attach - t0, "prefill_s": t_prep - t_attach
+                        + decoded.prefill_s, "decode_s": decoded.decode_s, "publish_s": t_end - t_gen,
+                        "total_s": t_end - t0 + job.queued_s},
+        }
+        return Completion(id=cid, created=created, model=req.model, text=decoded.text,
+                          finish_reason=decoded.finish_reason, prompt_tokens=n_prompt,
+                          completion_tokens=decoded.completion_tokens, cached_tokens=prepared.cached, c2c=c2c)
+
+    def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
+                     prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], list[dict], Any]:
+        """(parts after the prefix, their commits, records, a full cache's prefix K/V) for this request:
+        the commits it attaches, else the session's own attachments."""
+        if not req.attach:
+            if session.attachments and session.attach_prefix != PrefixRef.of(prefix):
+                raise PrefixMismatchError(
+                    f"session {req.session!r} holds attachments placed after another system message; send the "
+                    "same system message, attach again, or use a new session")
+            return session.attachments, session.attached, [], None
+        found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=req.mode)
+                 for cid in req.attach]
+        for a in found:
+            self.metrics.handoffs.labels(path=a.used, reason=a.metric_reason).inc()
+            self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
+        return (tuple(p for a in found for p in a.parts), tuple(a.commit for a in found),
+                [a.record for a in found], found[0].prefix_kv)
+
+    def close(self) -> None:
+        """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""
+        for w in self.workers.values():
+            w.close(self.config.shutdown_timeout_s)

@@ -1,0 +1,107 @@
+"""The asyncio side of a request: wait for its job, or stream it as server-sent events.
+
+A worker job reports on a :class:`~c2c.serve.worker.Channel`. Here a request
+either waits for the final result (while watching for the client to go away) or
+is sent as SSE ``data: {chunk}`` lines ending in ``data: [DONE]``. A request
+whose client disconnects, or that passes its deadline, has its job cancelled,
+which stops the generation between two forward passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator, Callable
+
+from c2c.errors import C2CError, RequestTimeoutError
+from c2c.serve.errors import error_body
+from c2c.serve.schema import chunk_body, usage
+from c2c.serve.service import Completion, Started
+from c2c.serve.worker import Channel, Job
+
+
+class ClientGone(Exception):
+    """The client disconnected; nothing is sent."""
+
+
+def sse(data: Any) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+async def _next(job: Job, channel: Channel) -> tuple[str, Any]:
+    remaining = job.deadline - time.monotonic()
+    try:
+        return await asyncio.wait_for(channel.get(), timeout=max(remaining, 0) + 1.0)  # the worker says it first
+    except asyncio.TimeoutError:
+        job.cancel.set()
+        raise RequestTimeoutError(f"the request ran past its {job.timeout_s:g} s deadline") from None
+
+
+async def _watch(receive: Callable, job: Job) -> None:
+    """Cancel ``job`` when the client disconnects (the body was read already: the next message says so)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            job.cancel.set()
+            return
+
+
+async def until_ready(job: Job, channel: Channel, receive: Callable) -> Started:
+    """Wait for the job to pass its checks (it may queue first); raise its error if it fails before that."""
+    watcher = asyncio.create_task(_watch(receive, job))
+    try:
+        while True:
+            kind, value = await _next(job, channel)
+            if kind == "ready":
+                return value
+            if kind == "error":
+                raise value
+            if kind == "cancelled":
+                raise ClientGone()
+    finally:
+        watcher.cancel()
+
+
+async def result(job: Job, channel: Channel, receive: Callable) -> Completion:
+    """The job's :class:`Completion` (deltas are skipped); its error is raised."""
+    watcher = asyncio.create_task(_watch(receive, job))
+    try:
+        while True:
+            kind, value = await _next(job, channel)
+            if kind == "done":
+                return value
+            if kind == "error":
+                raise value
+            if kind == "cancelled":
+                raise ClientGone()
+    finally:
+        watcher.cancel()
+        job.cancel.set()  # harmless once done; stops the job if we leave early (a timeout, a cancelled task)
+
+
+async def chunks(job: Job, channel: Channel, started: Started, *, include_usage: bool) -> AsyncIterator[str]:
+    """SSE lines of a streamed completion, from its first chunk to ``data: [DONE]``."""
+    try:
+        yield sse(chunk_body(started, delta={"role": "assistant", "content": ""}))
+        while True:
+            try:
+                kind, value = await _next(job, channel)
+            except C2CError as e:
+                kind, value = "error", e
+            if kind == "delta":
+                yield sse(chunk_body(started, delta={"content": value}))
+            elif kind == "done":
+                yield sse(chunk_body(started, finish_reason=value.finish_reason, extra={"c2c": value.c2c}))
+                if include_usage:
+                    yield sse(chunk_body(started, choices=False, extra={"usage": usage(value)}))
+                break
+            elif kind == "error":
+                yield sse(error_body(value)[1] if isinstance(value, C2CError) else
+                          {"error": {"message": "internal error", "type": "internal_error", "code": None}})
+                break
+            elif kind == "cancelled":
+                return
+        yield "data: [DONE]\n\n"
+    finally:
+        job.cancel.set()  # the client left mid-stream (or we are done): stop generating

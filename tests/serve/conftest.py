@@ -1,0 +1,25 @@
+"""Fixtures of the server tests: a shared tiny-qwen2 server with tokens for two trust domains."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("openai")
+
+from serve_helpers import ServeProcess, make_home, write_tokens  # after the skips: needs openai
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tmp_path_factory):
+    """tiny-qwen2 behind tokens for two domains; small limits (0.5 MB of sessions, 1 MB bodies, 2 cache
+    hops) so that tests can reach them."""
+    root = tmp_path_factory.mktemp("serve-tiny")
+    home = make_home(root)
+    tokens = write_tokens(root / "tokens.json")
+    server = ServeProcess(home, "--model", "tiny-qwen2", "--tokens", str(tokens), "--max-body-mb", "1",
+                          "--session-budget-mb", "0.5", "--default-max-tokens", "16",
+                          env={"C2C_MAX_HOPS": "2"}).start()
+    yield server
+    server.stop()
+

@@ -1,0 +1,40 @@
+"""`c2c serve`: its flags, their defaults, and its help."""
+
+from __future__ import annotations
+
+import pytest
+
+from c2c.cli.main import build_parser, main
+from c2c.cli.serve import config_from
+from c2c.runtime.zoo import DEFAULT_MODEL
+from c2c.serve.config import MB
+
+
+def parse(*argv: str):
+    return config_from(build_parser().parse_args(["serve", *argv]))
+
+
+def test_no_flags_serve_the_default_model_on_loopback_with_the_embedded_store():
+    c = parse()
+    assert c.models == (DEFAULT_MODEL,) and c.host == "127.0.0.1" and c.port == 8000
+    assert c.store_url is None and c.tokens_file is None and c.open_access  # SQLite under C2C_HOME
+
+
+def test_flags_reach_the_config(tmp_path):
+    c = parse("--model", "tiny-qwen2", "--model", "tiny-llama", "--store", "sqlite:////tmp/s", "--port", "9001",
+              "--tokens", str(tmp_path / "t.json"), "--max-queue", "3", "--session-budget-mb", "2.5")
+    assert c.models == ("tiny-qwen2", "tiny-llama") and c.store_url == "sqlite:////tmp/s" and c.port == 9001
+    assert c.max_queue == 3 and c.session_budget_bytes == int(2.5 * MB) and not c.open_access
+
+
+def test_help_ends_with_an_example(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "Example:" in out and out.rstrip().splitlines()[-1].strip().startswith("#")
+    assert "c2c serve --model" in out
+
+
+def test_open_access_off_loopback_is_a_one_line_error(capsys):
+    assert main(["serve", "--host", "0.0.0.0", "--model", "tiny-qwen2"]) == 2
+    assert "ConfigError" in capsys.readouterr().err

@@ -1,0 +1,37 @@
+"""The examples run against a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serve_helpers import TOKENS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_openai_client_example(tiny_server):
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "C2C_MODEL": "tiny-qwen2",
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "openai_client.py")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert out.startswith("reply:") and "analyst published commit" in out
+    assert "handoff used cache: same model, same shared prefix, same trust domain" in out
+
+
+def test_langgraph_example(tiny_server):
+    pytest.importorskip("langgraph")
+    pytest.importorskip("langchain_openai")
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",
+           "PATH": "/usr/bin:/bin", "HOME": str(tiny_server.home)}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "langgraph_handoff.py")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert len(lines["commit"]) == 64
+    assert lines["handoff"] == f"{lines['commit'][:12]}:cache"

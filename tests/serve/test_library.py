@@ -1,0 +1,191 @@
+"""The serve library without HTTP: rendering and reuse, decoding and sampling, sessions, workers, tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+import torch
+
+from c2c.errors import AuthError, ConfigError, QueueFullError, RequestTimeoutError
+from c2c.runtime.engine import sample_next
+from c2c.runtime.kvcache import KVCache
+from c2c.serve.auth import OPEN, TokenTable
+from c2c.serve.config import ServeConfig
+from c2c.serve.decode import Sampling, generate
+from c2c.serve.render import Message, render
+from c2c.serve.reuse import prepare
+from c2c.serve.sessions import Session, SessionKey, SessionPool
+from c2c.serve.worker import Cancelled, Channel, Job, ModelWorker
+
+CONVO = [Message(role="system", content="sys"), Message(role="user", content="one"),
+         Message(role="assistant", content="two"), Message(role="user", content="three", name="evidence")]
+
+
+# ------------------------------------------------------------ render / reuse
+def test_the_tokens_of_a_conversation_start_with_those_of_its_beginning(tiny):
+    rt = tiny("qwen2")
+    for k in range(1, len(CONVO)):
+        short = render(rt, CONVO[:k], generation_prompt=False).token_ids
+        assert render(rt, CONVO[: k + 1]).token_ids[: len(short)] == short
+    r = render(rt, CONVO)
+    assert [s.label for s in r.context().spans] == ["user", "assistant", "evidence", "prompt"]
+    assert r.context().prefix_len == len(r.prefix_ids) > 0
+
+
+def test_prepare_reuses_the_common_prefix_and_matches_a_cold_prefill(tiny):
+    rt = tiny("qwen2")
+    first = render(rt, CONVO[:2])
+    _, held = rt.prefill(list(first.token_ids))
+    full = render(rt, CONVO)
+    p = prepare(rt, held, full)
+    # all of it: its generation prompt is how the assistant turn that follows begins
+    assert p.reused == len(first) and p.imported == 0 and p.prefilled == 0
+    assert p.cache.seq_len + len(p.pending) == len(full)
+    logits, cache = rt.prefill(list(p.pending), p.cache)
+    cold_logits, cold = rt.prefill(list(full.token_ids))
+    assert cache.token_ids == cold.token_ids and cache.max_abs_diff(cold) < 1e-4
+    assert int(torch.argmax(logits)) == int(torch.argmax(cold_logits))
+    # the same rendering again: everything but the last token comes from the cache
+    assert prepare(rt, cache, full).reused == len(full) - 1
+
+
+def test_prepare_imports_a_part_that_brings_its_kv(tiny):
+    rt = tiny("qwen2")
+    base = render(rt, CONVO[:3], generation_prompt=False)
+    _, cache = rt.prefill(list(base.token_ids))
+    P = len(base.prefix_ids)
+    from c2c.serve.render import Part
+
+    att = Part(label="from:x", token_ids=base.token_ids[P:], kv=cache.slice(P, cache.end))
+    r = render(rt, [CONVO[0], CONVO[3]], attachments=[att])
+    p = prepare(rt, None, r)
+    assert p.imported == len(att.token_ids) and p.reused == 0
+    assert p.cache.token_ids == r.token_ids[: p.cache.seq_len]
+
+
+# ------------------------------------------------------------ decode / sampling
+def test_sample_next_is_greedy_at_zero_and_seeded_otherwise():
+    logits = torch.tensor([0.1, 3.0, 2.9, -1.0])
+    assert sample_next(logits) == 1
+    draws = [[sample_next(logits, temperature=1.0, generator=torch.Generator().manual_seed(s)) for _ in range(1)]
+             for s in (5, 5)]
+    assert draws[0] == draws[1]
+    g = torch.Generator().manual_seed(0)
+    assert {sample_next(logits, temperature=1.0, top_p=0.5, generator=g) for _ in range(50)} <= {1, 2}
+    with pytest.raises(ConfigError):
+        Sampling(max_tokens=1, temperature=-0.1)
+    with pytest.raises(ConfigError):
+        Sampling(max_tokens=1, top_p=0)
+
+
+def test_runtime_generate_samples_with_a_generator(tiny):
+    rt = tiny("qwen2")
+    ids = list(render(rt, CONVO).token_ids)
+    a = rt.generate(ids, max_new_tokens=6, temperature=0.8, top_p=0.95, generator=torch.Generator().manual_seed(3))
+    b = rt.generate(ids, max_new_tokens=6, temperature=0.8, top_p=0.95, generator=torch.Generator().manual_seed(3))
+    assert a.token_ids == b.token_ids
+    assert rt.generate(ids, max_new_tokens=6).token_ids == rt.generate(ids, max_new_tokens=6).token_ids
+
+
+def test_generate_streams_deltas_that_add_up_and_stops_when_told(tiny):
+    rt = tiny("qwen2")
+    ids = render(rt, CONVO).token_ids
+    deltas: list[str] = []
+    d = generate(rt, None, ids, Sampling(max_tokens=12, temperature=0), on_delta=deltas.append)
+    assert "".join(deltas) == d.text and d.cache.token_ids[: len(ids)] == ids
+    assert d.cache.seq_len == len(ids) + len(d.token_ids) - (d.finish_reason == "length")
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) > 3:
+            raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        generate(rt, None, ids, Sampling(max_tokens=50, temperature=0), check=check)
+    assert len(calls) == 4
+
+
+# ------------------------------------------------------------ sessions
+def _cache(tokens: int) -> KVCache:  # 1 layer, 1 head, dim 2, fp32: 16 bytes a token
+    k = torch.zeros(1, 1, tokens, 2)
+    return KVCache(keys=(k,), values=(k.clone(),), token_ids=tuple(range(tokens)))
+
+
+def test_the_pool_evicts_least_recently_used_caches_but_keeps_their_records():
+    pool = SessionPool(budget_bytes=16 * 100)
+    keys = [SessionKey("d", "a", f"s{i}", "m") for i in range(3)]
+    for k in keys:
+        s = pool.take(k)
+        s.cache, s.state = _cache(40), "warm"
+        pool.put(s)
+    assert pool.stats.held_bytes <= 1600 and pool.stats.evictions == 1
+    first = pool.take(keys[0])
+    assert first.state == "evicted" and first.cache is None  # the record stays
+    pool.put(first)
+    s = pool.take(keys[2])
+    assert s.state == "warm" and s.cache is not None
+    pool.put(s)
+    huge = pool.take(SessionKey("d", "a", "huge", "m"))
+    huge.cache = _cache(1000)
+    pool.put(huge)
+    assert pool.take(huge.key).cache is None  # bigger than the whole budget: not kept
+    small = SessionPool(budget_bytes=10**9, max_sessions=2)
+    for i in range(3):
+        small.put(Session(key=SessionKey("d", "a", f"x{i}", "m")))
+    assert small.stats.sessions == 2 and small.stats.forgotten == 1
+
+
+# ------------------------------------------------------------ worker
+def test_a_full_queue_refuses_and_a_job_past_its_deadline_times_out():
+    loop = asyncio.new_event_loop()
+    release = threading.Event()
+    worker = ModelWorker("m", max_queue=1)
+    try:
+        busy = worker.submit(Job(lambda job: release.wait(10), Channel(loop), timeout_s=30))
+        waiting = Job(lambda job: "ran", Channel(loop), timeout_s=30)
+        for _ in range(100):  # until the worker took the first job
+            if busy.started is not None:
+                break
+            threading.Event().wait(0.01)
+        worker.submit(waiting)
+        with pytest.raises(QueueFullError) as e:
+            worker.submit(Job(lambda job: None, Channel(loop), timeout_s=30))
+        assert e.value.retry_after_s > 0 and worker.depth == 1
+        late = Job(lambda job: job.check(), Channel(loop), timeout_s=0.0)
+        release.set()
+    finally:
+        worker.close(5)
+    with pytest.raises(RequestTimeoutError):
+        late.check()
+    loop.close()
+
+
+# ------------------------------------------------------------ tokens and config
+def test_tokens_file_is_private_and_tokens_are_checked(tmp_path):
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"t" * 20: {"agent": "analyst", "domain": "research"}}))
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        TokenTable.load(path)
+    path.chmod(0o600)
+    table = TokenTable.load(path)
+    assert table.authenticate("Bearer " + "t" * 20).domain == "research"
+    for bad in (None, "", "Basic abc", "Bearer " + "u" * 20):
+        with pytest.raises(AuthError) as e:
+            table.authenticate(bad)
+        assert "t" * 20 not in str(e.value)
+    assert TokenTable.open().authenticate(None) == OPEN
+    path.write_text(json.dumps({"short": {"agent": "a", "domain": "d"}}))
+    with pytest.raises(ConfigError, match="16 characters"):
+        TokenTable.load(path)
+
+
+def test_open_access_is_refused_off_loopback():
+    with pytest.raises(ConfigError, match="--tokens"):
+        ServeConfig(host="0.0.0.0")
+    assert ServeConfig(host="0.0.0.0", allow_open=True).open_access
+    assert ServeConfig(host="::1").host == "::1"

@@ -1,0 +1,171 @@
+"""Handoffs through the API: publish a session's cache, attach it elsewhere, and every refusal."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import httpx
+import openai
+import pytest
+
+from c2c.artifact import Artifact
+from c2c.store import open_store
+from serve_helpers import SYSTEM, c2c_field, chat
+
+EVIDENCE = {"role": "user", "name": "evidence", "content": "Evidence: the outage began at 09:14 after deploy 7."}
+QUESTION = {"role": "user", "content": "When did the outage begin?"}
+
+
+def publish(server, agent="analyst", stream="analyst", labels=(), session=None, messages=None):
+    client = server.client(agent)
+    r = chat(client, messages or [SYSTEM, EVIDENCE], max_tokens=6,
+             c2c={"session": session or f"pub-{stream}", "publish": {"stream": stream, "labels": list(labels)}})
+    return r, c2c_field(r)["publish"]
+
+
+def test_publish_then_attach_hands_over_the_cache_exactly(tiny_server):
+    r1, pub = publish(tiny_server, stream="analyst-full")
+    assert pub["kind"] == "full" and pub["version"] == 1 and pub["signed_by"]["domain"] == "research"
+    writer = tiny_server.client("writer")
+    r2 = chat(writer, [SYSTEM, QUESTION], c2c={"session": "writer-1", "attach": [pub["commit"]], "mode": "auto"})
+    c = c2c_field(r2)
+    [rec] = c["attach"]
+    assert rec["used"] == "cache" and rec["mode"] == "full" and rec["requested"] == "auto"
+    assert {x["name"]: x["ok"] for x in rec["checks"]} == {
+        "domain": True, "fingerprint": True, "prefix": True, "hops": True, "staleness": True, "advisor": None}
+    assert rec["bytes"] == pub["bytes"] and rec["tokens"] == pub["tokens"] and "fetch_s" in rec["timings"]
+    assert c["imported_tokens"] == pub["tokens"] and c["prefilled_tokens"] < r2.usage.prompt_tokens
+    assert r2.usage.prompt_tokens_details.cached_tokens == pub["tokens"]
+    # the writer continues from exactly the analyst's tokens: the same as reading them all itself
+    inline = [SYSTEM, EVIDENCE, {"role": "assistant", "content": r1.choices[0].message.content}, QUESTION]
+    cold = chat(writer, inline)
+    assert r2.usage.prompt_tokens == cold.usage.prompt_tokens
+    assert r2.choices[0].message.content == cold.choices[0].message.content
+    # the attachment stays with the session: the next turn needs no attach and reuses everything
+    r3 = chat(writer, [SYSTEM, QUESTION, {"role": "assistant", "content": r2.choices[0].message.content},
+                       {"role": "user", "content": "And then?"}], c2c={"session": "writer-1"})
+    assert c2c_field(r3)["attached"] == [pub["commit"]]
+    assert r3.usage.prompt_tokens_details.cached_tokens >= r2.usage.prompt_tokens
+
+
+def test_a_labelled_slice_is_published_and_attached(tiny_server):
+    messages = [SYSTEM, {"role": "user", "name": "scratch", "content": "my private notes"}, EVIDENCE]
+    _, pub = publish(tiny_server, stream="analyst-slice", labels=["evidence"], messages=messages)
+    assert pub["kind"] == "slice" and pub["labels"] == ["evidence"]
+    r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "slice"})
+    [rec] = c2c_field(r)["attach"]
+    assert rec["used"] == "cache" and rec["mode"] == "slice" and rec["tokens"] == pub["tokens"]
+    commit = httpx.get(tiny_server.url(f"/v1/c2c/commits/{pub['commit']}"), headers=tiny_server.headers("writer"))
+    assert commit.json()["summary"]["labels"] == {"span": "evidence", "isolation": "recompute"}
+
+
+def test_a_published_commit_lists_what_the_session_attached_as_parents(tiny_server):
+    _, first = publish(tiny_server, stream="chain-1")
+    r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION],
+             c2c={"session": "chain-w", "attach": [first["commit"]], "publish": {"stream": "chain-2"}})
+    second = c2c_field(r)["publish"]
+    assert second["parents"] == [first["commit"]]
+    shown = httpx.get(tiny_server.url(f"/v1/c2c/commits/{second['commit']}"), headers=tiny_server.headers("writer"))
+    assert shown.json()["hops"]["depth"] == 1
+
+
+def test_past_the_hop_limit_a_chain_goes_on_as_text_citing_its_commits(tiny_server):
+    # the server runs with C2C_MAX_HOPS=2: c1 -> c2 -> c3 holds 2 hops; attaching c3 would make 3
+    _, c1 = publish(tiny_server, stream="hops-1")
+    ids = [c1["commit"]]
+    for i in (2, 3):
+        r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION],
+                 c2c={"session": f"hops-s{i}", "attach": [ids[-1]], "publish": {"stream": f"hops-{i}"}})
+        assert c2c_field(r)["attach"][0]["used"] == "cache"
+        ids.append(c2c_field(r)["publish"]["commit"])
+    r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [ids[-1]]})
+    [rec] = c2c_field(r)["attach"]
+    assert rec["used"] == "text" and rec["hops"] == 3 and "exceed the hop limit 2" in rec["reason"]
+    with pytest.raises(openai.ConflictError) as e:
+        chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [ids[-1]], "mode": "full"})
+    assert e.value.body["type"] == "HandoffError" and "hop limit" in e.value.body["message"]
+
+
+def test_a_cross_domain_attach_falls_back_to_text_and_says_why(tiny_server):
+    _, pub = publish(tiny_server, stream="analyst-xdomain")
+    outsider = tiny_server.client("outsider")
+    r = chat(outsider, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "auto"})
+    [rec] = c2c_field(r)["attach"]
+    assert rec["used"] == "text" and rec["mode"] == "text"
+    assert "crosses trust domains" in rec["reason"] and "'research' -> 'other'" in rec["reason"]
+    assert {x["name"]: x["ok"] for x in rec["checks"]}["domain"] is False
+    assert c2c_field(r)["imported_tokens"] == 0  # no K/V crossed
+    with pytest.raises(openai.PermissionDeniedError) as e:
+        chat(outsider, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
+    assert e.value.status_code == 403 and e.value.body["type"] == "DomainMismatchError"
+    # the text that was read is the analyst's messages, kept with the commit
+    assert rec["bytes"] >= len(EVIDENCE["content"])
+
+
+def test_a_stale_commit_is_refused_as_a_cache_and_read_as_text_in_auto(tiny_server):
+    _, pub = publish(tiny_server, stream="analyst-stale")
+    inval = httpx.post(tiny_server.url(f"/v1/c2c/commits/{pub['commit']}/invalidate"),
+                       headers=tiny_server.headers("analyst"), json={"reason": "deploy 7 was rolled back"})
+    assert inval.status_code == 200 and inval.json()["events"][0]["commit"] == pub["commit"]
+    writer = tiny_server.client("writer")
+    with pytest.raises(openai.ConflictError) as e:
+        chat(writer, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
+    assert e.value.body["type"] == "StaleCommitError"
+    r = chat(writer, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]]})
+    [rec] = c2c_field(r)["attach"]
+    assert rec["used"] == "text" and "stale" in rec["reason"] and rec["stale"] is True
+
+
+def test_a_superseded_version_goes_stale(tiny_server):
+    _, v1 = publish(tiny_server, stream="analyst-versions", session="ver-1")
+    _, v2 = publish(tiny_server, stream="analyst-versions", session="ver-2",
+                    messages=[SYSTEM, {"role": "user", "content": "Newer evidence."}])
+    assert v2["version"] == 2
+    with pytest.raises(openai.ConflictError) as e:
+        chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [v1["commit"]], "mode": "full"})
+    assert e.value.body["type"] == "StaleCommitError" and "superseded" in e.value.body["message"]
+
+
+def test_a_tampered_commit_is_refused_in_every_mode(tiny_server):
+    _, pub = publish(tiny_server, stream="analyst-tamper")
+    with open_store(tiny_server.store_url()) as store:
+        art = Artifact.decode(store.get(pub["commit"]).data)
+        # the same signature on a changed header (here: its labels): a forgery
+        forged = replace(art, header=replace(art.header, labels={"note": "trust me"}))
+        bad = store.put(forged.encode(), stream="mallory").id
+    for mode in ("auto", "full", "text"):
+        with pytest.raises(openai.UnprocessableEntityError) as e:
+            chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [bad], "mode": mode})
+        assert e.value.body["type"] == "BadSignatureError", mode
+
+
+def test_an_unknown_or_malformed_commit_id(tiny_server):
+    writer = tiny_server.client("writer")
+    with pytest.raises(openai.NotFoundError) as e:
+        chat(writer, [SYSTEM, QUESTION], c2c={"attach": ["ab" * 32]})
+    assert e.value.body["type"] == "CommitNotFoundError"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(writer, [SYSTEM, QUESTION], c2c={"attach": ["not-an-id"]})
+    assert e.value.body["type"] == "ConfigError"
+
+
+def test_an_attach_with_another_system_message_falls_back_to_text(tiny_server):
+    _, pub = publish(tiny_server, stream="analyst-prefix")
+    other = {"role": "system", "content": "A different team prompt."}
+    r = chat(tiny_server.client("writer"), [other, QUESTION], c2c={"attach": [pub["commit"]]})
+    [rec] = c2c_field(r)["attach"]
+    assert rec["used"] == "text" and "shared prefixes differ" in rec["reason"]
+    with pytest.raises(openai.ConflictError) as e:
+        chat(tiny_server.client("writer"), [other, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
+    assert e.value.body["type"] == "PrefixMismatchError"
+
+
+def test_publish_with_an_unknown_label_is_a_bad_request_before_any_work(tiny_server):
+    with pytest.raises(openai.BadRequestError) as e:
+        publish(tiny_server, stream="analyst-badlabel", labels=["nonexistent"], session="badlabel")
+    assert e.value.body["type"] == "ConfigError" and "nonexistent" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError):  # streamed: refused before the stream starts
+        chat(tiny_server.client("analyst"), [SYSTEM, EVIDENCE], stream=True,
+             c2c={"publish": {"stream": "x", "labels": ["nonexistent"]}})
+    r = chat(tiny_server.client("analyst"), [SYSTEM, EVIDENCE], c2c={"session": "badlabel"})
+    assert c2c_field(r)["session"]["state"] == "new"  # the refused request left nothing behind

@@ -1,0 +1,55 @@
+"""A real model behind the server: analyst -> writer by cache through the API (SmolLM2-135M-Instruct)."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_helpers import ServeProcess, c2c_field, make_home, write_tokens
+
+MODEL = "SmolLM2-135M-Instruct"
+SYSTEM = {"role": "system", "content": "You are part of a two-agent incident team. Answer in one short sentence."}
+EVIDENCE = {"role": "user", "name": "evidence",
+            "content": "Incident log: at 09:14 deploy 7 shipped a bad config; the API returned 502 until 09:31, "
+                       "when deploy 7 was rolled back. Summarize the cause."}
+QUESTION = {"role": "user", "content": "What caused the outage, and when did it end?"}
+
+
+@pytest.fixture(scope="module")
+def zoo_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve-zoo")
+    server = ServeProcess(make_home(root), "--model", MODEL, "--tokens", str(write_tokens(root / "tokens.json")),
+                          "--default-max-tokens", "24").start(timeout_s=180)
+    yield server
+    server.stop()
+
+
+def ask(client, messages, **c2c):
+    return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, temperature=0,
+                                          extra_body={"c2c": c2c} if c2c else None)
+
+
+@pytest.mark.zoo
+def test_analyst_hands_its_cache_to_the_writer(zoo_server):
+    analyst, writer = zoo_server.client("analyst"), zoo_server.client("writer")
+    r1 = ask(analyst, [SYSTEM, EVIDENCE], session="analyst-1", publish={"stream": "analyst"})
+    pub = c2c_field(r1)["publish"]
+    assert pub["kind"] == "full" and pub["tokens"] > r1.usage.prompt_tokens  # the reply's turn is in it
+
+    r2 = ask(writer, [SYSTEM, QUESTION], session="writer-1", attach=[pub["commit"]], mode="auto")
+    [rec] = c2c_field(r2)["attach"]
+    assert rec["used"] == "cache" and rec["mode"] == "full", rec["reason"]
+    assert all(c["ok"] in (True, None) for c in rec["checks"])
+    assert r2.usage.prompt_tokens_details.cached_tokens == pub["tokens"]  # nothing of the analyst's re-read
+    assert c2c_field(r2)["prefilled_tokens"] == r2.usage.prompt_tokens - pub["tokens"]
+
+    # exactly what the writer would answer had it read the analyst's whole conversation itself
+    inline = [SYSTEM, EVIDENCE, {"role": "assistant", "content": r1.choices[0].message.content}, QUESTION]
+    cold = ask(writer, inline)
+    assert r2.usage.prompt_tokens == cold.usage.prompt_tokens
+    assert r2.choices[0].message.content == cold.choices[0].message.content
+
+    # across domains the same commit goes as text, and the outsider still gets an answer
+    r3 = ask(zoo_server.client("outsider"), [SYSTEM, QUESTION], attach=[pub["commit"]])
+    [rec3] = c2c_field(r3)["attach"]
+    assert rec3["used"] == "text" and "crosses trust domains" in rec3["reason"]
+    assert r3.choices[0].message.content
