@@ -35,3 +35,15 @@ def test_langgraph_example(tiny_server):
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert len(lines["commit"]) == 64
     assert lines["handoff"] == f"{lines['commit'][:12]}:cache"
+
+
+def test_agents_sdk_example(tiny_server):
+    pytest.importorskip("agents")
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",
+           "PATH": "/usr/bin:/bin", "HOME": str(tiny_server.home)}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "agents_sdk_handoff.py")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert len(lines["commit"]) == 64
+    assert lines["handoff"] == f"{lines['commit'][:12]}:cache"
