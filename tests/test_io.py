@@ -169,3 +169,19 @@ def test_everything_export_handoff_store_and_keys_write_is_private(tiny, tmp_pat
     assert list((out / "handoffs").glob("*.c2c")), "the kept transport should have left its artifact"
     # model weights are public files (the tiny model was built there); everything else is KV or keys
     assert _leaky(out, skip=(out / "home" / "models",)) == []
+
+
+def test_reads_refuse_fifos_loops_and_bad_names_with_c2c_errors(tmp_path):
+    from c2c.artifact.codec import read_file
+    from c2c.errors import CorruptArtifactError
+
+    fifo = tmp_path / "fifo.c2c"
+    os.mkfifo(fifo)
+    loop = tmp_path / "loop.c2c"
+    loop.symlink_to(loop)
+    (tmp_path / "plain").write_text("x")
+    for bad in (fifo, loop, tmp_path / "plain" / "under-a-file.c2c", tmp_path / ("n" * 300), "nul\x00.c2c"):
+        with pytest.raises(CorruptArtifactError):  # never blocks on the FIFO, never a raw OSError
+            read_file(bad)
+        with pytest.raises(CorruptArtifactError):
+            read_bounded(bad, 1 << 20)

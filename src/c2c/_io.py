@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from c2c.errors import ArtifactTooLargeError, ArtifactWriteError, C2CError, CorruptArtifactError
 
@@ -30,9 +32,21 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 
 
-def private_dir(path: str | Path) -> Path:
-    """Create ``path`` (and missing parents) mode 0700; an existing directory is left as it is."""
+def private_dir(path: str | Path, *, error: Callable[[str], C2CError] = ArtifactWriteError) -> Path:
+    """Create ``path`` (and missing parents) mode 0700; an existing directory is left as it is.
+
+    Raises:
+        ``error``: the directory cannot be made (permission denied, disk full, a file in the way).
+    """
     path = Path(path)
+    try:
+        _make_private_dirs(path)
+    except OSError as e:
+        raise error(f"cannot create the directory {path}: {e.strerror or e}") from e
+    return path
+
+
+def _make_private_dirs(path: Path) -> None:
     if not path.is_dir():
         # mkdir(mode=) applies to every directory it creates; parents get 0700 too.
         missing = []
@@ -43,7 +57,6 @@ def private_dir(path: str | Path) -> Path:
         for d in reversed(missing):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(d, DIR_MODE)
-    return path
 
 
 def private_tempdir(prefix: str = "c2c-") -> Path:
@@ -116,15 +129,24 @@ def open_for_read(path: str | Path, what: str = "file"):
     """
     path = Path(path)
     try:
-        f = open(path, "rb")
+        # O_NONBLOCK: a FIFO planted at the path must not block the open; only regular files are read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise CorruptArtifactError(f"no {what} at {path}") from None
     except IsADirectoryError:
         raise CorruptArtifactError(f"{path} is a directory, not a {what}") from None
-    except PermissionError as e:
-        raise CorruptArtifactError(f"cannot read {path}: {e.strerror}") from None
-    with f:
-        yield f
+    except (OSError, ValueError) as e:  # permission, a symlink loop, a name too long, a NUL in the path...
+        raise CorruptArtifactError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptArtifactError(f"{path} is not a regular file, not a {what}")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            yield f
+    except OSError as e:  # an I/O error while reading
+        raise CorruptArtifactError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def read_bounded(path: str | Path, max_bytes: int) -> bytearray:

@@ -92,7 +92,7 @@ def _int(env: Mapping[str, str], name: str, default: int, *, lo: int) -> int:
 
 def c2c_home() -> Path:
     """The root folder for models, keys and the default store; created 0700 on first use."""
-    return private_dir(settings().home)  # an existing folder is left as it is
+    return private_dir(settings().home, error=ConfigError)  # an existing folder is left as it is
 
 
 def data_dir() -> Path:

@@ -44,6 +44,9 @@ GOOD = {"model": "tiny-qwen2", "messages": [SYSTEM, {"role": "user", "content": 
     ({**GOOD, "max_tokens": 5000}, 400, "ContextLengthError"),
     ({**GOOD, "logit_bias": {"999999": 5}}, 400, "ConfigError"),                     # not a token id
     ({**GOOD, "logit_bias": {"5": 500}}, 400, "invalid_request_error"),
+    ({**GOOD, "logit_bias": {"\u00b2": 1}}, 400, "invalid_request_error"),           # a non-ASCII digit
+    ({**GOOD, "logit_bias": {"1" * 5000: 1}}, 400, "invalid_request_error"),          # past int()'s digit limit
+    ({**GOOD, "seed": 2**64}, 400, "invalid_request_error"),                          # past torch's seed range
 ])
 def test_bad_input_gets_an_openai_shaped_error(tiny_server, body, status, kind):
     resp = post(tiny_server, body)

@@ -113,7 +113,7 @@ def _new(args: argparse.Namespace) -> int:
     key = ring.create_key(args.domain, label=args.label)
     seal = ring.seal_key(args.domain, create=True)
     pub = args.pub_out or ring.root / "public" / f"{args.domain}.{key.key_id[:16]}.pub.json"
-    private_dir(pub.parent)
+    private_dir(pub.parent, error=KeyringError)
     write_atomic(pub, key.public.to_json())
     info = {"domain": args.domain, "key_id": key.key_id, "public_key_file": str(pub), "seal_key_id": seal.key_id}
     emit(args, info, f"new key {key.key_id[:16]} for domain {args.domain!r}\npublic key: {pub}\n"

@@ -54,12 +54,13 @@ class DirectoryTransport:
 
     def receive(self, key: str) -> bytes:
         path = self._path(key)
-        data = read_file(path)
-        if self.ephemeral:
-            path.unlink(missing_ok=True)
-            self._pending = max(self._pending - 1, 0)
-            if not self._pending:
-                with contextlib.suppress(OSError):
-                    self._root.rmdir()
-                self._root = None
-        return data
+        try:
+            return read_file(path)
+        finally:  # a refused (tampered) file goes too: nothing one-shot is left behind
+            if self.ephemeral:
+                path.unlink(missing_ok=True)
+                self._pending = max(self._pending - 1, 0)
+                if not self._pending:
+                    with contextlib.suppress(OSError):
+                        self._root.rmdir()
+                    self._root = None

@@ -35,7 +35,8 @@ from typing import Any
 
 from c2c.errors import (ArtifactError, AuthError, C2CError, CommitNotFoundError, ConfigError, ContextLengthError,
                         DomainMismatchError, HandoffError, IncompatibleCacheError, KeyringError, ModelError,
-                        QueueFullError, RequestTimeoutError, RequestTooLargeError, ServeError, StaleCommitError,
+                        QueueFullError, RequestTimeoutError, RequestTooLargeError, RuntimeUnsupportedError, ServeError,
+                        StaleCommitError,
                         StoreCorruptError, StoreError, TrustError, UnknownModelError)
 
 _TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
@@ -50,6 +51,7 @@ _TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (DomainMismatchError, 403, "wrong_domain"),
     (StaleCommitError, 409, "stale_commit"),
     (IncompatibleCacheError, 409, "incompatible_cache"),
+    (RuntimeUnsupportedError, 409, "runtime_unsupported"),
     (HandoffError, 409, "handoff_refused"),
     (KeyringError, 500, "keyring_error"),
     (TrustError, 422, "untrusted_artifact"),

@@ -92,7 +92,7 @@ class ChatCompletionIn(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2, description="default 1.0 (OpenAI's); 0 is greedy")
     top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
     logit_bias: dict[str, float] | None = Field(default=None, max_length=1024,
                                                 description="token id -> bias in [-100, 100]")
@@ -116,7 +116,7 @@ class ChatCompletionIn(BaseModel):
         if len(stops) > 4 or not all(stops):
             raise ValueError("stop: give at most 4 non-empty strings")
         for k, v in (self.logit_bias or {}).items():
-            if not k.isdigit() or not -100 <= v <= 100:
+            if not (k.isascii() and k.isdigit() and len(k) <= 10) or not -100 <= v <= 100:
                 raise ValueError("logit_bias: map token ids (as strings) to biases in [-100, 100]")
         return self
 

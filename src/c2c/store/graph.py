@@ -169,7 +169,7 @@ class Graph:
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=110)
         try:
-            _io.private_dir(path.parent)
+            _io.private_dir(path.parent, error=StoreWriteError)
         except OSError as e:
             raise StoreWriteError(f"cannot create {path.parent}: {e.strerror or e}; nothing was written") from e
         _io.write_atomic(path, png.getbuffer(), error=StoreWriteError)

@@ -139,7 +139,8 @@ class SQLiteStore(Store):
         self._lock = threading.RLock()
         try:
             for d in (self.root, self.root / "blobs", self.root / "tmp"):
-                _io.private_dir(d)  # 0700 if we create it; an existing one is left as it is
+                # 0700 if we create it; an existing one is left as it is
+                _io.private_dir(d, error=lambda msg: StoreWriteError(f"cannot create the store at {self.root}: {msg}"))
             db_path = self.root / "store.sqlite3"
             if not db_path.exists():
                 # Created 0600 here, not by sqlite3 (0644 under the usual umask); SQLite gives the
@@ -243,7 +244,7 @@ class SQLiteStore(Store):
                 os.utime(final)
                 _unlink(tmp)
                 return
-            _io.private_dir(final.parent)
+            _io.private_dir(final.parent, error=StoreWriteError)
             os.replace(tmp, final)
             _io.fsync_dir(final.parent)
         except OSError as e:

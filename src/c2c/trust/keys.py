@@ -413,7 +413,7 @@ class Keyring:
 # ------------------------------------------------------------------ helpers
 def _make_dir(path: Path) -> None:
     """0700 when created; an existing directory (maybe shared) is never chmod-ed."""
-    private_dir(path)
+    private_dir(path, error=KeyringError)
 
 
 def write_private_file(path: Path, payload: bytes) -> None:
