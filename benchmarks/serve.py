@@ -24,9 +24,7 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +32,9 @@ from pathlib import Path
 
 import httpx
 import openai
+
+from c2c.testing import serve as _serve
+from c2c.testing.serve import c2c_field  # noqa: F401  (serve_load imports it from here)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOKENS = {"analyst": ("tok-analyst-0123456789abcdef", "research"),
@@ -43,87 +44,22 @@ MESSAGE_PROMPT = "Write the facts of the material above that matter as a message
 
 # ----------------------------------------------------------------- a server subprocess
 def make_home(root: Path) -> Path:
-    """A private C2C_HOME whose models directory links to the pulled zoo models."""
-    from c2c.config import c2c_home
-
-    home = root / "home"
-    home.mkdir(mode=0o700, parents=True)
-    models = Path(os.environ.get("C2C_MODELS_SOURCE", c2c_home() / "models"))
-    (home / "models").symlink_to(models, target_is_directory=True)
-    return home
+    models = os.environ.get("C2C_MODELS_SOURCE")
+    return _serve.make_home(root, Path(models) if models else None)
 
 
 def write_tokens(path: Path) -> Path:
-    path.write_text(json.dumps({tok: {"agent": a, "domain": d} for a, (tok, d) in TOKENS.items()}))
-    path.chmod(0o600)
-    return path
+    return _serve.write_tokens(path, TOKENS)
 
 
-class Serve:
-    """One `c2c serve` process on a fixed loopback port (kept across restarts)."""
-
-    def __init__(self, home: Path, *args: str, port: int | None = None, log_dir: Path | None = None):
-        from c2c.testing import free_port
-
-        self.home, self.port = home, port or free_port()
-        self.log_path = (log_dir or home.parent) / f"serve-{self.port}.log"
-        self.cmd = [sys.executable, "-m", "c2c.cli.main", "serve", "--port", str(self.port), *args]
-        self.env = {k: v for k, v in os.environ.items() if k not in ("C2C_STORE", "C2C_MAX_HOPS")}
-        self.env.update({"C2C_HOME": str(home), "C2C_THREADS": "1"})
-        self.proc: subprocess.Popen | None = None
-        self._log = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def start(self, timeout_s: float = 300) -> "Serve":
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"c2c serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                if httpx.get(self.url("/healthz"), timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"c2c serve did not come up on port {self.port}:\n{self.log()[-3000:]}")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        rc, self.proc = self.proc.returncode, None
-        self._log.close()
-        return rc
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+class Serve(_serve.ServeProcess):
+    """c2c.testing.serve.ServeProcess with openai clients for this benchmark's agents."""
 
     def client(self, agent: str, **kw) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=TOKENS[agent][0], max_retries=0,
                              **{"timeout": 300, **kw})
 
 
-def c2c_field(response) -> dict:
-    return (response.model_extra or {}).get("c2c") or {}
-
-
-# ----------------------------------------------------------------- the measurements
 def median(xs):
     return statistics.median(xs) if xs else None
 
