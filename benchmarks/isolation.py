@@ -43,6 +43,7 @@ import torch
 from tqdm import tqdm
 
 from c2c.artifact.prefix import SharedPrefix
+from c2c.bench import results
 from c2c.bench.stats import wilson
 from c2c.config import settings
 from c2c.runtime import zoo
@@ -138,14 +139,7 @@ def main() -> int:
               "summary": summary, "recompute_over_positions_export": cost,
               "acceptance": {"canaries>=50": args.canaries >= 50,
                              "recompute leaks 0 in answers": summary["recompute"]["leak_piece"] == 0}}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0 if all(result["acceptance"].values()) else 1
+    return results.write(args.out, result, table(result), records=rows)
 
 
 def table(r: dict) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from c2c.bench import results
 from c2c.bench.stats import bootstrap_mean
 from c2c.config import data_dir
 from c2c.fuser.data import load_questions, subset
@@ -121,13 +122,7 @@ def main() -> int:
               "seconds": {"c2c": ours_s, "lm_eval": theirs_s},
               "acceptance": {"acc within 2 points of lm-eval": abs(summary["acc"]["c2c"] - summary["acc"]["lm_eval"]) <= 2,
                              "acc_norm within 2 points": abs(summary["acc_norm"]["c2c"] - summary["acc_norm"]["lm_eval"]) <= 2}}
-    out = Path(args.out)
-    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0 if all(result["acceptance"].values()) else 1
+    return results.write(args.out, result, table(result), records=records)
 
 
 def table(r: dict) -> str:

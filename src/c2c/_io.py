@@ -168,3 +168,23 @@ def read_bounded(path: str | Path, max_bytes: int) -> bytearray:
         if got != size or f.read(1):
             raise ArtifactTooLargeError(f"{path} changed size while being read; refusing it")
         return buf
+
+
+def read_private(path: str | Path, max_bytes: int, *, error: Callable[[str], C2CError], what: str = "file") -> bytes:
+    """Read a secret file (a key, a tokens file) that must be private to its owner and small.
+
+    Raises:
+        ``error``: missing, unreadable, readable by group or others (on POSIX), or over ``max_bytes``.
+    """
+    path = Path(path).expanduser()
+    try:
+        st = path.stat()
+        if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise error(f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); run `chmod 600 {path}`")
+        if st.st_size > max_bytes:
+            raise error(f"{path} is {st.st_size} bytes; a {what} is at most {max_bytes}")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"no {what} at {path}") from None
+    except OSError as e:
+        raise error(f"cannot read the {what} {path}: {e.strerror or e}") from None

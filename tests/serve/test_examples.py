@@ -24,25 +24,17 @@ def test_openai_client_example(tiny_server):
     assert "handoff used cache: same model, same shared prefix, same trust domain" in out
 
 
-def test_langgraph_example(tiny_server):
-    pytest.importorskip("langgraph")
-    pytest.importorskip("langchain_openai")
+@pytest.mark.parametrize("script, needs", [
+    ("langgraph_handoff.py", ("langgraph", "langchain_openai")),   # an analyst node and a writer node
+    ("agents_sdk_handoff.py", ("agents",)),                        # two OpenAI Agents SDK agents
+])
+def test_framework_example_hands_over_the_cache(tiny_server, script, needs):
+    for module in needs:
+        pytest.importorskip(module)
     env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",
            "PATH": "/usr/bin:/bin", "HOME": str(tiny_server.home)}
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "langgraph_handoff.py")], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
-    assert len(lines["commit"]) == 64
-    assert lines["handoff"] == f"{lines['commit'][:12]}:cache"
-
-
-def test_agents_sdk_example(tiny_server):
-    pytest.importorskip("agents")
-    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",
-           "PATH": "/usr/bin:/bin", "HOME": str(tiny_server.home)}
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "agents_sdk_handoff.py")], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script)], env=env, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert len(lines["commit"]) == 64

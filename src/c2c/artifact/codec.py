@@ -40,9 +40,6 @@ from c2c.runtime.kvcache import KVCache
 
 # NOTE: a header of 1M tokens is ~8 MB of JSON; 16 MiB bounds what rejecting a garbage header costs.
 MAX_HEADER_BYTES = 16 << 20
-DEFAULT_MAX_BYTES = 16 << 30  # the default of C2C_MAX_ARTIFACT_BYTES (c2c.config)
-
-
 def max_artifact_bytes(limit: int | None = None) -> int:
     """``limit``, else ``C2C_MAX_ARTIFACT_BYTES`` (default 16 GiB)."""
     return settings().max_artifact_bytes if limit is None else limit

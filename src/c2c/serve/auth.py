@@ -20,13 +20,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from c2c.errors import AuthError, ConfigError
+from c2c._io import read_private
 from c2c.trust.keys import check_domain
 
 _AGENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+=-]{0,63}")
@@ -63,16 +62,9 @@ class TokenTable:
             ConfigError: the file is missing, readable by others, or malformed.
         """
         path = Path(path).expanduser()
+        data = read_private(path, _MAX_FILE, error=ConfigError, what="tokens file")
         try:
-            st = path.stat()
-            if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise ConfigError(f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
-                                  f"run `chmod 600 {path}`")
-            if st.st_size > _MAX_FILE:
-                raise ConfigError(f"{path} is {st.st_size} bytes; a tokens file is at most {_MAX_FILE}")
-            raw = json.loads(path.read_bytes())
-        except OSError as e:
-            raise ConfigError(f"cannot read the tokens file {path}: {e.strerror or e}") from None
+            raw = json.loads(data)
         except ValueError as e:
             raise ConfigError(f"{path} is not JSON: {e}") from None
         if not isinstance(raw, dict) or not raw:

@@ -47,13 +47,13 @@ async def _watch(receive: Callable, job: Job) -> None:
             return
 
 
-async def until_ready(job: Job, channel: Channel, receive: Callable) -> Started:
-    """Wait for the job to pass its checks (it may queue first); raise its error if it fails before that."""
+async def _wait_for(want: str, job: Job, channel: Channel, receive: Callable):
+    """The value of the job's first ``want`` event, watching for a disconnect meanwhile; its error is raised."""
     watcher = asyncio.create_task(_watch(receive, job))
     try:
         while True:
             kind, value = await _next(job, channel)
-            if kind == "ready":
+            if kind == want:
                 return value
             if kind == "error":
                 raise value
@@ -61,22 +61,18 @@ async def until_ready(job: Job, channel: Channel, receive: Callable) -> Started:
                 raise ClientGone()
     finally:
         watcher.cancel()
+
+
+async def until_ready(job: Job, channel: Channel, receive: Callable) -> Started:
+    """Wait for the job to pass its checks (it may queue first); raise its error if it fails before that."""
+    return await _wait_for("ready", job, channel, receive)
 
 
 async def result(job: Job, channel: Channel, receive: Callable) -> Completion:
     """The job's :class:`Completion` (deltas are skipped); its error is raised."""
-    watcher = asyncio.create_task(_watch(receive, job))
     try:
-        while True:
-            kind, value = await _next(job, channel)
-            if kind == "done":
-                return value
-            if kind == "error":
-                raise value
-            if kind == "cancelled":
-                raise ClientGone()
+        return await _wait_for("done", job, channel, receive)
     finally:
-        watcher.cancel()
         job.cancel.set()  # harmless once done; stops the job if we leave early (a timeout, a cancelled task)
 
 

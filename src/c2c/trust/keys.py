@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NewType
@@ -38,7 +37,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from c2c._io import private_dir, write_atomic
+from c2c._io import private_dir, read_private, write_atomic
 from c2c.canon import canonical_json, sha256_hex, utc_now
 from c2c.config import c2c_home
 from c2c.errors import ConfigError, KeyringError, RevokedSignerError, UnknownSignerError
@@ -423,15 +422,4 @@ def write_private_file(path: Path, payload: bytes) -> None:
 
 
 def read_secret_file(path: Path) -> bytes:
-    try:
-        st = path.stat()
-        if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyringError(f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
-                               f"run `chmod 600 {path}`")
-        if st.st_size > _MAX_KEY_FILE:
-            raise KeyringError(f"{path} is {st.st_size} bytes; not a key file")
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise KeyringError(f"no key file at {path}") from None
-    except OSError as e:
-        raise KeyringError(f"cannot read {path}: {e.strerror or e}") from None
+    return read_private(path, _MAX_KEY_FILE, error=KeyringError, what="key file")
