@@ -3,9 +3,14 @@
     .venv/bin/python benchmarks/handoff_sweep.py                       # Qwen 0.5B, N = 32..256
     .venv/bin/python benchmarks/handoff_sweep.py --model SmolLM2-135M-Instruct --lengths 256
 
+    .venv/bin/python benchmarks/handoff_sweep.py --dtype bfloat16 --text-engine llama.cpp --lengths 64,128,256
+
 Outputs benchmarks/results/handoff.{json,md,png} (or --out PREFIX). Every point runs
 text, full and slice in the same process, one after the other, so their ratio is
-measured under the same machine load.
+measured under the same machine load. With ``--text-engine llama.cpp`` every point
+also runs the text pipeline on llama.cpp (the zoo's GGUF as shipped; see
+``llama_text.py``): the honest comparison, c2c's cache pipeline against the text
+pipeline on the fastest engine we have here.
 """
 
 from __future__ import annotations
@@ -35,17 +40,26 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="run each point this many times and report the "
                                                           "median of every timing (pipelines are single runs "
                                                           "otherwise; cache handoffs are always median of 5)")
+    ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],
+                    help="c2c's runtime dtype (default $C2C_DTYPE, else auto: bf16 where the CPU has it)")
+    ap.add_argument("--text-engine", choices=["transformers", "llama.cpp"], action="append", default=None,
+                    help="also run the text pipeline on llama.cpp (repeatable; transformers always runs)")
+    ap.add_argument("--threads", type=int, default=2, help="torch and llama.cpp threads (default 2)")
     ap.add_argument("--out", default=str(RESULTS / "handoff"), help="output path prefix")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     models = args.model or ["Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct"]
     lengths = [int(x) for x in args.lengths.split(",")]
     rows = []
     for name in models:
-        rt = zoo.load(name)
+        rt = zoo.load(name, dtype=args.dtype)
+        llm = _llama(name, args.threads) if "llama.cpp" in (args.text_engine or ()) else None
         cal = calibrate(rt)  # the advisor's inputs, measured in this same run
         for n in tqdm(lengths, desc=name, file=sys.stderr):
             cfg = handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens)
-            r = median_run([handoff.run(rt, cfg) for _ in range(args.repeats)])
+            r = median_run([_point(rt, llm, cfg) for _ in range(args.repeats)])
             a = advise.advise(cal, message_tokens=n, context_tokens=args.context_tokens,
                               answer_tokens=r["answer_tokens"],
                               prefix_tokens=len(rt.encode(rt.render_turn("system", handoff.SYSTEM))) + 30)
@@ -65,6 +79,34 @@ def main() -> int:
     return 0
 
 
+def _llama(name: str, threads: int):
+    import llama_cpp  # the user's fast engine, the baseline (built by .ci/setup)
+
+    return llama_cpp.Llama(model_path=str(zoo.gguf(name)), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
+                           n_batch=512, verbose=False)
+
+
+def _point(rt, llm, cfg) -> dict:
+    """One run of the three c2c pipelines, then (with ``llm``) the text pipeline on llama.cpp."""
+    r = handoff.run(rt, cfg)
+    r["backend"], r["dtype"] = "transformers", r["machine"]["dtype"]
+    if llm is not None:
+        import llama_cpp
+        from llama_text import text_pipeline
+
+        text = handoff.corpus_text()
+        document = handoff.take_tokens(rt, text, cfg.context_tokens)
+        notes = handoff.take_tokens(rt, text[len(document) + 1:], cfg.message_tokens)
+        r.update(text_pipeline(llm, rt, system=handoff.SYSTEM, analyst_role=handoff.ANALYST_ROLE,
+                               writer_role=handoff.WRITER_ROLE, document=document, notes=notes,
+                               message_prompt="Write the notes above as a message for the writer.",
+                               question=handoff.QUESTION, message_tokens=cfg.message_tokens,
+                               answer_tokens=cfg.answer_tokens))
+        r["llama_cpp_python"] = llama_cpp.__version__
+        r["speedup_vs_llama_text"] = r["llama_text_pipeline_s"] / r["cache_pipeline_s"]
+    return r
+
+
 def median_run(runs: list[dict]) -> dict:
     """The first run, with every ``*_s`` timing replaced by its median over ``runs`` (ratios recomputed)."""
     import statistics
@@ -73,6 +115,8 @@ def median_run(runs: list[dict]) -> dict:
     for k, v in r.items():
         if k.endswith("_s") and isinstance(v, float):
             r[k] = statistics.median(x[k] for x in runs)
+    if "llama_text_pipeline_s" in r:
+        r["speedup_vs_llama_text"] = r["llama_text_pipeline_s"] / r["cache_pipeline_s"]
     r.update(speedup_full=r["text_pipeline_s"] / r["cache_pipeline_s"],
              speedup_slice=r["text_pipeline_s"] / r["slice_pipeline_s"],
              handoff_ratio=r["cache_handoff_s"] / r["text_handoff_s"], repeats=len(runs),
@@ -82,17 +126,33 @@ def median_run(runs: list[dict]) -> dict:
 
 def table(rows: list[dict], cmd: str) -> str:
     lines = [f"# Handoff: text vs full cache vs slice\n\nProduced by `{cmd}` on "
-             f"{rows[0]['machine']['cpus']} CPU cores, {rows[0]['machine']['dtype']}, median of "
+             f"{rows[0]['machine']['cpus']} CPU cores, {rows[0]['machine']['torch_threads']} threads, median of "
              f"{rows[0].get('repeats', 1)} run(s) per point. Context "
              f"{rows[0]['context_tokens']} tokens; writer answers {rows[0]['answer_tokens']} tokens.\n",
-             "| model | message tokens | text pipeline s | full pipeline s | slice pipeline s | speedup full | "
-             "text handoff s | cache handoff s | cache/text handoff | artifact MB | exact |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| model | backend | dtype | message tokens | text pipeline s | full pipeline s | slice pipeline s | "
+             "speedup full | text handoff s | cache handoff s | cache/text handoff | artifact MB | exact |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['message_tokens']} | {r['text_pipeline_s']:.2f} | "
+        lines.append(f"| {r['model']} | {r.get('backend', 'transformers')} | {r['machine']['dtype']} | "
+                     f"{r['message_tokens']} | {r['text_pipeline_s']:.2f} | "
                      f"{r['cache_pipeline_s']:.2f} | {r['slice_pipeline_s']:.2f} | {r['speedup_full']:.1f}x | "
                      f"{r['text_handoff_s']:.2f} | {r['cache_handoff_s']:.3f} | {100 * r['handoff_ratio']:.2f}% | "
                      f"{r['artifact_bytes'] / 1e6:.1f} | {r['exact']} |")
+    honest = [r for r in rows if "llama_text_pipeline_s" in r]
+    if honest:
+        lines += ["", "## The honest comparison: c2c's cache pipeline against the text pipeline on llama.cpp", "",
+                  f"Text on llama.cpp: llama-cpp-python {honest[0]['llama_cpp_python']} built from source "
+                  "(flags in the README), the zoo's GGUF as shipped, the same prompts and token counts "
+                  "(`benchmarks/llama_text.py`), in the same run as the c2c pipelines.", "",
+                  "| model | message tokens | c2c cache pipeline s (backend, dtype) | llama.cpp text pipeline s | "
+                  "analyst read / message / writer read / answer s | cache speedup |",
+                  "|---|---:|---:|---:|---|---:|"]
+        for r in honest:
+            lines.append(f"| {r['model']} | {r['message_tokens']} | {r['cache_pipeline_s']:.2f} "
+                         f"({r.get('backend', 'transformers')}, {r['machine']['dtype']}) | "
+                         f"{r['llama_text_pipeline_s']:.2f} | {r['llama_analyst_read_s']:.2f} / "
+                         f"{r['llama_message_s']:.2f} / {r['llama_writer_read_s']:.2f} / {r['llama_answer_s']:.2f} | "
+                         f"**{r['speedup_vs_llama_text']:.1f}x** |")
     keys = ("text_pipeline_s", "cache_pipeline_s", "text_handoff_s", "cache_handoff_s")
     lines += ["", "## Advisor: predicted vs measured (calibrated in the same run)", "",
               "| model | message tokens | " + " | ".join(f"{k} pred / meas (err)" for k in keys) + " | decision |",
@@ -117,8 +177,9 @@ def plot(rows: list[dict], path: Path) -> None:
         rs = [r for r in rows if r["model"] == m]
         xs = [r["message_tokens"] for r in rs]
         for key, label in [("text_pipeline_s", "text"), ("cache_pipeline_s", "full cache"),
-                           ("slice_pipeline_s", "slice")]:
-            ax.plot(xs, [r[key] for r in rs], marker="o", label=label)
+                           ("slice_pipeline_s", "slice"), ("llama_text_pipeline_s", "text on llama.cpp")]:
+            if all(key in r for r in rs):
+                ax.plot(xs, [r[key] for r in rs], marker="o", label=label)
         ax.set_title(m)
         ax.set_xlabel("message tokens")
         ax.set_ylabel("two-agent pipeline (s)")

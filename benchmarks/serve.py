@@ -109,7 +109,8 @@ def pipeline_point(server: Serve, model: str, system: str, document: str, questi
 
 
 def overhead(server: Serve, rt, model: str, n: int) -> dict:
-    """HTTP round trip vs ``Runtime.generate`` on the same tokens, interleaved, ``n`` times each."""
+    """HTTP round trip vs ``Runtime.generate`` on the same tokens, interleaved (alternating which goes
+    first), ``n`` times each. Also: the server's own forward time, and everything else it spends."""
     from c2c.serve.render import Message, render
 
     msgs = [{"role": "user", "content": "Say hi."}]
@@ -119,16 +120,21 @@ def overhead(server: Serve, rt, model: str, n: int) -> dict:
     for _ in range(3):  # warm both
         client.chat.completions.create(model=model, messages=msgs, max_tokens=1, temperature=0)
         rt.generate(ids, max_new_tokens=1)
-    h, lib, srv = [], [], []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=1, temperature=0)
-        t1 = time.perf_counter()
-        rt.generate(ids, max_new_tokens=1)
-        t2 = time.perf_counter()
-        h.append(t1 - t0)
-        lib.append(t2 - t1)
-        srv.append(c2c_field(r)["timings"]["total_s"])
+    h, lib, srv, work = [], [], [], []
+    for i in range(n):
+        # alternate which goes first, so that neither always runs on caches the other warmed
+        for first in ((0, 1) if i % 2 == 0 else (1, 0)):
+            if first == 0:
+                t0 = time.perf_counter()
+                r = client.chat.completions.create(model=model, messages=msgs, max_tokens=1, temperature=0)
+                h.append(time.perf_counter() - t0)
+            else:
+                t0 = time.perf_counter()
+                rt.generate(ids, max_new_tokens=1)
+                lib.append(time.perf_counter() - t0)
+        timings = c2c_field(r)["timings"]
+        srv.append(timings["total_s"])
+        work.append(timings["prefill_s"] + timings["decode_s"])
         assert r.usage.prompt_tokens == len(ids), (r.usage.prompt_tokens, len(ids))
     http.close()
     return {"requests": n, "prompt_tokens": len(ids), "http_median_ms": 1e3 * median(h),
@@ -136,6 +142,8 @@ def overhead(server: Serve, rt, model: str, n: int) -> dict:
             "overhead_median_ms": 1e3 * (median(h) - median(lib)),
             "overhead_paired_median_ms": 1e3 * median([a - b for a, b in zip(h, lib)]),
             "http_minus_server_total_median_ms": 1e3 * median([a - b for a, b in zip(h, srv)]),
+            "server_forward_median_ms": 1e3 * median(work),
+            "server_outside_forward_median_ms": 1e3 * median([a - b for a, b in zip(h, work)]),
             "http_ms": [1e3 * x for x in h], "library_ms": [1e3 * x for x in lib]}
 
 
@@ -179,6 +187,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="runs per point; timings are their medians")
     ap.add_argument("--overhead-requests", type=int, default=20)
     ap.add_argument("--ttft-repeats", type=int, default=3)
+    ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],
+                    help="the server's and the library's dtype (default $C2C_DTYPE, else auto)")
     ap.add_argument("--out", default=str(RESULTS / "serve"))
     args = ap.parse_args()
 
@@ -189,7 +199,8 @@ def main() -> int:
 
     alloc.keep_large_buffers()
     torch.set_num_threads(1)  # as the server (C2C_THREADS=1)
-    rt = zoo.load(args.model)
+    rt = zoo.load(args.model, dtype=args.dtype)
+    dtype = str(rt.dtype).replace("torch.", "")
     text = handoff.corpus_text()
     document = handoff.take_tokens(rt, text, args.context_tokens)
     no_eos = {str(i): -100 for i in rt.eos_ids}
@@ -197,8 +208,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="c2c-serve-bench-"))
     home = make_home(root)
     tokens = write_tokens(root / "tokens.json")
-    server = Serve(home, "--model", args.model, "--tokens", str(tokens)).start()
-    out: dict = {"model": args.model, "context_tokens": args.context_tokens, "answer_tokens": args.answer_tokens,
+    server = Serve(home, "--model", args.model, "--tokens", str(tokens), "--dtype", dtype).start()
+    out: dict = {"model": args.model, "dtype": dtype, "context_tokens": args.context_tokens, "answer_tokens": args.answer_tokens,
                  "repeats": args.repeats, "points": []}
     try:
         t_start = time.perf_counter()
@@ -249,7 +260,7 @@ def main() -> int:
 def markdown(r: dict) -> str:
     o, t = r["overhead"], r["ttft"]
     lines = [f"# Handoff through `c2c serve` ({r['model']})", "",
-             f"`{r['command']}` — {r['created']}, {r['machine']['cpus']} CPUs, 1 torch thread in the server and in "
+             f"`{r['command']}` — {r['created']}, {r['machine']['cpus']} CPUs, {r.get('dtype', 'float32')}, 1 torch thread in the server and in "
              f"the benchmark process. Document {r['context_tokens']} tokens, answer {r['answer_tokens']} tokens, "
              f"median of {r['repeats']} run(s) per point; both paths run in the same process against the same "
              "server, one after the other.", "",
@@ -266,9 +277,14 @@ def markdown(r: dict) -> str:
               f"{o['requests']} requests, max_tokens=1 on a {o['prompt_tokens']}-token prompt, interleaved with "
               "`Runtime.generate` on the same token ids in the benchmark process.", "",
               "| HTTP round trip (median) | library in-process (median) | difference of medians | "
-              "median paired difference | HTTP − server's own total_s |", "|---:|---:|---:|---:|---:|",
+              "median paired difference | HTTP − server's own total_s | HTTP − server's forward passes |",
+              "|---:|---:|---:|---:|---:|---:|",
               f"| {o['http_median_ms']:.2f} ms | {o['library_median_ms']:.2f} ms | {o['overhead_median_ms']:.2f} ms "
-              f"| {o['overhead_paired_median_ms']:.2f} ms | {o['http_minus_server_total_median_ms']:.2f} ms |", "",
+              f"| {o['overhead_paired_median_ms']:.2f} ms | {o['http_minus_server_total_median_ms']:.2f} ms "
+              f"| {o.get('server_outside_forward_median_ms', float('nan')):.2f} ms |", "",
+              "The last column is everything a request costs besides its forward passes (HTTP, JSON, auth, "
+              "queue, rendering, tokenizing, sessions), timed by the server itself; the paired difference "
+              "also carries the two processes' different forward speeds.", "",
               "## Session reuse: time to first token", "",
               f"Second turn of a {t['session_prompt_tokens']}-token session with a short new message, streamed; "
               f"median of {t['repeats']}.", "",

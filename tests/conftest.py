@@ -2,21 +2,29 @@
 
 Models live in C2C_HOME (default ~/.cache/c2c); `.ci/run` pulls the zoo models
 the suite needs before pytest starts, so that progress is visible there.
+
+The suite runs models in float32, the reference numerics (``C2C_DTYPE=float32``
+unless the caller set it; server subprocesses inherit it). bf16, the default on
+CPUs that have it, is tested explicitly (``tests/runtime/test_dtype.py``).
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ.setdefault("C2C_DTYPE", "float32")
 
 from c2c.runtime import zoo
 
 _cache: dict = {}
 
 
-def _load(name: str):
-    if name not in _cache:
-        _cache[name] = zoo.load(name)
-    return _cache[name]
+def _load(name: str, dtype: str | None = None):
+    if (name, dtype) not in _cache:
+        _cache[name, dtype] = zoo.load(name, dtype=dtype)
+    return _cache[name, dtype]
 
 
 @pytest.fixture(scope="session")
@@ -27,5 +35,5 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def zoo_model():
-    """``zoo_model(NAME)`` -> a Runtime of a real zoo model (pulled on first use)."""
+    """``zoo_model(NAME, dtype=None)`` -> a Runtime of a real zoo model (pulled on first use)."""
     return _load

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError, StaleCommitError
+from c2c.errors import (ConfigError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
+                        StaleCommitError)
 from c2c.handoff import CHECKS, HandoffPolicy, Party, decide
 from c2c.testing.synthetic import synthetic_fingerprint
 
@@ -37,8 +38,8 @@ def test_auto_takes_the_cache_when_every_check_passes_and_records_all_of_them():
 
 
 @pytest.mark.parametrize("change, check, error", [
-    (dict(domain="other"), "domain", HandoffError),
-    (dict(domain=None), "domain", HandoffError),
+    (dict(domain="other"), "domain", DomainMismatchError),
+    (dict(domain=None), "domain", DomainMismatchError),
     (dict(fingerprint=replace(FP, head_dim=16)), "fingerprint", FingerprintMismatchError),
     (dict(prefix=PrefixRef.of(list(range(39)) + [7])), "prefix", PrefixMismatchError),
 ])

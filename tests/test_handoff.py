@@ -3,7 +3,7 @@
 import pytest
 
 from c2c.artifact.prefix import SharedPrefix
-from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, PrefixMismatchError
+from c2c.errors import ConfigError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError
 from c2c.handoff import hand_off
 from c2c.team.agent import Agent, Team
 
@@ -147,7 +147,7 @@ def test_cross_domain_is_always_text(tiny):
     h = hand_off(a, b, mode="auto", message_tokens=4)
     assert h.used == "text" and "crosses trust domains" in h.reason
     a, b = pair(rt, team=Team(shared=SHARED, domain="red"), team_b=Team(shared=SHARED, domain="blue"))
-    with pytest.raises(HandoffError, match="trust"):
+    with pytest.raises(DomainMismatchError, match="trust"):
         hand_off(a, b, mode="slice")
 
 

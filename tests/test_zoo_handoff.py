@@ -13,9 +13,12 @@ DOC = ("The build failed because the test runner ran out of memory while loading
        "Splitting the fixture into four parts fixed it, and the suite now runs in 6 minutes.")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", MODELS)
-def test_full_handoff_is_exact_on_real_models(zoo_model, name):
-    rt = zoo_model(name)
+def test_full_handoff_is_exact_on_real_models(zoo_model, name, dtype):
+    """Token-identical to prefilling the same tokens, within each dtype (bf16 packed on this CPU)."""
+    rt = zoo_model(name, dtype)
+    assert str(rt.dtype) == f"torch.{dtype}"
     team = Team(shared=SharedPrefix.build("You are one of two engineers on a team.", context={"repo": "c2c"}))
     a = Agent("analyst", rt, team, role="You are the analyst.")
     b = Agent("writer", rt, team, role="You are the writer.")

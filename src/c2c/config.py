@@ -11,6 +11,9 @@ variable                   meaning                                  default
                            it, handoffs and the store use text
 ``C2C_MAX_ARTIFACT_BYTES`` largest artifact c2c reads               ``17179869184`` (16 GiB)
 ``C2C_THREADS``            torch threads for CLI commands (0: all)  ``0``
+``C2C_DTYPE``              how models run: ``auto`` (bf16 where     ``auto``
+                           the CPU or GPU has it), ``float32``,
+                           ``bfloat16``, ``float16``
 ``C2C_MALLOC_TUNE``        ``0`` stops the CLI from tuning glibc's   ``1``
                            malloc for large tensors
 =========================  =======================================  =====================================
@@ -40,6 +43,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ("C2C_MAX_HOPS", "longest chain a cache may travel before handoffs fall back to text (default 3)"),
     ("C2C_MAX_ARTIFACT_BYTES", "largest artifact c2c reads (default 16 GiB)"),
     ("C2C_THREADS", "torch threads for CLI commands, 0 for all cores (default 0)"),
+    ("C2C_DTYPE", "how models run: auto (bf16 where the CPU or GPU has it), float32, bfloat16, float16 (default auto)"),
     ("C2C_MALLOC_TUNE", "0 stops the CLI from tuning glibc malloc for large tensors (default 1)"),
 )
 
@@ -54,6 +58,7 @@ class Settings:
     max_hops: int = 3
     max_artifact_bytes: int = 16 << 30
     threads: int = 0
+    dtype: str = "auto"
     malloc_tune: bool = True
 
     @classmethod
@@ -65,6 +70,7 @@ class Settings:
                    max_hops=_int(env, "C2C_MAX_HOPS", 3, lo=0),
                    max_artifact_bytes=_int(env, "C2C_MAX_ARTIFACT_BYTES", 16 << 30, lo=8),
                    threads=_int(env, "C2C_THREADS", 0, lo=0),
+                   dtype=_choice(env, "C2C_DTYPE", "auto", ("auto", "float32", "bfloat16", "float16")),
                    malloc_tune=env.get("C2C_MALLOC_TUNE", "1") != "0")
 
 
@@ -75,6 +81,13 @@ def settings() -> Settings:
 
 def _beside_checkout() -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "data"  # <checkout>/../shared/data
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name) or default
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, lo: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -115,3 +116,25 @@ def test_handoff_metrics_count_paths_and_reasons(tiny_server):
     assert 'c2c_handoffs_total{path="cache",reason="ok"}' in text
     assert 'c2c_handoffs_total{path="text",reason="domain"}' in text
     assert 'c2c_handoff_bytes_total{direction="publish"}' in text
+
+
+def test_a_commit_belongs_to_its_verified_signer_not_to_the_domain_its_header_claims(tiny_server):
+    from c2c.artifact import Artifact
+    from c2c.store import open_store
+    from c2c.trust.keys import Keyring
+    from c2c.trust.signing import sign
+
+    commit = publish(tiny_server, "native-claim")
+    ring = Keyring(tiny_server.home / "keys")
+    with open_store(tiny_server.store_url()) as store:
+        art = Artifact.decode(store.get(commit).data)
+        # research's own key signs a header that claims the producer is of domain "other"
+        claim = replace(art, header=replace(art.header, producer={"agent": "x", "domain": "other"}))
+        forged = store.put(sign(claim, ring.signing_key("research")).encode(), stream="claims").id
+    assert forged != commit
+    with pytest.raises(errors.DomainMismatchError):
+        client(tiny_server, "outsider").invalidate(forged, "the header says it is mine")
+    with pytest.raises(errors.DomainMismatchError):
+        client(tiny_server, "outsider").commit(forged)
+    shown = client(tiny_server).commit(forged)  # research signed it: research's commit
+    assert shown["id"] == forged and shown["stale"] is False

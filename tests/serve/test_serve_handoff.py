@@ -169,3 +169,49 @@ def test_publish_with_an_unknown_label_is_a_bad_request_before_any_work(tiny_ser
              c2c={"publish": {"stream": "x", "labels": ["nonexistent"]}})
     r = chat(tiny_server.client("analyst"), [SYSTEM, EVIDENCE], c2c={"session": "badlabel"})
     assert c2c_field(r)["session"]["state"] == "new"  # the refused request left nothing behind
+
+
+def test_a_parent_read_as_text_is_no_cache_hop(tiny_server):
+    _, c1 = publish(tiny_server, stream="texthop-1")
+    r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION],
+             c2c={"session": "texthop-s2", "attach": [c1["commit"]], "mode": "text", "publish": {"stream": "texthop-2"}})
+    c2 = c2c_field(r)["publish"]
+    assert c2["parents"] == [c1["commit"]]  # still its parent: provenance, invalidation
+    shown = httpx.get(tiny_server.url(f"/v1/c2c/commits/{c2['commit']}"), headers=tiny_server.headers("writer")).json()
+    assert shown["summary"]["labels"] == {"text_parents": "0"}
+    assert shown["hops"]["depth"] == 0 and shown["hops"]["refs"] == [c2["commit"], c1["commit"]]
+    r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION],
+             c2c={"session": "texthop-s3", "attach": [c2["commit"]], "publish": {"stream": "texthop-3"}})
+    assert c2c_field(r)["attach"][0]["used"] == "cache" and c2c_field(r)["attach"][0]["hops"] == 1
+    c3 = c2c_field(r)["publish"]["commit"]
+    shown = httpx.get(tiny_server.url(f"/v1/c2c/commits/{c3}"), headers=tiny_server.headers("writer")).json()
+    assert shown["hops"]["depth"] == 1  # one cache edge (c2 -> c3); the text edge c1 -> c2 adds none
+    # invalidating the text parent still reaches the whole chain
+    events = httpx.post(tiny_server.url(f"/v1/c2c/commits/{c1['commit']}/invalidate"),
+                        headers=tiny_server.headers("analyst"), json={"reason": "retracted"}).json()["events"]
+    assert {e["commit"] for e in events} == {c1["commit"], c2["commit"], c3}
+
+
+def test_a_session_stops_reusing_an_attached_cache_once_its_commit_goes_stale(tiny_server):
+    _, pub = publish(tiny_server, stream="stale-session")
+    writer = tiny_server.client("writer")
+    r1 = chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-w", "attach": [pub["commit"]]})
+    assert c2c_field(r1)["attach"][0]["used"] == "cache"
+    turn2 = [SYSTEM, QUESTION, {"role": "assistant", "content": r1.choices[0].message.content},
+             {"role": "user", "content": "And then?"}]
+    r2 = chat(writer, turn2, c2c={"session": "stale-w"})
+    assert c2c_field(r2)["attach"] == []  # fresh: the held cache is reused, nothing re-fetched
+    httpx.post(tiny_server.url(f"/v1/c2c/commits/{pub['commit']}/invalidate"), headers=tiny_server.headers("analyst"),
+               json={"reason": "the evidence was wrong"}).raise_for_status()
+    r3 = chat(writer, turn2, c2c={"session": "stale-w"})
+    [rec] = c2c_field(r3)["attach"]
+    assert rec["used"] == "text" and "stale" in rec["reason"] and "the evidence was wrong" in rec["reason"]
+    assert c2c_field(r3)["imported_tokens"] == 0
+    # a session that attached with an explicit cache mode is refused instead
+    _, pub2 = publish(tiny_server, stream="stale-session-2")
+    chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-full", "attach": [pub2["commit"]], "mode": "full"})
+    httpx.post(tiny_server.url(f"/v1/c2c/commits/{pub2['commit']}/invalidate"),
+               headers=tiny_server.headers("analyst"), json={"reason": "gone"}).raise_for_status()
+    with pytest.raises(openai.ConflictError) as e:
+        chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-full"})
+    assert e.value.body["type"] == "StaleCommitError"

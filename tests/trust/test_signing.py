@@ -122,3 +122,27 @@ def test_canonical_head_is_what_encode_writes(key, kind):
     data = art.encode()
     head = canonical_head(art)
     assert data[:len(head)] == head and len(data) - len(head) == art.cache.nbytes
+
+
+def test_load_signed_checks_the_signature_before_reading_any_tensor_byte(ring, key, monkeypatch):
+    import c2c.artifact.codec as codec
+
+    good = sign(synthetic_artifact(), key).encode()
+    unsigned = bytearray(synthetic_artifact().encode())
+    unsigned[-1] ^= 0xFF  # a corrupt tensor byte: only a tensor read would notice
+    foreign = bytearray(sign(synthetic_artifact(), SigningKey.generate(DOMAIN)).encode())
+    foreign[-1] ^= 0xFF
+    reads = []
+    real = codec._tensors
+    monkeypatch.setattr(codec, "_tensors", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    with pytest.raises(UnsignedArtifactError):
+        load_signed(unsigned, ring, domain=DOMAIN)
+    with pytest.raises(UnknownSignerError):
+        load_signed(foreign, ring, domain=DOMAIN)
+    assert reads == []  # refused on the header: no tensor hashed or built
+    load_signed(good, ring, domain=DOMAIN)
+    assert reads == [1]
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # signed header, changed tensor byte: the tensor digest catches it
+    with pytest.raises(CorruptArtifactError):
+        load_signed(bad, ring, domain=DOMAIN)

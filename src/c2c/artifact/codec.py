@@ -130,6 +130,17 @@ class Artifact:
         return cls(header=header, cache=cache, signature=signature)
 
     @classmethod
+    def peek(cls, data: bytes | bytearray | memoryview, *,
+             max_bytes: int | None = None) -> tuple[ArtifactHeader, dict | None]:
+        """The validated header and the signature dict, reading no tensor byte.
+
+        The tensor table's layout and the data size are checked too, so what :meth:`decode`
+        does after this is O(size) only for bytes that are already known to fit. Used to
+        verify a signature before any tensor is hashed or built.
+        """
+        return _parse(data, max_artifact_bytes(max_bytes), materialize=None)[:2]
+
+    @classmethod
     def check(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> ArtifactHeader:
         """Every check of :meth:`decode`, without building tensors (no copy); returns the header."""
         return _parse(data, max_artifact_bytes(max_bytes), materialize=False)[0]
@@ -145,7 +156,7 @@ class Artifact:
         return cls.decode(read_file(path, max_bytes), max_bytes=max_bytes)
 
 
-def _parse(data, max_bytes: int, *, materialize: bool):
+def _parse(data, max_bytes: int, *, materialize: bool | None):
     buf = memoryview(data)
     if len(buf) > max_bytes:
         raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
@@ -154,6 +165,8 @@ def _parse(data, max_bytes: int, *, materialize: bool):
     layout = _layout(header, table)
     body = buf[8 + n:]
     _check_body_size(layout, len(body))
+    if materialize is None:  # peek: the head only
+        return header, signature, None
     return header, signature, _tensors(header, layout, body, materialize=materialize)
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from c2c.cli.main import add_json_flag, command, emit
+from c2c.cli.main import add_dtype_flag, add_json_flag, command, emit
 
 
 def register(sub) -> None:
@@ -16,6 +16,7 @@ def register(sub) -> None:
                         "--bandwidth-gbps 1 --hops 4 --json",
                 func=_advise)
     p.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
+    add_dtype_flag(p)
     p.add_argument("--message-tokens", type=int, required=True, help="length of the message the hop carries")
     p.add_argument("--context-tokens", type=int, default=0, help="context the sender holds besides the message")
     p.add_argument("--hops", type=int, default=1, help="position of this hop in the chain (1 = first)")
@@ -38,7 +39,7 @@ def _advise(args: argparse.Namespace) -> int:
     cal = None if args.recalibrate else advise.load_calibration(name)
     if cal is None:
         print(f"calibrating {name} on this machine (once; about a minute)...", file=sys.stderr)
-        cal = calibrate(zoo.load(args.model))
+        cal = calibrate(zoo.load(args.model, dtype=args.dtype))
         advise.save_calibration(cal)
     a = advise.advise(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
                       hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from c2c.cli.main import add_json_flag, command, emit
+from c2c.cli.main import add_dtype_flag, add_json_flag, command, emit
 from c2c.errors import ConfigError
 
 
@@ -16,6 +16,7 @@ def register(sub) -> None:
                         "c2c export --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Hello' --out hi.c2c --sign-as lab",
                 func=_export)
     p.add_argument("--model", required=True, help="zoo model name or local model directory")
+    add_dtype_flag(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="text to prefill")
     src.add_argument("--prompt-file", type=Path, help="file whose text to prefill")
@@ -34,6 +35,7 @@ def register(sub) -> None:
                 func=_continue)
     p.add_argument("file", type=Path, help="artifact file (from `c2c export` or a handoff)")
     p.add_argument("--model", required=True, help="zoo model name or local model directory")
+    add_dtype_flag(p)
     p.add_argument("--prompt", required=True, help="the instruction to answer after the attached cache")
     p.add_argument("--system", default="You are a helpful assistant.",
                    help="shared system prompt; must be the one the artifact was made after")
@@ -63,7 +65,7 @@ def _export(args: argparse.Namespace) -> int:
     from c2c.team.agent import Agent, Team
 
     prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
-    runtime = zoo.load(args.model)
+    runtime = zoo.load(args.model, dtype=args.dtype)
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     agent.read(prompt, label="evidence", private=False)
     artifact = agent.export(withhold_tokens=args.withhold_tokens)
@@ -96,7 +98,7 @@ def _continue(args: argparse.Namespace) -> int:
     from c2c.team.agent import Agent, Team
 
     artifact = Artifact.read(args.file)
-    runtime = zoo.load(args.model)
+    runtime = zoo.load(args.model, dtype=args.dtype)
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     report = None
     if args.domain:

@@ -35,6 +35,12 @@ def command(sub, name: str, *, help: str, example: str, func: Callable[[argparse
     return p
 
 
+def add_dtype_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+                   help="how the model runs: auto picks bfloat16 where the CPU has AVX512-BF16 or AMX "
+                        "(and on CUDA), else float32 (default $C2C_DTYPE, else auto)")
+
+
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 

@@ -45,6 +45,8 @@ def register(sub) -> None:
     p.add_argument("--model", default=None,
                    help="receiver's model for sample/strict, a zoo name or local directory (default: the zoo "
                         "model the artifact names, loaded only after its signature checked; never a directory)")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+                   help="the dtype the model recomputes in (default: the artifact's own)")
     p.add_argument("--context", metavar="SYSTEM_PROMPT", default=None,
                    help="the shared system prompt a slice follows (as in `c2c export --system`): its prefix is "
                         "checked against the artifact's and prefilled, and the slice is checked after it")
@@ -84,7 +86,8 @@ def _verify(args: argparse.Namespace) -> int:
             domain = ""  # no domain to check against: the signature check reports it unsigned/malformed
         runtime = context = None
         if args.mode != "signature":  # both run only once check() has verified the signature
-            runtime = _runtime_loader(args.model, artifact.header.fingerprint.model_name)
+            runtime = _runtime_loader(args.model, artifact.header.fingerprint.model_name,
+                                      args.dtype or _known_dtype(artifact.header.fingerprint.dtype))
             if args.context is not None and artifact.header.start > 0:
                 context = _context_builder(args.context, artifact)
         policy = VerifyPolicy(kv="none" if args.mode == "signature" else args.mode, samples=args.samples,
@@ -131,8 +134,16 @@ def _read(path: Path, seal_magic: bytes) -> bytes | bytearray:
     return read_bounded(path, max_artifact_bytes()) if sealed else read_file(path)
 
 
-def _runtime_loader(model: str | None, header_name: str):
+def _known_dtype(name: str) -> str | None:
+    """The artifact's dtype if it is one c2c runs models in (the model recomputes in it), else the default."""
+    return name if name in ("float32", "bfloat16", "float16") else None
+
+
+def _runtime_loader(model: str | None, header_name: str, dtype: str | None = None):
     """A zero-argument loader of the receiver's model, for ``check(runtime=...)`` to call after trust.
+
+    The model runs in ``dtype`` (by default the artifact's own: a cache is compared with K/V
+    recomputed in the dtype it was made in).
 
     ``--model`` is the user's choice (zoo name or directory). The header's name is
     unverified: it must be a zoo name, and the model is read from the zoo's own
@@ -141,7 +152,7 @@ def _runtime_loader(model: str | None, header_name: str):
     from c2c.runtime import zoo
 
     if model:
-        return lambda: zoo.load(model, pull_if_missing=False)
+        return lambda: zoo.load(model, pull_if_missing=False, dtype=dtype)
 
     def load():
         if not header_name:
@@ -156,7 +167,7 @@ def _runtime_loader(model: str | None, header_name: str):
             if not spec.tiny:
                 raise ModelError(f"{spec.name} is not pulled yet; run `c2c models pull {spec.name}` or pass --model")
             path = zoo.pull(spec.name, progress=False)  # tiny test models are built locally
-        return zoo.load(str(path), pull_if_missing=False)
+        return zoo.load(str(path), pull_if_missing=False, dtype=dtype)
     return load
 
 

@@ -62,7 +62,7 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
         hops: cache hops in the chain once this one is made (``Pipeline`` counts them).
 
     Raises:
-        HandoffError, FingerprintMismatchError, PrefixMismatchError, StaleCommitError, ...:
+        DomainMismatchError, HandoffError, FingerprintMismatchError, PrefixMismatchError, StaleCommitError, ...:
             a cache mode was asked for explicitly and a check refuses it.
     """
     policy = HandoffPolicy.build(policy, **options)

@@ -30,7 +30,8 @@ from typing import Any, Literal
 
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import C2CError, FingerprintMismatchError, HandoffError, PrefixMismatchError, StaleCommitError
+from c2c.errors import (C2CError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
+                        StaleCommitError)
 from c2c.handoff.policy import HandoffPolicy
 from c2c.trust.isolation import decide as domain_rule
 
@@ -157,7 +158,7 @@ def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, st
             advice_note: str) -> tuple[Check, ...]:
     domains = domain_rule(sender.domain, receiver.domain)
     out = [Check(name="domain", ok=domains.allows_cache, detail=domains.reason,
-                 error=None if domains.allows_cache else HandoffError)]
+                 error=None if domains.allows_cache else DomainMismatchError)]
     diff = sender.fingerprint.diff(receiver.fingerprint)
     if set(diff) == {"adapters"}:
         # Same base model under other role adapters: auto sends text; an explicit mode goes on and the

@@ -44,6 +44,7 @@ def attach(runtime, path: str | Path, name: str) -> None:
 
     path = Path(path)
     digest = adapter_digest(path)
+    runtime.ensure_dense()  # PEFT wraps nn.Linear layers
     if not hasattr(runtime.model, "peft_config"):
         runtime.model = PeftModel.from_pretrained(runtime.model, str(path), adapter_name=name, is_trainable=False)
     elif name not in runtime.model.peft_config:
@@ -75,6 +76,7 @@ def train(runtime, texts: Sequence[str], out_dir: str | Path, *, steps: int = 60
     torch.manual_seed(seed)
     cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    runtime.ensure_dense()  # PEFT wraps nn.Linear layers, and training needs their gradients
     model = get_peft_model(runtime.model, cfg)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)

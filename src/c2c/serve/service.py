@@ -170,7 +170,7 @@ class ChatService:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
                                         [m.label for m in rest] + ["assistant"])
         prefix = prefix_ids(rt, system)
-        attachments, attached, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
+        attachments, attached, via_text, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
         t_attach = time.perf_counter()
         rendering = render(rt, req.messages, attachments=attachments)
         if prefix_kv is not None:  # a full cache brings its own (identical) prefix K/V
@@ -191,7 +191,9 @@ class ChatService:
         # Commit what this request established: the cache (exact by its token ids) and the attachments.
         session.cache = prepared.cache
         session.attachments = tuple(replace(p, kv=None) for p in attachments)
-        session.attached = attached
+        session.attached, session.via_text = attached, via_text
+        if req.attach:
+            session.attach_mode = req.mode
         session.attach_prefix = PrefixRef.of(prefix) if attachments else None
         t_prep = time.perf_counter()
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -208,7 +210,8 @@ class ChatService:
             session.cache, _ = extend(rt, session.cache, whole.token_ids)
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
                                               cache=session.cache, rendering=whole, stream=req.publish.stream,
-                                              labels=req.publish.labels, parents=attached)
+                                              labels=req.publish.labels, parents=attached,
+                                              text_parents=via_text)
             self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])
         t_end = time.perf_counter()
         for kind, n in (("prompt", n_prompt), ("cached", prepared.cached), ("completion", decoded.completion_tokens)):
@@ -228,22 +231,31 @@ class ChatService:
                           completion_tokens=decoded.completion_tokens, cached_tokens=prepared.cached, c2c=c2c)
 
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
-                     prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], list[dict], Any]:
-        """(parts after the prefix, their commits, records, a full cache's prefix K/V) for this request:
-        the commits it attaches, else the session's own attachments."""
-        if not req.attach:
+                     prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], tuple[str, ...], list[dict],
+                                                       Any]:
+        """(parts after the prefix, their commits, those read as text, records, a full cache's prefix K/V)
+        for this request: the commits it attaches, else the session's own attachments.
+
+        A session's cache attachment whose commit has gone stale since is not reused: the
+        session's commits are attached again (with the mode they were attached with), so the
+        stale one takes the path a fresh attach would (text in ``auto``, an error otherwise).
+        """
+        attach, mode = req.attach, req.mode
+        if not attach:
             if session.attachments and session.attach_prefix != PrefixRef.of(prefix):
                 raise PrefixMismatchError(
                     f"session {req.session!r} holds attachments placed after another system message; send the "
                     "same system message, attach again, or use a new session")
-            return session.attachments, session.attached, [], None
-        found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=req.mode)
-                 for cid in req.attach]
+            if not any(self.exchange.is_stale(c) for c in session.attached if c not in session.via_text):
+                return session.attachments, session.attached, session.via_text, [], None
+            attach, mode = session.attached, session.attach_mode
+        found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode)
+                 for cid in attach]
         for a in found:
             self.metrics.handoffs.labels(path=a.used, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
         return (tuple(p for a in found for p in a.parts), tuple(a.commit for a in found),
-                [a.record for a in found], found[0].prefix_kv)
+                tuple(a.commit for a in found if a.used == "text"), [a.record for a in found], found[0].prefix_kv)
 
     def close(self) -> None:
         """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""

@@ -42,6 +42,8 @@ class Session:
         cache: the K/V the last request left (``token_ids`` say exactly what it holds), or None.
         attachments: parts placed after the shared prefix (their ``kv`` dropped once imported).
         attached: the commits behind them; a publish from this session lists them as parents.
+        via_text: those of ``attached`` that were read as text (not cache hops).
+        attach_mode: the mode they were attached with (a stale one is attached again with it).
         attach_prefix: the shared prefix the attachments were checked against.
         state: ``"new"``, ``"warm"`` (a cache is held) or ``"evicted"`` (rebuilt on next use).
     """
@@ -50,6 +52,8 @@ class Session:
     cache: KVCache | None = None
     attachments: tuple[Part, ...] = ()
     attached: tuple[str, ...] = ()
+    via_text: tuple[str, ...] = ()
+    attach_mode: str = "auto"
     attach_prefix: PrefixRef | None = None
     state: str = "new"
     turns: int = 0

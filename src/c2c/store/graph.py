@@ -13,7 +13,7 @@ from pathlib import Path
 from c2c import _io
 from c2c.errors import CommitNotFoundError, StoreWriteError
 from c2c.store.base import CommitId, CommitRecord, Store, check_id
-from c2c.store.hops import HopReport, default_max_hops, hop_report_from
+from c2c.store.hops import HopReport, cache_parents, default_max_hops, hop_report_from
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +61,9 @@ class Graph:
     def _parents(self, cid: str) -> tuple[CommitId, ...]:
         return tuple(p for p in self.records[cid].commit.parents if p in self.records)
 
+    def _hop_parents(self, cid: str) -> tuple[CommitId, ...]:
+        return tuple(p for p in cache_parents(self.records[cid].commit) if p in self.records)
+
     def _walk(self, cid: str, *, up: bool) -> list[CommitId]:
         """Transitive parents (``up``) or children, breadth first, nearest first."""
         out: list[CommitId] = []
@@ -85,16 +88,16 @@ class Graph:
         limit = default_max_hops() if max_hops is None else max_hops
         return Deps(commit=cid, parents=self._parents(cid), children=self.children.get(cid, ()),
                     ancestors=tuple(self._walk(cid, up=True)), dependents=tuple(self._walk(cid, up=False)),
-                    hops=hop_report_from(cid, self._parents, limit))
+                    hops=hop_report_from(cid, self._parents, limit, hop_parents_of=self._hop_parents))
 
     def roots(self) -> list[CommitId]:
         return [cid for cid in self.records if not self._parents(cid)]
 
     def depths(self) -> dict[CommitId, int]:
-        """Longest-chain depth of every commit (records are oldest first, so parents come first)."""
+        """Cache-hop depth of every commit (records are oldest first, so parents come first)."""
         depth: dict[CommitId, int] = {}
         for cid in self.records:
-            depth[cid] = max((depth.get(p, 0) + 1 for p in self._parents(cid)), default=0)
+            depth[cid] = max((depth.get(p, 0) + 1 for p in self._hop_parents(cid)), default=0)
         return depth
 
     # -------------------------------------------------------------- rendering

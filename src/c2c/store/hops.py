@@ -6,6 +6,12 @@ the number of edges on the longest chain of parents above it (a commit with no
 parents is at depth 0; A -> B -> C -> D puts D at depth 3). Beyond ``max_hops``
 the consumer should hand over text instead, citing the commits it came from by
 id so the provenance survives the fallback.
+
+Only cache edges are hops. A parent that was read as *text* (its message
+re-prefilled, not its K/V imported) carries no drift into the child, so it does
+not add to the child's depth; it stays a parent, for provenance and for
+invalidation. A producer names such parents in its header's label
+:data:`TEXT_PARENTS` (their indexes in ``parents``, comma-separated).
 """
 
 from __future__ import annotations
@@ -19,6 +25,21 @@ from c2c.store.base import CommitId, Store, check_id
 
 ENV = "C2C_MAX_HOPS"
 DEFAULT_MAX_HOPS = 3
+TEXT_PARENTS = "text_parents"   # header label: indexes of the parents that were read as text
+
+
+def text_parents_label(parents: Sequence[str], via_text: Sequence[str]) -> dict[str, str]:
+    """The header label naming which of ``parents`` were read as text (``{}`` when none were)."""
+    skip = set(via_text)
+    idx = [str(i) for i, p in enumerate(parents) if p in skip]
+    return {TEXT_PARENTS: ",".join(idx)} if idx else {}
+
+
+def cache_parents(commit) -> tuple[CommitId, ...]:
+    """The parents whose K/V ``commit``'s cache extends: all but those its :data:`TEXT_PARENTS` label names."""
+    raw = ((commit.summary or {}).get("labels") or {}).get(TEXT_PARENTS, "")
+    skip = {int(i) for i in raw.split(",") if i.isdigit()} if isinstance(raw, str) else set()
+    return tuple(p for i, p in enumerate(commit.parents) if i not in skip)
 
 
 def default_max_hops() -> int:
@@ -60,17 +81,25 @@ class HopReport:
                 "chain": list(self.chain), "refs": list(self.refs)}
 
 
-def hop_report_from(commit_id: str, parents_of: Callable[[str], Sequence[str]], max_hops: int) -> HopReport:
-    """:class:`HopReport` over any parent lookup (a store, a loaded graph)."""
+def hop_report_from(commit_id: str, parents_of: Callable[[str], Sequence[str]], max_hops: int, *,
+                    hop_parents_of: Callable[[str], Sequence[str]] | None = None) -> HopReport:
+    """:class:`HopReport` over any parent lookup (a store, a loaded graph).
+
+    ``hop_parents_of`` (default: ``parents_of``) gives the parents reached by a cache edge,
+    a subset of ``parents_of``: depth and chain follow those; ``refs`` cite every ancestor.
+    """
+    hop_parents_of = hop_parents_of or parents_of
     cid = check_id(commit_id)
     # Breadth-first over ancestors: each one's distance (for "nearest first") and its parents.
     parents: dict[str, tuple[str, ...]] = {}
+    hop_parents: dict[str, tuple[str, ...]] = {}
     distance = {cid: 0}
     frontier = [cid]
     while frontier:
         nxt = []
         for node in frontier:
             parents[node] = tuple(parents_of(node))
+            hop_parents[node] = tuple(p for p in hop_parents_of(node) if p in parents[node])
             for p in parents[node]:
                 if p not in distance:
                     distance[p] = distance[node] + 1
@@ -83,7 +112,7 @@ def hop_report_from(commit_id: str, parents_of: Callable[[str], Sequence[str]], 
         waiting = []
         for node in pending:
             if all(p in depth for p in parents[node]):
-                depth[node] = max(((depth[p][0] + 1, p) for p in parents[node]), default=(0, None))
+                depth[node] = max(((depth[p][0] + 1, p) for p in hop_parents[node]), default=(0, None))
             else:
                 waiting.append(node)
         if len(waiting) == len(pending):
@@ -101,4 +130,12 @@ def hop_report_from(commit_id: str, parents_of: Callable[[str], Sequence[str]], 
 def hop_report(store: Store, commit_id: str, *, max_hops: int | None = None) -> HopReport:
     """Depth of ``commit_id``, whether it exceeds ``max_hops`` (default ``$C2C_MAX_HOPS`` or 3), and refs."""
     limit = default_max_hops() if max_hops is None else max_hops
-    return hop_report_from(commit_id, lambda c: store.show(c).commit.parents, limit)
+    commits: dict = {}
+
+    def commit(c: str):
+        if c not in commits:
+            commits[c] = store.show(c).commit
+        return commits[c]
+
+    return hop_report_from(commit_id, lambda c: commit(c).parents, limit,
+                           hop_parents_of=lambda c: cache_parents(commit(c)))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from c2c.artifact.codec import Artifact, read_file
+from c2c.artifact.header import ArtifactHeader
 from c2c.canon import canonical_json, utc_now
 from c2c.errors import BadSignatureError, CorruptArtifactError, DomainMismatchError, UnsignedArtifactError
 from c2c.trust.keys import KeyId, Keyring, SigningKey
@@ -63,10 +64,20 @@ def sign(artifact: Artifact, key: SigningKey) -> Artifact:
 
 
 def verify_signature(artifact: Artifact, keyring: Keyring, *, domain: str | None = None) -> SignerInfo:
-    """Check that a key trusted for ``domain`` signed exactly this artifact.
+    """Check that a key trusted for ``domain`` signed exactly this artifact (see :func:`verify_header`)."""
+    return verify_header(artifact.header, artifact.signature, keyring, domain=domain)
+
+
+def verify_header(header: ArtifactHeader, sig: dict | None, keyring: Keyring, *,
+                  domain: str | None = None) -> SignerInfo:
+    """Check that a key trusted for ``domain`` signed exactly this header.
+
+    The header pins every tensor byte by ``tensor_digest``, which :meth:`Artifact.decode`
+    checks; so a signature can be verified from :meth:`Artifact.peek` alone, before the
+    tensors are hashed or built.
 
     Args:
-        artifact: a decoded artifact.
+        header, sig: an artifact's header and signature dict.
         keyring: the receiver's keyring.
         domain: the trust domain the receiver works in; ``None`` accepts the
             domain named by the signature (its key must still be trusted there).
@@ -79,7 +90,6 @@ def verify_signature(artifact: Artifact, keyring: Keyring, *, domain: str | None
         RevokedSignerError: the key was revoked.
         UnknownSignerError: the key is not trusted for the domain.
     """
-    sig = artifact.signature
     if sig is None:
         raise UnsignedArtifactError(
             "artifact is not signed; ask the sender to export with a signing key (`--sign-as DOMAIN`)")
@@ -93,7 +103,7 @@ def verify_signature(artifact: Artifact, keyring: Keyring, *, domain: str | None
             f"artifact was signed for trust domain {sig['domain']!r}, not {domain!r}; "
             "caches do not cross trust domains, hand off by text")
     public = keyring.public_key(sig["key_id"], sig["domain"])  # raises Revoked/UnknownSigner
-    if sig["header"] != artifact.header.digest:
+    if sig["header"] != header.digest:
         raise BadSignatureError(
             "signature was made for another artifact (header digest differs): replayed or tampered")
     try:
@@ -137,8 +147,10 @@ def load_signed(source: bytes | bytearray | memoryview | str | Path, keyring: Ke
 
     Every changed byte of a signed artifact raises a :class:`~c2c.errors.C2CError`:
     an :class:`~c2c.errors.ArtifactError` when the file is malformed, else a
-    :class:`~c2c.errors.TrustError`.
+    :class:`~c2c.errors.TrustError`. The signature is checked on the header before
+    the tensors are hashed or built: an unsigned or foreign blob costs its header only.
     """
     data = read_file(source, max_bytes) if isinstance(source, (str, Path)) else source
-    artifact = decode_exact(data, max_bytes=max_bytes)
-    return artifact, verify_signature(artifact, keyring, domain=domain)
+    header, sig = Artifact.peek(data, max_bytes=max_bytes)
+    signer = verify_header(header, sig, keyring, domain=domain)  # before any tensor byte is read
+    return decode_exact(data, max_bytes=max_bytes), signer

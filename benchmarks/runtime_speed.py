@@ -1,0 +1,243 @@
+"""Prefill and decode speed of each zoo model: fp32 against bf16 (packed and not), and llama.cpp beside them.
+
+    .venv/bin/python benchmarks/runtime_speed.py                         # the three small zoo models
+    .venv/bin/python benchmarks/runtime_speed.py --models Qwen2.5-Coder-0.5B-Instruct --repeats 5
+
+In one process, one model at a time, with ``--threads`` torch/llama.cpp threads:
+
+- ``prefill``: a ``--prompt-tokens`` prompt from a fresh cache, tokens per second (median of
+  ``--repeats``);
+- ``decode``: ``--decode-tokens`` greedy tokens after that prompt, ms per token (median
+  over tokens, then over repeats), the end of turn suppressed so every run decodes them all.
+
+Rows: ``float32`` (the reference), ``bfloat16`` (c2c's default on CPUs with AVX512-BF16
+or AMX: linear layers packed for oneDNN, bit-identical), ``bfloat16-unpacked`` (the same
+without packing: what packing buys), and, when ``llama-cpp-python`` is installed,
+``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.generate``).
+
+Outputs benchmarks/results/runtime_speed.{json,md,png} (or --out PREFIX).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODELS = "Qwen2.5-Coder-0.5B-Instruct,SmolLM2-135M-Instruct,Gemma-3-270M"
+
+
+def prompt_ids(encode, n: int) -> list[int]:
+    from c2c.bench.handoff import corpus_text
+
+    ids = encode(corpus_text())
+    while len(ids) < n:
+        ids = ids + ids
+    return ids[:n]
+
+
+def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode: int, repeats: int) -> dict:
+    import torch
+
+    from c2c.runtime import zoo
+
+    rt = zoo.load(name, dtype=dtype)
+    if not pack:
+        rt.ensure_dense()
+    ids = prompt_ids(rt.encode, n_prompt)
+    rt.generate(ids[:32], max_new_tokens=4, min_new_tokens=4)  # warm
+    prefill, decode, tokens = [], [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        logits, cache = rt.prefill(ids)
+        prefill.append(time.perf_counter() - t0)
+        steps, out, tok = [], [], int(torch.argmax(logits))
+        for _ in range(n_decode):
+            out.append(tok)
+            t0 = time.perf_counter()
+            logits, cache = rt.prefill([tok], cache)
+            steps.append(time.perf_counter() - t0)
+            tok = int(torch.argmax(logits))
+        decode.append(statistics.median(steps))
+        tokens = out if tokens is None else tokens
+    row = {"model": name, "engine": "transformers", "dtype": str(rt.dtype).replace("torch.", ""),
+           "packed_linears": rt.packed, "prompt_tokens": len(ids), "decode_tokens": n_decode,
+           "prefill_tok_s": len(ids) / statistics.median(prefill), "decode_ms": 1e3 * statistics.median(decode),
+           "prefill_s_all": prefill, "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens}
+    del rt
+    return row
+
+
+def time_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeats: int) -> dict | None:
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    from c2c.runtime import zoo
+
+    path = zoo.gguf(name)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(2048, n_prompt + n_decode + 16), n_threads=threads,
+                          n_threads_batch=threads, n_batch=512, verbose=False, logits_all=False)
+    ids = prompt_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False), n_prompt)
+    eos = llm.token_eos()
+    prefill, decode, tokens = [], [], None
+    for _ in range(repeats + 1):  # the first run warms
+        llm.reset()
+        t0 = time.perf_counter()
+        stamps, out = [], []
+        for tok in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, reset=True,
+                                logits_processor=[lambda _ids, scores: _no_eos(scores, eos)]):
+            stamps.append(time.perf_counter())
+            out.append(int(tok))
+            if len(out) == n_decode:
+                break
+        prefill.append(stamps[0] - t0)  # the prompt's eval plus the first sample
+        decode.append(statistics.median(b - a for a, b in zip(stamps, stamps[1:])))
+        tokens = out if tokens is None else tokens
+    prefill, decode = prefill[1:], decode[1:]
+    types = sorted({str(t) for t in _tensor_types(llm)})
+    row = {"model": name, "engine": "llama.cpp", "dtype": "gguf (" + ", ".join(types) + ")",
+           "llama_cpp_python": llama_cpp.__version__, "gguf": path.name, "prompt_tokens": len(ids),
+           "decode_tokens": n_decode, "prefill_tok_s": len(ids) / statistics.median(prefill),
+           "decode_ms": 1e3 * statistics.median(decode), "prefill_s_all": prefill,
+           "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens,
+           "build_flags": os.environ.get("C2C_LLAMA_CMAKE_ARGS", "")}
+    llm.close()
+    return row
+
+
+def _no_eos(scores, eos: int):
+    scores[eos] = -float("inf")
+    return scores
+
+
+def _tensor_types(llm) -> list[str]:
+    """The file's quantization as llama.cpp reports it (e.g. ``Q5_0``), from its metadata."""
+    ftype = llm.metadata.get("general.file_type")
+    names = {"0": "F32", "1": "F16", "2": "Q4_0", "3": "Q4_1", "7": "Q8_0", "8": "Q5_0", "9": "Q5_1",
+             "10": "Q2_K", "11": "Q3_K_S", "12": "Q3_K_M", "13": "Q3_K_L", "14": "Q4_K_S", "15": "Q4_K_M",
+             "16": "Q5_K_S", "17": "Q5_K_M", "18": "Q6_K", "32": "BF16"}
+    return [names.get(str(ftype), f"file_type {ftype}")] if ftype is not None else ["unknown"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=MODELS, help=f"comma-separated zoo models (default {MODELS})")
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows")
+    ap.add_argument("--out", default=str(RESULTS / "runtime_speed"))
+    args = ap.parse_args()
+
+    import torch
+
+    from c2c.bench.results import write
+    from c2c.runtime import alloc
+    from c2c.runtime.dtype import cpu_flags, resolve
+
+    alloc.keep_large_buffers()
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models.split(","):
+        for dtype, pack in (("float32", False), ("bfloat16", True), ("bfloat16", False)):
+            row = time_transformers(name, dtype, pack, args.prompt_tokens, args.decode_tokens, args.repeats)
+            row["variant"] = dtype if pack or dtype == "float32" else "bfloat16-unpacked"
+            rows.append(row)
+            print(f"{name} {row['variant']}: prefill {row['prefill_tok_s']:.0f} tok/s, decode "
+                  f"{row['decode_ms']:.1f} ms/token", file=sys.stderr, flush=True)
+        if not args.no_llama_cpp:
+            row = time_llama_cpp(name, args.threads, args.prompt_tokens, args.decode_tokens, args.repeats)
+            if row is not None:
+                row["variant"] = "llama.cpp"
+                rows.append(row)
+                print(f"{name} llama.cpp: prefill {row['prefill_tok_s']:.0f} tok/s, decode "
+                      f"{row['decode_ms']:.1f} ms/token", file=sys.stderr, flush=True)
+    by = {(r["model"], r["variant"]): r for r in rows}
+    ratios = {}
+    for name in args.models.split(","):
+        f32, b16, raw = by[name, "float32"], by[name, "bfloat16"], by[name, "bfloat16-unpacked"]
+        ratios[name] = {"prefill_bf16_over_fp32": b16["prefill_tok_s"] / f32["prefill_tok_s"],
+                        "decode_fp32_over_bf16": f32["decode_ms"] / b16["decode_ms"],
+                        "decode_unpacked_over_packed": raw["decode_ms"] / b16["decode_ms"],
+                        "bf16_tokens_equal_unpacked": b16["tokens"] == raw["tokens"]}
+    q = ratios.get("Qwen2.5-Coder-0.5B-Instruct")
+    result = {
+        "models": args.models.split(","), "prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
+        "repeats": args.repeats, "threads": args.threads, "rows": rows, "ratios": ratios,
+        "default_dtype_here": resolve("auto"),
+        "acceptance": {} if q is None else {
+            "qwen05_bf16_prefill_ge_6x": q["prefill_bf16_over_fp32"] >= 6,
+            "qwen05_bf16_decode_ge_1p8x": q["decode_fp32_over_bf16"] >= 1.8,
+            "bf16_is_the_default_here": resolve("auto") == "bfloat16",
+            "packing_changes_no_token": all(r["bf16_tokens_equal_unpacked"] for r in ratios.values()),
+        },
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                    "bf16_flags": sorted({"avx512_bf16", "amx_bf16"} & cpu_flags())},
+        "command": "python benchmarks/runtime_speed.py " + " ".join(sys.argv[1:]),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    plot(result, Path(args.out).with_suffix(".png"))
+    return write(args.out, result, markdown(result))
+
+
+def markdown(r: dict) -> str:
+    lines = ["# Runtime speed: prefill and decode per dtype and engine", "",
+             f"`{r['command']}` — {r['created']}, {r['machine']['cpus']} CPUs, {r['threads']} threads, "
+             f"torch {r['machine']['torch']}, CPU bf16 flags: {', '.join(r['machine']['bf16_flags']) or 'none'}; "
+             f"`--dtype auto` picks **{r['default_dtype_here']}** here. Prompt {r['prompt_tokens']} tokens, "
+             f"{r['decode_tokens']} greedy decoded tokens, median of {r['repeats']} runs, all in one process.", "",
+             "| model | engine | dtype | prefill tok/s | decode ms/token |", "|---|---|---|---:|---:|"]
+    for x in r["rows"]:
+        label = x["variant"] if x["engine"] == "transformers" else x["dtype"]
+        lines.append(f"| {x['model']} | {x['engine']} | {label} | {x['prefill_tok_s']:.0f} | {x['decode_ms']:.1f} |")
+    lines += ["", "| model | bf16 prefill / fp32 | fp32 decode / bf16 | unpacked / packed decode | packed tokens = "
+              "unpacked |", "|---|---:|---:|---:|---|"]
+    for name, q in r["ratios"].items():
+        lines.append(f"| {name} | {q['prefill_bf16_over_fp32']:.2f}× | {q['decode_fp32_over_bf16']:.2f}× | "
+                     f"{q['decode_unpacked_over_packed']:.2f}× | {q['bf16_tokens_equal_unpacked']} |")
+    lines += ["", "`bfloat16` is c2c's bf16 runtime: transformers with its linear layers packed once for oneDNN "
+              "(`c2c.runtime.hf.PackedLinear`; the products are bit-identical to unpacked bf16, and the tokens "
+              "column checks it) and one-token attention computed in fp32 (PyTorch's CPU flash kernel is slow "
+              "for a single bf16 query). `bfloat16-unpacked` is the same runtime without packing. llama.cpp "
+              "runs the zoo's GGUF as shipped (quantized), through llama-cpp-python's `generate`.", "",
+              "## Acceptance", ""]
+    for k, v in r["acceptance"].items():
+        lines.append(f"- {k}: **{'PASS' if v else 'FAIL'}**")
+    return "\n".join(lines) + "\n"
+
+
+def plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = r["models"]
+    variants = [v for v in ("float32", "bfloat16-unpacked", "bfloat16", "llama.cpp")
+                if any(x["variant"] == v for x in r["rows"])]
+    by = {(x["model"], x["variant"]): x for x in r["rows"]}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    w = 0.8 / len(variants)
+    for i, v in enumerate(variants):
+        xs = [j + (i - (len(variants) - 1) / 2) * w for j in range(len(models))]
+        axes[0].bar(xs, [by[m, v]["prefill_tok_s"] if (m, v) in by else 0 for m in models], w, label=v)
+        axes[1].bar(xs, [by[m, v]["decode_ms"] if (m, v) in by else 0 for m in models], w, label=v)
+    for ax, title in zip(axes, ("prefill tokens/s (higher is better)", "decode ms/token (lower is better)")):
+        ax.set_xticks(range(len(models)), [m.replace("-Instruct", "") for m in models], fontsize=8)
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"c2c runtimes, {r['threads']} threads, {r['prompt_tokens']}-token prompt")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Which floating-point type a model runs in: ``auto`` picks bf16 where the hardware has it.
+
+=============  ==========================================================
+``auto``       ``bfloat16`` on CUDA, and on a CPU with AVX512-BF16 or AMX-BF16;
+               else ``float32`` (the default, ``C2C_DTYPE``)
+``float32``    the reference numerics (every test of exactness holds in it)
+``bfloat16``   half the bytes per weight and per cached value: decode reads half
+               the memory, and prefill runs on the CPU's bf16 dot products
+``float16``    for CUDA; on a CPU it is slow and never chosen by ``auto``
+=============  ==========================================================
+
+The dtype is part of a model's fingerprint (and of every artifact), so a cache
+made in one dtype is never attached to a runtime in another: exactness holds
+within a dtype, and verification tolerances are stated per dtype
+(:mod:`c2c.trust.verify`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from c2c.errors import ConfigError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_has_bf16() -> bool:
+    """True when the CPU computes bf16 natively (AVX512-BF16 or AMX-BF16)."""
+    return any(f in cpu_flags() for f in BF16_CPU_FLAGS)
+
+
+def resolve(dtype: str | None, device: str = "cpu") -> str:
+    """The concrete dtype name for ``dtype`` (``None``: ``C2C_DTYPE``, else ``auto``) on ``device``.
+
+    Raises:
+        ConfigError: not one of :data:`DTYPES`.
+    """
+    if dtype is None:
+        from c2c.config import settings  # lazy: settings reads the environment on each call
+
+        dtype = settings().dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if dtype != "auto":
+        return dtype
+    if str(device).startswith("cuda"):
+        return "bfloat16"
+    return "bfloat16" if cpu_has_bf16() else "float32"
