@@ -13,7 +13,8 @@ In one process, one model at a time, with ``--threads`` torch/llama.cpp threads:
 Rows: ``float32`` (the reference), ``bfloat16`` (c2c's default on CPUs with AVX512-BF16
 or AMX: linear layers packed for oneDNN, bit-identical), ``bfloat16-unpacked`` (the same
 without packing: what packing buys), and, when ``llama-cpp-python`` is installed,
-``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.generate``).
+``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.generate``) and
+``c2c-llama.cpp`` (c2c's llama.cpp backend on the same file).
 
 Outputs benchmarks/results/runtime_speed.{json,md,png} (or --out PREFIX).
 """
@@ -70,6 +71,32 @@ def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode
            "prefill_tok_s": len(ids) / statistics.median(prefill), "decode_ms": 1e3 * statistics.median(decode),
            "prefill_s_all": prefill, "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens}
     del rt
+    return row
+
+
+def time_c2c_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeats: int) -> dict | None:
+    """c2c's llama.cpp backend (``LlamaCppRuntime.generate``), timed like llama-cpp-python's own generate."""
+    try:
+        from c2c.runtime import zoo
+
+        rt = zoo.load(name, backend="llama.cpp")
+    except Exception as e:  # noqa: BLE001 - no llama-cpp-python, or a model the backend refuses
+        print(f"{name}: c2c llama.cpp backend skipped: {e}", file=sys.stderr)
+        return None
+    ids = prompt_ids(rt.encode, n_prompt)
+    rt.generate(ids[:32], max_new_tokens=4)  # warm
+    prefill, decode, tokens = [], [], None
+    for _ in range(repeats):
+        g = rt.generate(ids, max_new_tokens=n_decode, min_new_tokens=n_decode)
+        prefill.append(g.prefill_s)
+        decode.append(g.decode_s / max(len(g.token_ids) - 1, 1))
+        tokens = list(g.token_ids) if tokens is None else tokens
+    row = {"model": name, "engine": "c2c llama.cpp backend", "dtype": f"gguf ({rt.facts['quantization']}), kv f16",
+           "prompt_tokens": len(ids), "decode_tokens": n_decode,
+           "prefill_tok_s": len(ids) / statistics.median(prefill), "decode_ms": 1e3 * statistics.median(decode),
+           "prefill_s_all": prefill, "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens,
+           "fingerprint_backend": rt.engine_info}
+    rt.close()
     return row
 
 
@@ -153,20 +180,26 @@ def main() -> int:
             print(f"{name} {row['variant']}: prefill {row['prefill_tok_s']:.0f} tok/s, decode "
                   f"{row['decode_ms']:.1f} ms/token", file=sys.stderr, flush=True)
         if not args.no_llama_cpp:
-            row = time_llama_cpp(name, args.threads, args.prompt_tokens, args.decode_tokens, args.repeats)
-            if row is not None:
-                row["variant"] = "llama.cpp"
-                rows.append(row)
-                print(f"{name} llama.cpp: prefill {row['prefill_tok_s']:.0f} tok/s, decode "
-                      f"{row['decode_ms']:.1f} ms/token", file=sys.stderr, flush=True)
+            for variant, timer in (("llama.cpp", time_llama_cpp), ("c2c-llama.cpp", time_c2c_llama_cpp)):
+                row = timer(name, args.threads, args.prompt_tokens, args.decode_tokens, args.repeats)
+                if row is not None:
+                    row["variant"] = variant
+                    rows.append(row)
+                    print(f"{name} {variant}: prefill {row['prefill_tok_s']:.0f} tok/s, decode "
+                          f"{row['decode_ms']:.1f} ms/token", file=sys.stderr, flush=True)
     by = {(r["model"], r["variant"]): r for r in rows}
     ratios = {}
     for name in args.models.split(","):
         f32, b16, raw = by[name, "float32"], by[name, "bfloat16"], by[name, "bfloat16-unpacked"]
+        own, ours = by.get((name, "llama.cpp")), by.get((name, "c2c-llama.cpp"))
         ratios[name] = {"prefill_bf16_over_fp32": b16["prefill_tok_s"] / f32["prefill_tok_s"],
                         "decode_fp32_over_bf16": f32["decode_ms"] / b16["decode_ms"],
                         "decode_unpacked_over_packed": raw["decode_ms"] / b16["decode_ms"],
                         "bf16_tokens_equal_unpacked": b16["tokens"] == raw["tokens"]}
+        if own and ours:  # c2c's backend against llama-cpp-python's own generate: total time for the same work
+            t_own = own["prompt_tokens"] / own["prefill_tok_s"] + (args.decode_tokens - 1) * own["decode_ms"] / 1e3
+            t_ours = ours["prompt_tokens"] / ours["prefill_tok_s"] + (args.decode_tokens - 1) * ours["decode_ms"] / 1e3
+            ratios[name]["c2c_llama_cpp_over_own"] = t_ours / t_own
     q = ratios.get("Qwen2.5-Coder-0.5B-Instruct")
     result = {
         "models": args.models.split(","), "prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
@@ -177,6 +210,8 @@ def main() -> int:
             "qwen05_bf16_decode_ge_1p8x": q["decode_fp32_over_bf16"] >= 1.8,
             "bf16_is_the_default_here": resolve("auto") == "bfloat16",
             "packing_changes_no_token": all(r["bf16_tokens_equal_unpacked"] for r in ratios.values()),
+            **({"c2c_llama_cpp_within_10pct_of_own_generate": q["c2c_llama_cpp_over_own"] <= 1.10}
+               if "c2c_llama_cpp_over_own" in q else {}),
         },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "bf16_flags": sorted({"avx512_bf16", "amx_bf16"} & cpu_flags())},
@@ -198,15 +233,18 @@ def markdown(r: dict) -> str:
         label = x["variant"] if x["engine"] == "transformers" else x["dtype"]
         lines.append(f"| {x['model']} | {x['engine']} | {label} | {x['prefill_tok_s']:.0f} | {x['decode_ms']:.1f} |")
     lines += ["", "| model | bf16 prefill / fp32 | fp32 decode / bf16 | unpacked / packed decode | packed tokens = "
-              "unpacked |", "|---|---:|---:|---:|---|"]
+              "unpacked | c2c llama.cpp backend / llama-cpp-python generate (time) |", "|---|---:|---:|---:|---|---:|"]
     for name, q in r["ratios"].items():
+        own = f"{q['c2c_llama_cpp_over_own']:.3f}" if "c2c_llama_cpp_over_own" in q else "—"
         lines.append(f"| {name} | {q['prefill_bf16_over_fp32']:.2f}× | {q['decode_fp32_over_bf16']:.2f}× | "
-                     f"{q['decode_unpacked_over_packed']:.2f}× | {q['bf16_tokens_equal_unpacked']} |")
+                     f"{q['decode_unpacked_over_packed']:.2f}× | {q['bf16_tokens_equal_unpacked']} | {own} |")
     lines += ["", "`bfloat16` is c2c's bf16 runtime: transformers with its linear layers packed once for oneDNN "
               "(`c2c.runtime.hf.PackedLinear`; the products are bit-identical to unpacked bf16, and the tokens "
               "column checks it) and one-token attention computed in fp32 (PyTorch's CPU flash kernel is slow "
               "for a single bf16 query). `bfloat16-unpacked` is the same runtime without packing. llama.cpp "
-              "runs the zoo's GGUF as shipped (quantized), through llama-cpp-python's `generate`.", "",
+              "runs the zoo's GGUF as shipped (quantized), through llama-cpp-python's `generate`; `c2c llama.cpp backend` "
+              "is c2c's own runtime on the same file (`c2c.runtime.llamacpp`, `Runtime.generate`, whose cache is "
+              "exported once at the end), which refuses Gemma 3 (sliding-window layers).", "",
               "## Acceptance", ""]
     for k, v in r["acceptance"].items():
         lines.append(f"- {k}: **{'PASS' if v else 'FAIL'}**")
@@ -220,7 +258,7 @@ def plot(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     models = r["models"]
-    variants = [v for v in ("float32", "bfloat16-unpacked", "bfloat16", "llama.cpp")
+    variants = [v for v in ("float32", "bfloat16-unpacked", "bfloat16", "llama.cpp", "c2c-llama.cpp")
                 if any(x["variant"] == v for x in r["rows"])]
     by = {(x["model"], x["variant"]): x for x in r["rows"]}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))

@@ -21,10 +21,20 @@ from c2c.runtime import zoo
 _cache: dict = {}
 
 
-def _load(name: str, dtype: str | None = None):
-    if (name, dtype) not in _cache:
-        _cache[name, dtype] = zoo.load(name, dtype=dtype)
-    return _cache[name, dtype]
+def _load(name: str, dtype: str | None = None, backend: str | None = None):
+    if (name, dtype, backend) not in _cache:
+        _cache[name, dtype, backend] = zoo.load(name, dtype=dtype, backend=backend)
+    return _cache[name, dtype, backend]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_runtimes():
+    """Close llama.cpp runtimes before the interpreter shuts down (their finalizers fail after it)."""
+    yield
+    for rt in _cache.values():
+        close = getattr(rt, "close", None)
+        if close is not None:
+            close()
 
 
 @pytest.fixture(scope="session")
@@ -35,5 +45,5 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def zoo_model():
-    """``zoo_model(NAME, dtype=None)`` -> a Runtime of a real zoo model (pulled on first use)."""
+    """``zoo_model(NAME, dtype=None, backend=None)`` -> a runtime of a real zoo model (pulled on first use)."""
     return _load

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "c2c"
 
@@ -93,3 +94,18 @@ def test_no_flat_modules_beyond_the_base_layer():
     """Every concept is a package; only the base layer sits at the top of c2c/."""
     flat = sorted(p.stem for p in SRC.glob("*.py"))
     assert flat == ["__init__", "_io", "canon", "config", "context", "errors"]
+
+
+@pytest.mark.parametrize("engine, home", [("transformers", "runtime/hf.py"), ("llama_cpp", "runtime/llamacpp.py"),
+                                          ("peft", "runtime/adapters.py")])
+def test_exactly_one_module_touches_each_engine(engine, home):
+    """transformers only in c2c.runtime.hf, llama.cpp only in c2c.runtime.llamacpp (PEFT: adapters)."""
+    users = set()
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == engine or n.startswith(engine + ".") for n in names):
+                users.add(str(path.relative_to(SRC)))
+    assert users == {home}

@@ -17,6 +17,7 @@ from c2c.canon import canonical_json, sha256_hex
 from c2c.errors import FingerprintMismatchError
 
 CACHE_FORMAT_VERSION = 1
+DEFAULT_BACKEND = "transformers"
 _MAX_FIELD_CHARS = 4096  # bound on each string field a (possibly hostile) header may carry
 
 
@@ -37,6 +38,9 @@ class Fingerprint:
     adapters: tuple[str, ...] = ()
     cache_format: int = CACHE_FORMAT_VERSION
     model_name: str = ""          # informational: never compared
+    # the engine and its cache format, e.g. "llama.cpp 0.3.36 gguf:Q4_K_M kv:f16 v_trans:1"; the default
+    # is left out of the header (so artifacts made before this field stay canonical)
+    backend: str = DEFAULT_BACKEND
 
     # -------------------------------------------------------------- building
     @classmethod
@@ -49,12 +53,16 @@ class Fingerprint:
             dtype=f["dtype"], tokenizer_digest=runtime.tokenizer_digest,
             weights_digest=runtime.weights_digest, adapters=tuple(runtime.adapters),
             model_name=runtime.name,
+            backend=" ".join(x for x in (getattr(runtime, "backend", DEFAULT_BACKEND),
+                                         getattr(runtime, "engine_info", "")) if x),
         )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["layer_types"] = list(self.layer_types)
         d["adapters"] = list(self.adapters)
+        if d["backend"] == DEFAULT_BACKEND:
+            del d["backend"]
         return d
 
     @classmethod
@@ -71,7 +79,7 @@ class Fingerprint:
         sw = d.get("sliding_window")
         if sw is not None and (not isinstance(sw, int) or isinstance(sw, bool) or sw < 1):
             raise ValueError(f"fingerprint sliding_window must be null or a positive integer, got {sw!r}")
-        for name in ("architecture", "rope", "dtype", "tokenizer_digest", "weights_digest", "model_name"):
+        for name in ("architecture", "rope", "dtype", "tokenizer_digest", "weights_digest", "model_name", "backend"):
             v = d.get(name, "")
             if not isinstance(v, str) or len(v) > _MAX_FIELD_CHARS:
                 raise ValueError(f"fingerprint {name} must be a string of at most {_MAX_FIELD_CHARS} characters")

@@ -39,7 +39,7 @@ def _advise(args: argparse.Namespace) -> int:
     cal = None if args.recalibrate else advise.load_calibration(name)
     if cal is None:
         print(f"calibrating {name} on this machine (once; about a minute)...", file=sys.stderr)
-        cal = calibrate(zoo.load(args.model, dtype=args.dtype))
+        cal = calibrate(zoo.load(args.model, dtype=args.dtype, backend=args.backend))
         advise.save_calibration(cal)
     a = advise.advise(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
                       hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,

@@ -1,4 +1,4 @@
-"""`c2c export` and `c2c inspect`: make and read cache artifacts."""
+"""`c2c export`, `continue`, `import-slot`, `export-slot` and `inspect`: make, use and read cache artifacts."""
 
 from __future__ import annotations
 
@@ -45,6 +45,36 @@ def register(sub) -> None:
     p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
     add_json_flag(p)
 
+    p = command(sub, "import-slot", help="turn a llama.cpp slot file (llama-server --slot-save-path) into a "
+                                        "c2c artifact, signed if asked, stored if asked",
+                example="c2c import-slot slots/analyst.bin --model Qwen2.5-Coder-0.5B-Instruct --out analyst.c2c "
+                        "--sign-as lab\n"
+                        "c2c import-slot slots/analyst.bin --model Qwen2.5-Coder-0.5B-Instruct --out a.c2c "
+                        "--system 'You are one agent of a team.' --store sqlite:///./store --stream analyst",
+                func=_import_slot)
+    p.add_argument("file", type=Path, help="the slot file llama-server saved")
+    p.add_argument("--model", required=True, help="the zoo model (or .gguf) llama-server ran: its GGUF is loaded "
+                                                  "in llama.cpp for the fingerprint")
+    p.add_argument("--system", default=None, help="the system prompt the conversation starts with (its turn is "
+                                                  "the shared prefix receivers must share; default: none)")
+    p.add_argument("--out", required=True, type=Path, help="artifact file to write (atomically)")
+    p.add_argument("--sign-as", metavar="DOMAIN", help="sign with this trust domain's key (see `c2c keys new`)")
+    p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
+    p.add_argument("--store", default=None, metavar="URL", help="also commit it to this store (see `c2c store`)")
+    p.add_argument("--stream", default="llama-server", help="the store stream to commit to (default llama-server)")
+    add_json_flag(p)
+
+    p = command(sub, "export-slot", help="write a llama.cpp artifact as a slot file llama-server can restore",
+                example="c2c export-slot analyst.c2c --out slots/analyst.bin\n"
+                        "# then: curl -X POST 'http://127.0.0.1:8080/slots/0?action=restore' "
+                        "-d '{\"filename\": \"analyst.bin\"}'",
+                func=_export_slot)
+    p.add_argument("file", type=Path, help="artifact file (a full cache made by the llama.cpp backend)")
+    p.add_argument("--out", required=True, type=Path, help="slot file to write (atomically)")
+    p.add_argument("--domain", help="verify its signature for this trust domain first")
+    p.add_argument("--keyring", type=Path, default=None, help="keyring directory (default C2C_HOME/keys)")
+    add_json_flag(p)
+
     p = command(sub, "inspect", help="validate an artifact and print its header",
                 example="c2c inspect hello.c2c --json", func=_inspect)
     p.add_argument("file", type=Path, help="artifact file")
@@ -65,7 +95,7 @@ def _export(args: argparse.Namespace) -> int:
     from c2c.team.agent import Agent, Team
 
     prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
-    runtime = zoo.load(args.model, dtype=args.dtype)
+    runtime = zoo.load(args.model, dtype=args.dtype, backend=args.backend)
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     agent.read(prompt, label="evidence", private=False)
     artifact = agent.export(withhold_tokens=args.withhold_tokens)
@@ -98,7 +128,7 @@ def _continue(args: argparse.Namespace) -> int:
     from c2c.team.agent import Agent, Team
 
     artifact = Artifact.read(args.file)
-    runtime = zoo.load(args.model, dtype=args.dtype)
+    runtime = zoo.load(args.model, dtype=args.dtype, backend=args.backend)
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     report = None
     if args.domain:
@@ -114,6 +144,57 @@ def _continue(args: argparse.Namespace) -> int:
     info = {"id": artifact.id, "attached_tokens": artifact.header.seq_len, "kind": artifact.header.kind,
             "text": gen.text, "prefill_s": gen.prefill_s, "decode_s": gen.decode_s, "trust": report}
     emit(args, info, gen.text)
+    return 0
+
+
+def _import_slot(args: argparse.Namespace) -> int:
+    from c2c._io import read_bounded
+    from c2c.artifact.slots import artifact_from_slot
+    from c2c.config import settings
+    from c2c.runtime import zoo
+
+    data = read_bounded(args.file, settings().max_artifact_bytes)
+    runtime = zoo.load(args.model, backend="llama.cpp")
+    prefix = tuple(runtime.bos_ids) + (tuple(runtime.encode(runtime.render_turn("system", args.system)))
+                                       if args.system else ())
+    artifact = artifact_from_slot(data, runtime, prefix_ids=prefix)
+    if args.sign_as:
+        from c2c.trust import Keyring, sign
+
+        artifact = sign(artifact, Keyring(args.keyring).signing_key(args.sign_as))
+    payload = artifact.encode()
+    from c2c._io import write_atomic
+
+    write_atomic(args.out, payload)
+    info = {"id": artifact.id, "path": str(args.out), "bytes": len(payload), "tokens": artifact.header.seq_len,
+            "signed": artifact.signature is not None, "backend": artifact.header.fingerprint.backend}
+    if args.store:
+        from c2c.store import open_store
+
+        with open_store(args.store) as store:
+            commit = store.put(payload, stream=args.stream)
+        info["commit"] = commit.id
+    emit(args, info, f"wrote {args.out} ({len(payload):,} bytes, {info['tokens']} tokens, id {artifact.id[:16]})"
+         + (f"; committed {info['commit'][:16]} to {args.stream}" if args.store else ""))
+    return 0
+
+
+def _export_slot(args: argparse.Namespace) -> int:
+    from c2c._io import write_atomic
+    from c2c.artifact import Artifact
+    from c2c.artifact.slots import slot_from_artifact
+
+    if args.domain:
+        from c2c.trust import Keyring
+        from c2c.trust.signing import load_signed
+
+        artifact, _ = load_signed(args.file, Keyring(args.keyring), domain=args.domain)
+    else:
+        artifact = Artifact.read(args.file)
+    data = slot_from_artifact(artifact)
+    write_atomic(args.out, data)
+    info = {"path": str(args.out), "bytes": len(data), "tokens": artifact.header.seq_len, "id": artifact.id}
+    emit(args, info, f"wrote {args.out} ({len(data):,} bytes, {info['tokens']} tokens)")
     return 0
 
 

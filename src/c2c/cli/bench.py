@@ -26,7 +26,7 @@ def _handoff(args: argparse.Namespace) -> int:
     from c2c.bench import handoff
     from c2c.runtime import zoo
 
-    runtime = zoo.load(args.model, dtype=args.dtype)
+    runtime = zoo.load(args.model, dtype=args.dtype, backend=args.backend)
     r = handoff.run(runtime, handoff.HandoffBenchConfig(message_tokens=args.message_tokens,
                                                           context_tokens=args.context_tokens,
                                                           answer_tokens=args.answer_tokens))

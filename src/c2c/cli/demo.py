@@ -40,7 +40,7 @@ def _demo(args: argparse.Namespace) -> int:
         rep = router.demo(args.model, fuser_checkpoint=args.fuser)
         emit(args, rep, router.format_demo(rep))
         return 0
-    runtime = zoo.load(args.model, dtype=args.dtype)
+    runtime = zoo.load(args.model, dtype=args.dtype, backend=args.backend)
     if args.scenario == "chain":
         from c2c.demos import chain
         from c2c.store.url import open_store

@@ -36,9 +36,13 @@ def command(sub, name: str, *, help: str, example: str, func: Callable[[argparse
 
 
 def add_dtype_flag(p: argparse.ArgumentParser) -> None:
+    """``--dtype`` and ``--backend``: how a model command runs its model."""
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
                    help="how the model runs: auto picks bfloat16 where the CPU has AVX512-BF16 or AMX "
                         "(and on CUDA), else float32 (default $C2C_DTYPE, else auto)")
+    p.add_argument("--backend", choices=["transformers", "llama.cpp"], default=None,
+                   help="the engine: transformers (default), or llama.cpp on the model's GGUF as shipped "
+                        "(the default for a .gguf path; f16 KV cache, full handoffs only)")
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

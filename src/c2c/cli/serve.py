@@ -55,7 +55,8 @@ def config_from(args: argparse.Namespace):
                        port=args.port, tokens_file=args.tokens, max_queue=args.max_queue,
                        session_budget_bytes=int(args.session_budget_mb * MB), max_body_bytes=int(args.max_body_mb * MB),
                        request_timeout_s=args.request_timeout, default_max_tokens=args.default_max_tokens,
-                       verify_kv=args.verify_kv, allow_open=args.allow_open, dtype=args.dtype)
+                       verify_kv=args.verify_kv, allow_open=args.allow_open, dtype=args.dtype,
+                       backend=args.backend)
 
 
 def _serve(args: argparse.Namespace) -> int:

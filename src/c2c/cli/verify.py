@@ -86,8 +86,9 @@ def _verify(args: argparse.Namespace) -> int:
             domain = ""  # no domain to check against: the signature check reports it unsigned/malformed
         runtime = context = None
         if args.mode != "signature":  # both run only once check() has verified the signature
-            runtime = _runtime_loader(args.model, artifact.header.fingerprint.model_name,
-                                      args.dtype or _known_dtype(artifact.header.fingerprint.dtype))
+            fp = artifact.header.fingerprint
+            runtime = _runtime_loader(args.model, fp.model_name, args.dtype or _known_dtype(fp.dtype),
+                                      "llama.cpp" if fp.backend.startswith("llama.cpp") else None)
             if args.context is not None and artifact.header.start > 0:
                 context = _context_builder(args.context, artifact)
         policy = VerifyPolicy(kv="none" if args.mode == "signature" else args.mode, samples=args.samples,
@@ -139,11 +140,11 @@ def _known_dtype(name: str) -> str | None:
     return name if name in ("float32", "bfloat16", "float16") else None
 
 
-def _runtime_loader(model: str | None, header_name: str, dtype: str | None = None):
+def _runtime_loader(model: str | None, header_name: str, dtype: str | None = None, backend: str | None = None):
     """A zero-argument loader of the receiver's model, for ``check(runtime=...)`` to call after trust.
 
-    The model runs in ``dtype`` (by default the artifact's own: a cache is compared with K/V
-    recomputed in the dtype it was made in).
+    The model runs in ``dtype`` on ``backend`` (by default the artifact's own: a cache is
+    compared with K/V recomputed by the engine and in the dtype it was made with).
 
     ``--model`` is the user's choice (zoo name or directory). The header's name is
     unverified: it must be a zoo name, and the model is read from the zoo's own
@@ -152,7 +153,7 @@ def _runtime_loader(model: str | None, header_name: str, dtype: str | None = Non
     from c2c.runtime import zoo
 
     if model:
-        return lambda: zoo.load(model, pull_if_missing=False, dtype=dtype)
+        return lambda: zoo.load(model, pull_if_missing=False, dtype=dtype, backend=backend)
 
     def load():
         if not header_name:
@@ -167,6 +168,8 @@ def _runtime_loader(model: str | None, header_name: str, dtype: str | None = Non
             if not spec.tiny:
                 raise ModelError(f"{spec.name} is not pulled yet; run `c2c models pull {spec.name}` or pass --model")
             path = zoo.pull(spec.name, progress=False)  # tiny test models are built locally
+        if backend == "llama.cpp":
+            return zoo.load(spec.name, pull_if_missing=False, backend=backend)
         return zoo.load(str(path), pull_if_missing=False, dtype=dtype)
     return load
 

