@@ -1,6 +1,7 @@
 """Handoffs between agents on tiny models: full, slice, text, auto and every refusal."""
 
 import pytest
+import torch
 
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import ConfigError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError
@@ -255,3 +256,34 @@ def test_the_handoff_record_says_how_a_slice_was_cut(tiny):
     assert b.cache.max_abs_diff(fresh) < 1e-4
     with pytest.raises(ConfigError, match="isolation"):
         hand_off(*pair(rt), mode="slice", isolation="clean")
+
+
+@pytest.mark.parametrize("mode", ["full", "slice"])
+def test_an_in_process_handoff_shares_the_tensors_and_moves_no_bytes(tiny, mode):
+    from c2c.handoff import SharedTransport
+
+    rt = tiny("qwen2")
+    a, b = pair(rt)
+    ref_a, ref_b = pair(rt)
+    h = hand_off(a, b, mode=mode, labels=("evidence",), transport=SharedTransport())
+    ref = hand_off(ref_a, ref_b, mode=mode, labels=("evidence",))  # the same hop through artifact bytes
+    assert h.used == mode and h.artifact_bytes == 0 and "no bytes moved" in h.reason
+    if mode == "full":
+        assert b.cache.keys[0].data_ptr() == a.cache.keys[0].data_ptr()  # the very same storage
+    assert b.context.token_ids == ref_b.context.token_ids
+    assert b.cache.max_abs_diff(ref_b.cache) == 0
+    before = a.cache.keys[0].clone()
+    g = b.respond("Where is it?", max_new_tokens=4)
+    assert g.token_ids == ref_b.respond("Where is it?", max_new_tokens=4).token_ids
+    assert torch.equal(a.cache.keys[0], before)  # the receiver's growth never touched the sender's cache
+
+
+def test_a_shared_handoff_still_decides_and_checks(tiny):
+    from c2c.handoff import SharedTransport
+
+    rt = tiny("qwen2")
+    a, b = pair(rt, team=Team(shared=SHARED, domain="red"), team_b=Team(shared=SHARED, domain="blue"))
+    assert hand_off(a, b, mode="auto", message_tokens=4, transport=SharedTransport()).used == "text"
+    a, b = pair(rt, team_b=Team(shared=SharedPrefix.build("Another team.")))
+    with pytest.raises(PrefixMismatchError):
+        hand_off(a, b, mode="full", transport=SharedTransport())

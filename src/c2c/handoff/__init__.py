@@ -37,11 +37,12 @@ from c2c.handoff.decide import CHECKS, Check, Decision, Party, decide
 from c2c.handoff.paths import CachePath, FusedPath, TextPath
 from c2c.handoff.policy import DEFAULT_MESSAGE_PROMPT, MODES, HandoffPolicy
 from c2c.handoff.record import Handoff
-from c2c.handoff.transport import DirectoryTransport, Transport
+from c2c.handoff.transport import DirectoryTransport, SharedTransport, Transport
 from c2c.team.agent import Agent
 
 __all__ = ["CHECKS", "CachePath", "Check", "DEFAULT_MESSAGE_PROMPT", "Decision", "DirectoryTransport", "FusedPath",
-           "Handoff", "HandoffPolicy", "MODES", "Party", "TextPath", "Transport", "advice_for", "decide", "hand_off"]
+           "Handoff", "HandoffPolicy", "MODES", "Party", "SharedTransport", "TextPath", "Transport", "advice_for",
+           "decide", "hand_off"]
 
 
 def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None, *,

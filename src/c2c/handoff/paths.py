@@ -13,7 +13,7 @@ from c2c.artifact import Artifact
 from c2c.errors import HandoffError
 from c2c.handoff.policy import HandoffPolicy
 from c2c.handoff.record import Handoff
-from c2c.handoff.transport import Transport
+from c2c.handoff.transport import SharedTransport, Transport
 from c2c.team.agent import Agent
 from c2c.trust import check as trust_check
 from c2c.trust.signing import decode_exact
@@ -54,6 +54,8 @@ class CachePath:
 
     def run(self, sender: Agent, receiver: Agent, policy: HandoffPolicy, *, mode: str, labels: tuple[str, ...],
             requested: str, reason: str) -> Handoff:
+        if isinstance(self.transport, SharedTransport):
+            return self._share(sender, receiver, policy, mode=mode, labels=labels, requested=requested, reason=reason)
         t0 = time.perf_counter()
         if mode == "slice":
             artifact = sender.export(labels=labels, isolation=policy.isolation)
@@ -87,6 +89,22 @@ class CachePath:
         return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode, reason=reason,
                        artifact_id=artifact.id, artifact_bytes=len(payload), trust=report,
                        timings={"export_s": t1 - t0, "write_s": t2 - t1, "read_s": t3 - t2, "import_s": t4 - t3})
+
+    def _share(self, sender: Agent, receiver: Agent, policy: HandoffPolicy, *, mode: str, labels: tuple[str, ...],
+               requested: str, reason: str) -> Handoff:
+        """In one process and domain: the sender's tensors, checked for model and prefix, no bytes."""
+        if sender.team.domain != receiver.team.domain:  # decide() sends text first; never share across
+            raise HandoffError("a shared (in-process) handoff never crosses trust domains")
+        t0 = time.perf_counter()
+        cache, span = sender.export_cache(labels=labels if mode == "slice" else None, isolation=policy.isolation)
+        if mode == "slice":
+            reason += "; " + _ISOLATION_REASONS[span["isolation"]]
+        t1 = time.perf_counter()
+        receiver.attach_cache(cache, fingerprint=sender.fingerprint, prefix=sender.prefix, source=sender.name)
+        t2 = time.perf_counter()
+        return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode,
+                       reason=reason + "; shared in process (no bytes moved)", artifact_bytes=0,
+                       timings={"export_s": t1 - t0, "import_s": t2 - t1})
 
 
 class FusedPath:

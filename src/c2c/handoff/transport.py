@@ -19,6 +19,24 @@ class Transport(Protocol):
     def receive(self, key: str) -> bytes: ...
 
 
+class SharedTransport:
+    """In one process, within one trust domain: the cache itself crosses, no bytes at all.
+
+    :class:`~c2c.handoff.paths.CachePath` hands the sender's tensors to the receiver as
+    they are: nothing is encoded, hashed, signed, written or read, because nothing crosses
+    a process or a trust boundary. A :class:`~c2c.runtime.kvcache.KVCache` is never written
+    in place (every growth makes new tensors), so sharing is copy-on-write by construction.
+    The hop is still decided (:func:`c2c.handoff.decide.decide`: domain, fingerprint, prefix,
+    hops), checked again at attach (fingerprint and prefix) and recorded (``bytes_moved`` 0).
+    A receiver in another domain never gets here: the decision sends text.
+    """
+
+    def send(self, key: str, payload: bytes) -> None:
+        raise ConfigError("SharedTransport moves no bytes: CachePath shares the cache itself")
+
+    receive = send
+
+
 class DirectoryTransport:
     """Artifacts as files in a directory, written atomically and privately (0600, see :mod:`c2c._io`).
 

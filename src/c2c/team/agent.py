@@ -137,6 +137,33 @@ class Agent:
         return tuple(dict.fromkeys(s.label for s in spans[last_private + 1:]))
 
     # ------------------------------------------------------------ exporting
+    def export_cache(self, *, labels: tuple[str, ...] | None = None,
+                     isolation: str | None = None) -> tuple[KVCache, dict[str, str]]:
+        """The cache :meth:`export` would put in an artifact, and its span labels (no bytes, no digest).
+
+        An in-process handoff (:class:`~c2c.handoff.transport.SharedTransport`) hands this over as it is.
+        """
+        if isolation is not None and isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
+        cache = self.cache
+        span_labels = {}
+        if labels is not None:
+            start, end = self.context.export_range(labels)
+            end = min(end, cache.end)  # the last generated token has no K/V yet
+            P = self.context.prefix_len
+            if isolation is None:
+                isolation = "recompute" if any(s.private and s.start < start for s in self.context.spans) \
+                    else "positions"
+            if isolation == "recompute" and start > P:
+                t0 = time.perf_counter()
+                cache = recompute_after(self.runtime, self.team.prefix_cache(self.runtime),
+                                        self.context.token_ids[start:end])
+                self.stats = self.stats.plus(prefilled=cache.seq_len, prefill_s=time.perf_counter() - t0)
+            else:  # "positions", or a slice right after the prefix: already computed after it alone
+                cache = cache.slice(start, end)
+            span_labels = {"span": ",".join(labels), "isolation": isolation}
+        return cache, span_labels
+
     def export(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
                parents: tuple[str, ...] = (), isolation: str | None = None) -> "Artifact":
         """The whole cache (``labels=None``) or the slice covering the spans ``labels``.
@@ -158,25 +185,7 @@ class Agent:
         a whole cache (``labels=None``) is exported as it is.
         """
 
-        if isolation is not None and isolation not in ISOLATIONS:
-            raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
-        cache = self.cache
-        span_labels = {}
-        if labels is not None:
-            start, end = self.context.export_range(labels)
-            end = min(end, cache.end)  # the last generated token has no K/V yet
-            P = self.context.prefix_len
-            if isolation is None:
-                isolation = "recompute" if any(s.private and s.start < start for s in self.context.spans) \
-                    else "positions"
-            if isolation == "recompute" and start > P:
-                t0 = time.perf_counter()
-                cache = recompute_after(self.runtime, self.team.prefix_cache(self.runtime),
-                                        self.context.token_ids[start:end])
-                self.stats = self.stats.plus(prefilled=cache.seq_len, prefill_s=time.perf_counter() - t0)
-            else:  # "positions", or a slice right after the prefix: already computed after it alone
-                cache = cache.slice(start, end)
-            span_labels = {"span": ",".join(labels), "isolation": isolation}
+        cache, span_labels = self.export_cache(labels=labels, isolation=isolation)
         artifact = Artifact.build(
             cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
             producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)
@@ -222,9 +231,26 @@ class Agent:
             self.fingerprint.require_same(h.fingerprint)
         except FingerprintMismatchError as e:  # another role adapter of the same base?
             cache, self.attach_note = admit(self.team.adapter_policy, self.runtime, artifact, e, context=self.cache)
-        if h.kind == "full":
-            self.adopt(cache, label=f"from:{h.producer.get('agent', '?')}")
+        self._place(cache, full=h.kind == "full", source=h.producer.get("agent", "?"))
+
+    def attach_cache(self, cache: KVCache, *, fingerprint, prefix, source: str) -> None:
+        """Continue from another agent's cache in this process, shared as it is (no bytes, no copy).
+
+        The same checks as :meth:`attach` for model and prefix; a KVCache is never written in
+        place, so both agents keep what they had (copy-on-write by construction).
+
+        Raises:
+            FingerprintMismatchError, PrefixMismatchError.
+        """
+        prefix.require_match(self.context.token_ids[: self.context.prefix_len])
+        self.fingerprint.require_same(fingerprint)
+        self.attach_note = ""
+        self._place(cache, full=cache.start == 0, source=source)
+
+    def _place(self, cache: KVCache, *, full: bool, source: str) -> None:
+        if full:
+            self.adopt(cache, label=f"from:{source}")
         else:
             moved = self.runtime.reposition(cache, self.cache.end)
             self.cache = self.cache.append(moved)
-            self.context = self.context.extend(moved.token_ids, f"from:{h.producer.get('agent', '?')}", private=False)
+            self.context = self.context.extend(moved.token_ids, f"from:{source}", private=False)
