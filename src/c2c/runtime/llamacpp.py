@@ -106,6 +106,11 @@ class LlamaCppRuntime(RuntimeBase):
     def close(self) -> None:
         self.llm.close()
 
+    @property
+    def context_tokens(self) -> int:
+        """The most tokens this context holds (``n_ctx``)."""
+        return self.llm.n_ctx()
+
     # ------------------------------------------------------------ identity
     def _facts(self) -> dict:
         m = self.llm.metadata

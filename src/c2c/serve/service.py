@@ -90,7 +90,10 @@ class Started:
 
 
 def context_length(runtime: Runtime) -> int:
-    """The model's context window, from its ``config.json`` (``max_position_embeddings``)."""
+    """The model's context window: the runtime's own (llama.cpp's context size), else its
+    ``config.json``'s ``max_position_embeddings``."""
+    if getattr(runtime, "context_tokens", None):
+        return int(runtime.context_tokens)
     try:
         cfg = json.loads((Path(runtime.path) / "config.json").read_text())
     except (TypeError, OSError, ValueError):
