@@ -149,3 +149,40 @@ def test_a_transformers_artifact_is_never_written_as_a_slot(zoo_model):
         slot_from_artifact(art)
     with pytest.raises(FingerprintMismatchError, match="llama.cpp runtime only"):
         artifact_from_slot(b"", hf)
+
+
+def test_the_slot_commands_import_sign_store_and_export_a_llama_server_slot(zoo_model, tmp_path, capsys):
+    import json
+
+    from c2c.cli.main import main
+    from c2c.store import open_store
+    from c2c.trust import Keyring
+
+    lc = zoo_model("SmolLM2-135M-Instruct", backend="llama.cpp")
+    system = "You are brief."
+    ids = list(lc.bos_ids) + lc.encode(lc.render_turn("system", system) + lc.render_turn("user", DOC))
+    lc.prefill(ids)
+    slot = tmp_path / "slot.bin"
+    assert llama_cpp.llama_state_seq_save_file(lc._ctx, str(slot).encode(), 0, (ctypes.c_int32 * len(ids))(*ids),
+                                                len(ids)) > 0
+    Keyring(tmp_path / "keys").create_key("lab")
+    store = f"sqlite:///{tmp_path / 'store'}"
+    art = tmp_path / "slot.c2c"
+    assert main(["import-slot", str(slot), "--model", "SmolLM2-135M-Instruct", "--system", system, "--out", str(art),
+                 "--sign-as", "lab", "--keyring", str(tmp_path / "keys"), "--store", store, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["signed"] and info["tokens"] == len(ids) and info["backend"].startswith("llama.cpp")
+    with open_store(store) as s:
+        assert s.show(info["commit"]).commit.summary["dtype"] == "float16"
+    back = tmp_path / "back.bin"
+    assert main(["export-slot", str(art), "--out", str(back), "--domain", "lab", "--keyring",
+                 str(tmp_path / "keys")]) == 0
+    assert back.read_bytes() == slot.read_bytes()
+    capsys.readouterr()
+    # the wrong system prompt is refused by name (the prefix must match), and so is another domain
+    assert main(["import-slot", str(slot), "--model", "SmolLM2-135M-Instruct", "--system", "Other.",
+                 "--out", str(tmp_path / "x.c2c")]) == 2
+    assert "PrefixMismatchError" in capsys.readouterr().err and not (tmp_path / "x.c2c").exists()
+    assert main(["export-slot", str(art), "--out", str(tmp_path / "y.bin"), "--domain", "ops", "--keyring",
+                 str(tmp_path / "keys")]) == 2
+    assert not (tmp_path / "y.bin").exists()

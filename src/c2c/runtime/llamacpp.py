@@ -259,14 +259,17 @@ class LlamaCppRuntime(RuntimeBase):
         self.llm.input_ids[:n] = np.asarray(past.token_ids, dtype=np.intc)
         self._resident = past.token_ids
 
-    def _eval(self, ids: Sequence[int]) -> torch.Tensor:
+    def _eval(self, ids: Sequence[int], *, copy: bool = True) -> torch.Tensor:
+        """Feed ``ids``; the last position's logits ``(vocab,)``. ``copy=False``: a view of llama.cpp's
+        buffer, valid until the next eval (the decode loop samples from it first)."""
         if len(self._resident) + len(ids) > self.llm.n_ctx():
             raise RuntimeUnsupportedError(f"{len(self._resident) + len(ids)} tokens exceed this llama.cpp "
                                           f"context of {self.llm.n_ctx()}")
         self.llm.eval(list(ids))
         self._resident = self._resident + tuple(int(i) for i in ids)
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
-        return torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.facts["vocab_size"],)).copy())  # (vocab,)
+        view = np.ctypeslib.as_array(ptr, shape=(self.facts["vocab_size"],))
+        return torch.from_numpy(view.copy() if copy else view)  # (vocab,)
 
     # ------------------------------------------------------------- compute
     def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
@@ -292,14 +295,15 @@ class LlamaCppRuntime(RuntimeBase):
         logits = self._eval(ids)
         t1 = time.perf_counter()
         out: list[int] = []
+        eos = list(self.eos_ids)
         for step in range(max_new_tokens):
-            if step < min_new_tokens and self.eos_ids:
-                logits[list(self.eos_ids)] = float("-inf")
+            if step < min_new_tokens and eos:
+                logits[eos] = float("-inf")
             tok = sample_next(logits, temperature=temperature, top_p=top_p, generator=generator)
             out.append(tok)
             if tok in self.eos_ids or step == max_new_tokens - 1:
                 break
-            logits = self._eval([tok])
+            logits = self._eval([tok], copy=False)
         t2 = time.perf_counter()
         return Generation(token_ids=tuple(out), cache=self._export(), prefill_s=t1 - t0, decode_s=t2 - t1,
                           text=self.decode(out))

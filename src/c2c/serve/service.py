@@ -227,6 +227,7 @@ class ChatService:
             "attach": records, "attached": list(session.attached), "publish": published,
             "timings": {"queue_s": job.queued_s, "attach_s": t_attach - t0, "prefill_s": t_prep - t_attach
                         + decoded.prefill_s, "decode_s": decoded.decode_s, "publish_s": t_end - t_gen,
+                        "forward_s": decoded.prefill_s + decoded.decode_s,
                         "total_s": t_end - t0 + job.queued_s},
         }
         return Completion(id=cid, created=created, model=req.model, text=decoded.text,
