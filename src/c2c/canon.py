@@ -44,6 +44,31 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def files_digest(files: list[Path], memo: Path, *, named: bool = True) -> str:
+    """sha256 over ``files`` (each name, with ``named``, then its bytes), remembered in ``memo``
+    keyed by the files' names, sizes and mtimes, so a model is hashed once per change."""
+    key = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    try:
+        cached = json.loads(memo.read_text())
+        if cached.get("key") == key:
+            return cached["digest"]
+    except (OSError, ValueError):
+        pass
+    h = hashlib.sha256()
+    for p in files:
+        if named:
+            h.update(p.name.encode())
+        with open(p, "rb") as f:
+            while block := f.read(1 << 24):
+                h.update(block)
+    digest = h.hexdigest()
+    try:
+        write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
+    except ArtifactWriteError:
+        pass  # NOTE: a read-only model dir just means we hash again next time
+    return digest
+
+
 def weights_digest(path: Path | None, model=None) -> str:
     """sha256 over a model's weight files, cached next to them keyed by size and mtime.
 
@@ -52,26 +77,7 @@ def weights_digest(path: Path | None, model=None) -> str:
     if path is not None:
         files = sorted(Path(path).glob("*.safetensors"))
         if files:
-            key = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-            memo = Path(path) / "c2c-weights.sha256.json"
-            try:
-                cached = json.loads(memo.read_text())
-                if cached.get("key") == key:
-                    return cached["digest"]
-            except (OSError, ValueError):
-                pass
-            h = hashlib.sha256()
-            for p in files:
-                h.update(p.name.encode())
-                with open(p, "rb") as f:
-                    while block := f.read(1 << 24):
-                        h.update(block)
-            digest = h.hexdigest()
-            try:
-                write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
-            except ArtifactWriteError:
-                pass  # NOTE: a read-only model dir just means we hash again next time
-            return digest
+            return files_digest(files, Path(path) / "c2c-weights.sha256.json")
     if model is None:
         raise ValueError("weights_digest needs a model directory or a model")
     import torch  # lazy: only when hashing in-memory weights; canon imports without torch

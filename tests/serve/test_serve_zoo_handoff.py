@@ -57,7 +57,7 @@ def test_analyst_hands_its_cache_to_the_writer(zoo_server):
     else:
         assert r2.choices[0].message.content
         shown = httpx.get(zoo_server.url(f"/v1/c2c/commits/{pub['commit']}"), headers=zoo_server.headers("writer"))
-        assert shown.json()["summary"]["dtype"] == "float16"  # llama.cpp's own f16 KV cache, as committed
+        assert shown.json()["summary"]["dtype"] == "F16"  # llama.cpp's own f16 KV cache, as committed
 
     # across domains the same commit goes as text, and the outsider still gets an answer
     r3 = ask(zoo_server.client("outsider"), [SYSTEM, QUESTION], attach=[pub["commit"]])

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import time
 import weakref
 from functools import cached_property
@@ -40,8 +39,8 @@ import llama_cpp
 import numpy as np
 import torch
 
-from c2c._io import write_atomic
-from c2c.errors import ArtifactWriteError, ModelError, RuntimeUnsupportedError
+from c2c.canon import files_digest
+from c2c.errors import ModelError, RuntimeUnsupportedError
 from c2c.runtime.base import Generation, RuntimeBase, check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.llama_state import build_seq_state, parse_seq_state, unwrap, wrap
@@ -154,25 +153,7 @@ class LlamaCppRuntime(RuntimeBase):
     @cached_property
     def weights_digest(self) -> str:
         """sha256 of the GGUF file (computed once, remembered beside it by size and mtime)."""
-        st = self.path.stat()
-        key = [self.path.name, st.st_size, st.st_mtime_ns]
-        memo = self.path.with_name(self.path.name + ".sha256.json")
-        try:
-            cached = json.loads(memo.read_text())
-            if cached.get("key") == key:
-                return cached["digest"]
-        except (OSError, ValueError):
-            pass
-        h = hashlib.sha256()
-        with open(self.path, "rb") as f:
-            while block := f.read(1 << 24):
-                h.update(block)
-        digest = h.hexdigest()
-        try:
-            write_atomic(memo, json.dumps({"key": key, "digest": digest}).encode(), durable=False)
-        except ArtifactWriteError:
-            pass  # a read-only model folder: hash again next time
-        return digest
+        return files_digest([self.path], self.path.with_name(self.path.name + ".sha256.json"), named=False)
 
     @cached_property
     def tokenizer_digest(self) -> str:
