@@ -89,3 +89,12 @@ def test_cache_handoff_interpolates_between_measured_sizes():
     assert cal.cache_move_s(40 * 10**6, bandwidth_gbps=1.0) == pytest.approx(0.12 + 0.32)
     with pytest.raises(ConfigError):
         Calibration(**{**CAL.__dict__, "handoff_points": ()})
+
+
+def test_each_dtype_and_backend_has_its_own_calibration(tiny):
+    from c2c.advise import calibration_name, runtime_calibration_name
+
+    assert calibration_name("m") == "m"  # the reference keeps the name calibrations had before dtypes
+    assert calibration_name("m", "bfloat16") == "m@bfloat16"
+    assert calibration_name("m", "float16", "llama.cpp") == "m@llama.cpp"
+    assert runtime_calibration_name(tiny("qwen2")) == "tiny-qwen2"  # the suite runs in float32

@@ -173,6 +173,21 @@ def advise(cal: Calibration, *, message_tokens: int, context_tokens: int, hops: 
 
 
 # ------------------------------------------------------------------ calibration
+def calibration_name(model: str, dtype: str = "float32", backend: str = "transformers") -> str:
+    """What a calibration is saved under: the model's name, with its dtype and backend unless they are
+    the reference (fp32 on transformers, so calibrations made before dtypes keep their name).
+    A bf16 or llama.cpp runtime runs at other speeds, so it has its own calibration."""
+    if backend != "transformers":
+        return f"{model}@{backend}"
+    return model if dtype == "float32" else f"{model}@{dtype}"
+
+
+def runtime_calibration_name(runtime) -> str:
+    """:func:`calibration_name` of a loaded runtime."""
+    return calibration_name(runtime.name, str(runtime.dtype).replace("torch.", ""),
+                            getattr(runtime, "backend", "transformers"))
+
+
 def calibration_path(model: str) -> Path:
     d = c2c_home() / "calibration"
     d.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Callable, Sequence
 
-from c2c.advise.model import Calibration, fit_nonnegative
+from c2c.advise.model import Calibration, fit_nonnegative, runtime_calibration_name
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import ConfigError
 from c2c.handoff import DirectoryTransport, hand_off
@@ -61,7 +61,7 @@ def calibrate(runtime, *, short: int = 16, long: int = 512, far: int = 1024, dec
     handoffs = _calibrate_handoff(runtime, base, sizes=ladder, repeats=handoff_repeats)
     step = _median_time(lambda: runtime.prefill(base[long:long + 1], near_cache), repeats)
     return Calibration(
-        model=runtime.name, prefill_s_fixed=fixed, prefill_s_per_token=per_tok, prefill_s_per_pair=per_pair,
+        model=runtime_calibration_name(runtime), prefill_s_fixed=fixed, prefill_s_per_token=per_tok, prefill_s_per_pair=per_pair,
         prefill_s_per_past=per_past, decode_s_per_token=per_step0, decode_s_per_position=per_pos,
         kv_bytes_per_token=near_cache.nbytes // near_cache.seq_len, handoff_points=handoffs, verify_sample_s=step,
         machine={"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(runtime.device)},

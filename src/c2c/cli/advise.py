@@ -35,7 +35,11 @@ def _advise(args: argparse.Namespace) -> int:
     from c2c.bench.calibrate import calibrate
     from c2c.runtime import zoo
 
-    name = args.model if Path(args.model).is_dir() else zoo.resolve(args.model).name
+    from c2c.runtime.dtype import resolve as resolve_dtype
+
+    base = args.model if Path(args.model).is_dir() else zoo.resolve(args.model).name
+    backend = args.backend or "transformers"
+    name = advise.calibration_name(base, "float16" if backend == "llama.cpp" else resolve_dtype(args.dtype), backend)
     cal = None if args.recalibrate else advise.load_calibration(name)
     if cal is None:
         print(f"calibrating {name} on this machine (once; about a minute)...", file=sys.stderr)

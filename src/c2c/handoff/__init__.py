@@ -91,10 +91,11 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
 
 def advice_for(sender: Agent, policy: HandoffPolicy, calibration=None):
     """The advisor's view of this hop: (Advice or None, one-line note)."""
-    name = sender.runtime.name
+    name = advise.runtime_calibration_name(sender.runtime)
     cal = calibration or advise.load_calibration(name)
     if cal is None:
-        return None, f"latency not predicted (no calibration for {name}; `c2c advise --model {name}` makes one)"
+        return None, (f"latency not predicted (no calibration for {name}; `c2c advise --model "
+                      f"{sender.runtime.name} --dtype/--backend as it runs` makes one)")
     ctx = sender.context
     n = policy.message_tokens
     context_tokens = max(len(ctx.token_ids) - ctx.prefix_len - n, 0)

@@ -159,7 +159,7 @@ def build_app(server: Server) -> FastAPI:
 
     @app.post("/v1/c2c/advise", responses=_ERRORS)
     def advise(body: AdviseIn, who: Principal = Depends(principal)):
-        return advise_hop(service.model_name(body.model), **body.model_dump(exclude={"model"}))
+        return advise_hop(service.runtimes[service.model_name(body.model)], **body.model_dump(exclude={"model"}))
 
     # ------------------------------------------------------------------ operations
     @app.get("/healthz")

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from c2c.advise import advise, load_calibration
+from c2c.advise import advise, load_calibration, runtime_calibration_name
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
@@ -299,18 +299,21 @@ class Exchange:
             return None
 
 
-def advise_hop(model: str, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,
+def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,
                bandwidth_gbps: float | None = None, cross_domain: bool = False, same_model: bool = True,
                fuser_available: bool = False) -> dict:
-    """The advisor's prediction for one hop, from ``model``'s calibration on this machine.
+    """The advisor's prediction for one hop, from the calibration of ``runtime`` (model, dtype, backend).
 
     Raises:
-        ConfigError: ``model`` was never calibrated here.
+        ConfigError: it was never calibrated here.
     """
-    cal = load_calibration(model)
+    key, model = runtime_calibration_name(runtime), runtime.name
+    cal = load_calibration(key)
     if cal is None:
-        raise ConfigError(f"no calibration for {model} on this server; run `c2c advise --model {model} "
-                          "--message-tokens 64` once on this machine (it measures and saves one)")
+        dtype = str(runtime.dtype).replace("torch.", "")
+        raise ConfigError(f"no calibration for {key} on this server; run `c2c advise --model {model} --dtype {dtype} "
+                          f"--backend {runtime.backend} --message-tokens 64` once on this machine (it measures and "
+                          "saves one)")
     a = advise(cal, message_tokens=message_tokens, context_tokens=context_tokens, hops=hops,
                bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, same_model=same_model,
                fuser_available=fuser_available, hop_limit=settings().max_hops)
