@@ -90,3 +90,24 @@ def test_one_token_bf16_attention_matches_sdpa_closely(arch):
         ref, _ = sdpa_attention_forward(module, q, k, v, m, scaling=0.25)
         assert ours.shape == ref.shape == (1, 1, 4, 16)
         assert (ours.float() - ref.float()).abs().max().item() < 2e-2
+
+
+def test_backend_choice_errors_name_the_problem(tmp_path):
+    from c2c.errors import ModelError
+
+    with pytest.raises(ConfigError, match="unknown backend 'vllm'"):
+        zoo.load("tiny-qwen2", backend="vllm")
+    with pytest.raises(ModelError, match="no GGUF file"):
+        zoo.gguf("tiny-qwen2")
+    with pytest.raises(ConfigError, match="llama.cpp backend runs the GGUF as shipped"):
+        zoo.load("SmolLM2-135M-Instruct", backend="llama.cpp", dtype="bfloat16")
+
+
+def test_every_model_command_takes_dtype_and_backend():
+    from c2c.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name in ("export", "continue", "demo", "serve", "advise"):
+        dests = {a.dest for a in sub.choices[name]._actions}
+        assert {"dtype", "backend"} <= dests, name
+    assert "dtype" in {a.dest for a in sub.choices["verify"]._actions}
