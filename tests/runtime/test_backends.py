@@ -198,3 +198,16 @@ def test_the_slot_commands_import_sign_store_and_export_a_llama_server_slot(zoo_
     assert main(["export-slot", str(art), "--out", str(tmp_path / "y.bin"), "--domain", "ops", "--keyring",
                  str(tmp_path / "keys")]) == 2
     assert not (tmp_path / "y.bin").exists()
+
+
+def test_the_handoff_bench_runs_on_llama_cpp(zoo_model, capsys):
+    """Its slice is re-prefilled after the shared prefix (isolation recompute) and lands right after the
+    writer's prefix, where it was computed: no re-positioning is needed, so llama.cpp takes it too."""
+    from c2c.cli.main import main
+
+    zoo_model("SmolLM2-135M-Instruct", backend="llama.cpp")  # pulled and its GGUF assembled
+    assert main(["bench", "handoff", "--model", "SmolLM2-135M-Instruct", "--backend", "llama.cpp",
+                 "--message-tokens", "8", "--context-tokens", "48", "--answer-tokens", "4", "--json"]) == 0
+    r = __import__("json").loads(capsys.readouterr().out)
+    assert r["exact"] is True and r["machine"]["dtype"] == "float16" and r["cache_pipeline_s"] > 0
+    assert r["slice_pipeline_s"] > 0 and "slice_unsupported" not in r

@@ -34,8 +34,9 @@ def _handoff(args: argparse.Namespace) -> int:
             f"  text  pipeline {r['text_pipeline_s']:.2f}s  (handoff {r['text_handoff_s']:.2f}s)\n"
             f"  full  pipeline {r['cache_pipeline_s']:.2f}s  (handoff {r['cache_handoff_s']:.3f}s, "
             f"{r['artifact_bytes']:,} bytes)  {r['speedup_full']:.1f}x\n"
-            f"  slice pipeline {r['slice_pipeline_s']:.2f}s  (handoff {r['slice_handoff_s']:.3f}s, "
-            f"{r['slice_artifact_bytes']:,} bytes)  {r['speedup_slice']:.1f}x\n"
+            + (f"  slice pipeline {r['slice_pipeline_s']:.2f}s  (handoff {r['slice_handoff_s']:.3f}s, "
+               f"{r['slice_artifact_bytes']:,} bytes)  {r['speedup_slice']:.1f}x\n" if r["slice_pipeline_s"] else
+               f"  slice: not on this runtime ({r['slice_unsupported']})\n") +
             f"  exact: {r['exact']}   cache/text handoff: {100 * r['handoff_ratio']:.2f}%")
     emit(args, r, text)
     return 0
