@@ -103,6 +103,12 @@ def test_what_llama_cpp_cannot_do_is_refused_by_name(zoo_model):
         lc.logits([1, 2, 3])
     with pytest.raises(RuntimeUnsupportedError, match="position 0"):
         lc.prefill([5], replace(cache.slice(4, 16)))
+    with pytest.raises(RuntimeUnsupportedError, match="fuser"):
+        lc.logits_with_grad([1, 2, 3])
+    from c2c.runtime import adapters
+
+    with pytest.raises(RuntimeUnsupportedError, match="LoRA"):
+        adapters.train(lc, ["some text"], "unused-dir", steps=1)
 
 
 def test_a_llama_server_slot_file_round_trips_through_a_signed_store_and_continues(zoo_model, tmp_path):

@@ -301,3 +301,11 @@ class LlamaCppRuntime(RuntimeBase):
 
     logits_batch = logits
 
+    def logits_with_grad(self, ids, past=None):
+        raise RuntimeUnsupportedError("the cache fuser trains and runs on the transformers backend (it needs "
+                                      "gradients through the model); load the Receiver with --backend transformers")
+
+    def ensure_dense(self) -> None:
+        raise RuntimeUnsupportedError("LoRA role adapters run on the transformers backend (PEFT wraps its linear "
+                                      "layers); load the model with --backend transformers")
+
