@@ -171,12 +171,11 @@ def _no_eos(scores, eos: int):
 
 
 def _tensor_types(llm) -> list[str]:
-    """The file's quantization as llama.cpp reports it (e.g. ``Q5_0``), from its metadata."""
+    """The file's quantization as llama.cpp reports it (e.g. ``Q4_K_M``), from its metadata."""
+    from c2c.runtime.llamacpp import FTYPES
+
     ftype = llm.metadata.get("general.file_type")
-    names = {"0": "F32", "1": "F16", "2": "Q4_0", "3": "Q4_1", "7": "Q8_0", "8": "Q5_0", "9": "Q5_1",
-             "10": "Q2_K", "11": "Q3_K_S", "12": "Q3_K_M", "13": "Q3_K_L", "14": "Q4_K_S", "15": "Q4_K_M",
-             "16": "Q5_K_S", "17": "Q5_K_M", "18": "Q6_K", "32": "BF16"}
-    return [names.get(str(ftype), f"file_type {ftype}")] if ftype is not None else ["unknown"]
+    return [FTYPES.get(int(ftype), f"file_type {ftype}")] if ftype is not None else ["unknown"]
 
 
 def main() -> int:

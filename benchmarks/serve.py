@@ -195,13 +195,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.render:
         out = json.loads(Path(args.out).with_suffix(".json").read_text())
-        out["acceptance"]["overhead_le_5ms"] = out["overhead"]["server_outside_forward_median_ms"] <= 5
-        prefix = Path(args.out)
-        prefix.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
-        prefix.with_suffix(".md").write_text(markdown(out))
-        plot(out, prefix.with_suffix(".png"))
-        print(markdown(out))
-        return 0
+        out["acceptance"] = acceptance(out)
+        return write(out, Path(args.out))
 
     import torch
 
@@ -246,8 +241,13 @@ def main() -> int:
         out["wall_s"] = time.perf_counter() - t_start
     finally:
         server.stop()
+    out["acceptance"] = acceptance(out)
+    return finish(out, args)
+
+
+def acceptance(out: dict) -> dict:
     at256 = next((p for p in out["points"] if p["message_tokens_asked"] == 256), None)
-    out["acceptance"] = {
+    return {
         "cache_4x_at_256": None if at256 is None else at256["ratio"] >= 4,
         # what the server adds to one request over the library's own forward passes in the same process
         # (HTTP round trip minus the prefill and decode the server timed around its Runtime calls), request
@@ -257,7 +257,6 @@ def main() -> int:
         "all_messages_exact_length": all(p["message_tokens"] == p["message_tokens_asked"] for p in out["points"]),
         "all_attached_as_cache": all(p["cache_used"] == "cache" for p in out["points"]),
     }
-    return finish(out, args)
 
 
 def finish(out: dict, args) -> int:
@@ -267,7 +266,10 @@ def finish(out: dict, args) -> int:
                       "torch": torch.__version__, "platform": platform.platform()}
     out["command"] = "python benchmarks/serve.py " + " ".join(sys.argv[1:])
     out["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    prefix = Path(args.out)
+    return write(out, Path(args.out))
+
+
+def write(out: dict, prefix: Path) -> int:
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
     prefix.with_suffix(".md").write_text(markdown(out))

@@ -35,6 +35,9 @@ from typing import Mapping
 from c2c._io import private_dir
 from c2c.errors import ConfigError
 
+#: the dtypes a model can run in (``auto``: see :mod:`c2c.runtime.dtype`)
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
+
 #: (variable, one-line meaning) for ``c2c --help`` and the README
 VARIABLES: tuple[tuple[str, str], ...] = (
     ("C2C_HOME", "models, keys, calibrations and the default store (default ~/.cache/c2c)"),
@@ -70,7 +73,7 @@ class Settings:
                    max_hops=_int(env, "C2C_MAX_HOPS", 3, lo=0),
                    max_artifact_bytes=_int(env, "C2C_MAX_ARTIFACT_BYTES", 16 << 30, lo=8),
                    threads=_int(env, "C2C_THREADS", 0, lo=0),
-                   dtype=_choice(env, "C2C_DTYPE", "auto", ("auto", "float32", "bfloat16", "float16")),
+                   dtype=_choice(env, "C2C_DTYPE", "auto", DTYPES),
                    malloc_tune=env.get("C2C_MALLOC_TUNE", "1") != "0")
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from c2c.cli.main import add_dtype_flag, add_json_flag, command, emit
+from c2c.cli.main import add_runtime_flags, add_json_flag, command, emit
 
 
 def register(sub) -> None:
@@ -16,7 +16,7 @@ def register(sub) -> None:
                         "--bandwidth-gbps 1 --hops 4 --json",
                 func=_advise)
     p.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
-    add_dtype_flag(p)
+    add_runtime_flags(p)
     p.add_argument("--message-tokens", type=int, required=True, help="length of the message the hop carries")
     p.add_argument("--context-tokens", type=int, default=0, help="context the sender holds besides the message")
     p.add_argument("--hops", type=int, default=1, help="position of this hop in the chain (1 = first)")

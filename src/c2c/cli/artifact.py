@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from c2c.cli.main import add_dtype_flag, add_json_flag, command, emit
+from c2c.cli.main import add_runtime_flags, add_json_flag, command, emit
 from c2c.errors import ConfigError
 
 
@@ -16,7 +16,7 @@ def register(sub) -> None:
                         "c2c export --model Qwen2.5-Coder-0.5B-Instruct --prompt 'Hello' --out hi.c2c --sign-as lab",
                 func=_export)
     p.add_argument("--model", required=True, help="zoo model name or local model directory")
-    add_dtype_flag(p)
+    add_runtime_flags(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="text to prefill")
     src.add_argument("--prompt-file", type=Path, help="file whose text to prefill")
@@ -35,7 +35,7 @@ def register(sub) -> None:
                 func=_continue)
     p.add_argument("file", type=Path, help="artifact file (from `c2c export` or a handoff)")
     p.add_argument("--model", required=True, help="zoo model name or local model directory")
-    add_dtype_flag(p)
+    add_runtime_flags(p)
     p.add_argument("--prompt", required=True, help="the instruction to answer after the attached cache")
     p.add_argument("--system", default="You are a helpful assistant.",
                    help="shared system prompt; must be the one the artifact was made after")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from c2c.cli.main import add_dtype_flag, add_json_flag, command, emit
+from c2c.cli.main import add_runtime_flags, add_json_flag, command, emit
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
                 example="c2c bench handoff --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 256 --json",
                 func=_handoff)
     c.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
-    add_dtype_flag(c)
+    add_runtime_flags(c)
     c.add_argument("--message-tokens", type=int, default=256, help="length of the message / exported notes")
     c.add_argument("--context-tokens", type=int, default=512, help="length of the document the analyst reads")
     c.add_argument("--answer-tokens", type=int, default=16, help="tokens the writer decodes at the end")

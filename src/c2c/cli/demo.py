@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from c2c.cli.main import add_dtype_flag, add_json_flag, command, emit
+from c2c.cli.main import add_runtime_flags, add_json_flag, command, emit
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--policy", default="re-pull", choices=["re-pull", "continue"],
                    help="chain: what the writer does with stale context")
     p.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
-    add_dtype_flag(p)
+    add_runtime_flags(p)
     p.add_argument("--questions", type=int, default=3, help="MMLU dev questions the analyst studies")
     p.add_argument("--message-tokens", type=int, default=96, help="token budget of the text message")
     p.add_argument("--answer-tokens", type=int, default=24, help="token budget of the writer's answer")

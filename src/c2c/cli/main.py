@@ -35,9 +35,11 @@ def command(sub, name: str, *, help: str, example: str, func: Callable[[argparse
     return p
 
 
-def add_dtype_flag(p: argparse.ArgumentParser) -> None:
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
     """``--dtype`` and ``--backend``: how a model command runs its model."""
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+    from c2c.config import DTYPES
+
+    p.add_argument("--dtype", choices=list(DTYPES), default=None,
                    help="how the model runs: auto picks bfloat16 where the CPU has AVX512-BF16 or AMX "
                         "(and on CUDA), else float32 (default $C2C_DTYPE, else auto)")
     p.add_argument("--backend", choices=["transformers", "llama.cpp"], default=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from c2c.cli.main import add_dtype_flag, command
+from c2c.cli.main import add_runtime_flags, command
 
 EXAMPLE = """c2c serve                                   # the default model on http://127.0.0.1:8000/v1, open access
 c2c serve --model Qwen2.5-Coder-0.5B-Instruct --model SmolLM2-135M-Instruct --port 8080 --tokens tokens.json
@@ -22,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--model", action="append", default=None, metavar="NAME",
                    help="zoo model name or model directory to serve (repeatable; default "
                         "Qwen2.5-Coder-0.5B-Instruct)")
-    add_dtype_flag(p)
+    add_runtime_flags(p)
     p.add_argument("--store", default=None, metavar="URL",
                    help="commit store URL (default $C2C_STORE, else SQLite under $C2C_HOME)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")

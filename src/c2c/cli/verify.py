@@ -19,6 +19,7 @@ import random
 from pathlib import Path
 
 from c2c.cli.main import add_json_flag, command, emit
+from c2c.config import DTYPES
 from c2c.errors import (
     ArtifactError,
     ConfigError,
@@ -45,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--model", default=None,
                    help="receiver's model for sample/strict, a zoo name or local directory (default: the zoo "
                         "model the artifact names, loaded only after its signature checked; never a directory)")
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=None,
+    p.add_argument("--dtype", choices=list(DTYPES), default=None,
                    help="the dtype the model recomputes in (default: the artifact's own)")
     p.add_argument("--context", metavar="SYSTEM_PROMPT", default=None,
                    help="the shared system prompt a slice follows (as in `c2c export --system`): its prefix is "
@@ -137,7 +138,7 @@ def _read(path: Path, seal_magic: bytes) -> bytes | bytearray:
 
 def _known_dtype(name: str) -> str | None:
     """The artifact's dtype if it is one c2c runs models in (the model recomputes in it), else the default."""
-    return name if name in ("float32", "bfloat16", "float16") else None
+    return name if name in DTYPES and name != "auto" else None
 
 
 def _runtime_loader(model: str | None, header_name: str, dtype: str | None = None, backend: str | None = None):

@@ -20,9 +20,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from c2c.config import DTYPES, settings
 from c2c.errors import ConfigError
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -51,8 +50,6 @@ def resolve(dtype: str | None, device: str = "cpu") -> str:
         ConfigError: not one of :data:`DTYPES`.
     """
     if dtype is None:
-        from c2c.config import settings  # lazy: settings reads the environment on each call
-
         dtype = settings().dtype
     if dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")

@@ -86,6 +86,7 @@ class Exchange:
         self.verify = VerifyPolicy(kv=verify_kv)
         self._key_lock = threading.Lock()
         self._domains: dict[str, str] = {}  # commit id -> verified signer domain
+        self._domains_lock = threading.Lock()
 
     def signing_key(self, domain: str) -> SigningKey:
         """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
@@ -271,7 +272,7 @@ class Exchange:
         Raises:
             CommitNotFoundError; ArtifactError, TrustError: the commit does not verify.
         """
-        with self._key_lock:
+        with self._domains_lock:
             known = self._domains.get(commit_id)
         if known is not None:
             return known
@@ -282,7 +283,7 @@ class Exchange:
         return domain
 
     def _remember(self, commit_id: str, domain: str) -> None:
-        with self._key_lock:  # commits are immutable: the mapping never changes (a bounded memo)
+        with self._domains_lock:  # commits are immutable: the mapping never changes (a bounded memo)
             if len(self._domains) >= DOMAIN_MEMO:
                 self._domains.pop(next(iter(self._domains)))
             self._domains[commit_id] = domain
