@@ -37,6 +37,8 @@ problem and say what to do instead.
     │   │                             nothing was half-written
     │   └── StoreCorruptError         a blob does not hash to its id
     ├── HandoffError                a handoff could not be done in the mode asked
+    │   └── ChannelError              the shared-memory channel's peer is another user, gone,
+    │                                 silent, or sent a malformed message
     ├── ServeError                  the HTTP server (`c2c serve`) refused a request, or is draining
     │   ├── AuthError                 no bearer token, or one the server does not know (401)
     │   ├── ContextLengthError        the prompt (+ max_tokens) exceeds the model's context (400)
@@ -174,6 +176,11 @@ class StoreCorruptError(StoreError):
 
 class HandoffError(C2CError):
     """A handoff could not be carried out in the requested mode."""
+
+
+class ChannelError(HandoffError):
+    """The shared-memory channel (:mod:`c2c.handoff.shm`) failed: a peer of another user, a closed or
+    silent peer, a malformed control message or arena."""
 
 
 class ServeError(C2CError):

@@ -266,10 +266,24 @@ class _Layout:
     windows: tuple[int | None, ...]
 
 
+def cache_layout(fp: Fingerprint, seq_len: int) -> tuple[list[str], list[list[int]], tuple[int | None, ...]]:
+    """Names, shapes ``[1, kv_heads, T_layer, head_dim]`` and windows of a ``seq_len``-token cache of ``fp``'s model.
+
+    Derived from the fingerprint alone, so a reader never takes a sender's word for a shape.
+    """
+    windows = tuple(fp.sliding_window if t == "sliding_attention" else None for t in fp.layer_types)
+    if len(windows) != fp.num_layers:
+        raise CorruptArtifactError("fingerprint layer_types does not list every layer")
+    names = _tensor_names(fp.num_layers)
+    shapes = [[1, fp.kv_heads, KVCache.layer_length(seq_len, windows[i // 2]), fp.head_dim]
+              for i in range(len(names))]
+    return names, shapes, windows
+
+
 def _layout(header: ArtifactHeader, table: dict[str, Any]) -> _Layout:
     """Check every tensor entry against the header, without touching tensor bytes."""
     fp = header.fingerprint
-    names = _tensor_names(fp.num_layers)
+    names, wants, windows = cache_layout(fp, header.seq_len)
     if sorted(table) != sorted(names):
         raise CorruptArtifactError(
             f"tensor names do not match a {fp.num_layers}-layer cache: "
@@ -278,10 +292,6 @@ def _layout(header: ArtifactHeader, table: dict[str, Any]) -> _Layout:
         raise CorruptArtifactError(f"unsupported dtype {header.dtype!r}")
     torch_dtype = _DTYPES[header.dtype]
     itemsize = torch.empty(0, dtype=torch_dtype).element_size()
-    windows = tuple(fp.sliding_window if t == "sliding_attention" else None for t in fp.layer_types)
-    if len(windows) != fp.num_layers:
-        raise CorruptArtifactError("fingerprint layer_types does not list every layer")
-    T = header.seq_len
     offset = 0
     shapes, spans = [], []
     for i, name in enumerate(names):
@@ -291,7 +301,7 @@ def _layout(header: ArtifactHeader, table: dict[str, Any]) -> _Layout:
         if entry["dtype"] != header.dtype:
             raise CorruptArtifactError(f"tensor {name} has dtype {str(entry['dtype'])[:16]!r}, "
                                        f"header says {header.dtype!r}")
-        want = [1, fp.kv_heads, KVCache.layer_length(T, windows[i // 2]), fp.head_dim]
+        want = wants[i]
         if entry["shape"] != want:
             raise CorruptArtifactError(f"tensor {name} has shape {str(entry['shape'])[:64]}, "
                                        f"expected {want} from the header")

@@ -21,8 +21,9 @@ Modules, one idea each: :mod:`~c2c.handoff.policy` (the frozen
 live: :func:`decide` returns a :class:`Decision` with every check),
 :mod:`~c2c.handoff.paths` (text, cache and fused paths), :mod:`~c2c.handoff.transport`
 (how artifact bytes travel; a private temporary directory by default, so the
-bytes really hit the disk as between processes) and :mod:`~c2c.handoff.record`
-(the :class:`Handoff` record).
+bytes really hit the disk as between processes), :mod:`~c2c.handoff.shm` (the
+shared-memory channel: a cache across processes on one machine, within one trust
+domain, at memory speed) and :mod:`~c2c.handoff.record` (the :class:`Handoff` record).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ from c2c.handoff.decide import CHECKS, Check, Decision, Party, decide
 from c2c.handoff.paths import CachePath, FusedPath, TextPath
 from c2c.handoff.policy import DEFAULT_MESSAGE_PROMPT, MODES, HandoffPolicy
 from c2c.handoff.record import Handoff
+from c2c.handoff.shm import ShmChannel, ShmListener
 from c2c.handoff.transport import DirectoryTransport, SharedTransport, Transport
 from c2c.team.agent import Agent
 
 __all__ = ["CHECKS", "CachePath", "Check", "DEFAULT_MESSAGE_PROMPT", "Decision", "DirectoryTransport", "FusedPath",
-           "Handoff", "HandoffPolicy", "MODES", "Party", "SharedTransport", "TextPath", "Transport", "advice_for",
-           "decide", "hand_off"]
+           "Handoff", "HandoffPolicy", "MODES", "Party", "SharedTransport", "ShmChannel", "ShmListener", "TextPath",
+           "Transport", "advice_for", "decide", "hand_off"]
 
 
 def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None, *,
