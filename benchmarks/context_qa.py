@@ -13,6 +13,14 @@ greedily (at most ``--max-new-tokens``) under each condition, all on the same qu
 - ``slice_positions``: only the document's span at its positions after the analyst's
   private role turn, re-positioned after the Receiver's own (approximate: it was
   computed after text the Receiver never saw).
+- ``noise@S``: the ``full`` handoff with Gaussian noise of std ``S`` x each head's own
+  std added to every K and V (:func:`c2c.trust.noise.add_noise`, seeded per question):
+  what a noised (privacy) or damaged cache costs.
+- ``repair@R``: slice repair. The analyst first reads another question's document
+  (private), then this one; the document's span is sent at its positions (it attended
+  to the other document), re-positioned after the Receiver's prefix and repaired with
+  ratio ``R`` (:func:`c2c.runtime.repair.repair`: ``R`` of its tokens recomputed; 0 is
+  the raw slice, 1 recomputes it all).
 
 Handoffs go through ``SharedTransport`` (the analyst's very tensors: the byte path
 gives the same tokens, ``tests/runtime/test_backends.py``). Accuracy is exact match
@@ -35,6 +43,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONDITIONS = ("none", "text", "full", "slice_recompute", "slice_positions")
+FAMILIES = ("noise@", "repair@")  # followed by a number: noise@0.3, repair@0.25
 
 
 def main() -> int:
@@ -51,9 +60,10 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out or RESULTS / f"context_qa_{args.doc_tokens}")
     conditions = [c for c in args.conditions.split(",") if c]
-    unknown = set(conditions) - set(CONDITIONS)
+    unknown = {c for c in conditions if c not in CONDITIONS and _family_value(c) is None}
     if unknown:
-        ap.error(f"unknown conditions {sorted(unknown)}; use {','.join(CONDITIONS)}")
+        ap.error(f"unknown conditions {sorted(unknown)}; use {','.join(CONDITIONS)}, noise@S (0 < S <= 10) "
+                 "or repair@R (0 <= R <= 1)")
 
     import torch
     from tqdm import tqdm
@@ -64,7 +74,9 @@ def main() -> int:
     from c2c.bench.stats import wilson
     from c2c.handoff import SharedTransport, hand_off
     from c2c.runtime import alloc, zoo
+    from c2c.runtime.repair import repair
     from c2c.team.agent import Agent, Team
+    from c2c.trust.noise import NoiseConfig, add_noise
 
     alloc.keep_large_buffers()
     torch.set_num_threads(args.threads)
@@ -85,10 +97,15 @@ def main() -> int:
             todo = [c for c in conditions if (q.id, c) not in done]
             if not todo:
                 continue
-            analyst = None
-            if {"full", "slice_recompute", "slice_positions"} & set(todo):
+            analyst = distracted = None
+            if any(c in ("full", "slice_recompute", "slice_positions") or c.startswith("noise@") for c in todo):
                 analyst = Agent("analyst", rt, team, role=role)
                 analyst.read("Document:\n" + q.document, label="doc", private=False)
+            if any(c.startswith("repair@") for c in todo):  # read another question's document first
+                other = questions[(questions.index(q) + 1) % len(questions)]
+                distracted = Agent("analyst", rt, team, role=role)
+                distracted.read("Earlier document:\n" + other.document, label="other", private=True)
+                distracted.read("Document:\n" + q.document, label="doc", private=False)
             for c in todo:
                 writer = Agent("writer", rt, team)
                 t0 = time.perf_counter()
@@ -99,6 +116,16 @@ def main() -> int:
                 elif c.startswith("slice_"):
                     hand_off(analyst, writer, mode="slice", labels=("doc",), isolation=c.removeprefix("slice_"),
                              transport=SharedTransport())
+                elif c.startswith("noise@"):
+                    noisy = add_noise(analyst.cache, NoiseConfig(sigma=_family_value(c), seed=args.seed * 100003
+                                                                 + questions.index(q)))
+                    writer.attach_cache(noisy, fingerprint=analyst.fingerprint, prefix=analyst.prefix,
+                                        source="analyst")
+                elif c.startswith("repair@"):
+                    piece, _ = distracted.export_cache(labels=("doc",), isolation="positions")
+                    head = writer.cache
+                    cache, _ = repair(rt, head, rt.reposition(piece, head.end), ratio=_family_value(c))
+                    writer.adopt(cache, label="from:analyst")
                 g = writer.respond("Question: " + q.question, max_new_tokens=args.max_new_tokens)
                 rec = {"id": q.id, "condition": c, "answer": q.answer, "reply": g.text,
                        "correct": cqa.exact_match(g.text, q.answer), "seconds": time.perf_counter() - t0,
@@ -128,6 +155,19 @@ def main() -> int:
               "examples": [q.to_dict() | {"document": q.document[:300] + "..."} for q in questions[:3]]}
     plot(result, out.with_suffix(".png"))
     return write(out, result, markdown(result))
+
+
+def _family_value(c: str) -> float | None:
+    """The number of ``noise@S`` / ``repair@R`` (None for anything else, or out of range)."""
+    for f in FAMILIES:
+        if c.startswith(f):
+            try:
+                v = float(c.removeprefix(f))
+            except ValueError:
+                return None
+            ok = 0 < v <= 10 if f == "noise@" else 0 <= v <= 1
+            return v if ok else None
+    return None
 
 
 def markdown(r: dict) -> str:

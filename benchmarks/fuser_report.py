@@ -1,19 +1,30 @@
-"""Heterogeneous C2C report: every condition on the four reported benchmarks, per Sharer->Receiver pair.
+"""Heterogeneous C2C report, scored as lm-evaluation-harness scores: every condition, causal controls, records.
 
-Writes ``benchmarks/results/fuser.json`` (all numbers, per benchmark and averaged),
-``benchmarks/results/fuser.md`` (tables) and ``benchmarks/results/fuser.png`` (plot).
+Writes ``benchmarks/results/fuser.{json,md,png}`` and per-question records under
+``benchmarks/results/fuser_records/`` (committed: any number of the report can be
+recomputed from them). The conditions, the scoring and the latency are
+:mod:`c2c.fuser.harness`'s: lm-eval's ``Question: ...\\nAnswer:`` context with each option's
+text as the continuation (``acc`` and ``acc_norm``), for the Receiver, the Sharer, t2t (a
+hint), t2t_choice (the Sharer's chosen option), c2c, its matched control, and c2c fed another
+question's or a zeroed Sharer cache; plus the oracle max(receiver, sharer) and c2c/Sharer
+agreement. Intervals are 95% bootstrap over questions; c2c is compared with every other
+condition by the paired bootstrap of the per-question difference, and **bold** means that
+interval lies above zero.
 
-Each benchmark is evaluated on one fixed random subset (``--limit``, ``--seed``)
-for every condition, so t2t, whose Sharer must decode a hint per question, is
-compared on the same questions as the others. A finished (pair, benchmark) is
-kept in the JSON and skipped on the next run, so the report can be built across
-sessions; ``--redo`` evaluates it again.
+Each benchmark is one fixed random subset (``--limit``, ``--seed``) of a reported split,
+never trained on. A (pair, kind) is the pair's fuser of that training kind: ``general``
+(instruction data only, the paper's way) or ``task-tuned`` (mostly multiple-choice in the
+evaluation's format). Records that do not depend on the fuser (receiver, sharer, t2t,
+t2t_choice) are kept once per pair and benchmark; the others per kind, tagged with the
+fuser and control ids, so a new checkpoint is never mixed with an old one's records.
+Every run resumes from the records.
 
-Usage (CPU, background; pair (b) takes ~1 h at --limit 200, pair (a) several hours
-because the 1.5B Sharer decodes a hint per question for t2t)::
+Usage (CPU, background, one thread; pair (b) takes ~40 min per kind at --limit 200)::
 
-    nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair b --checkpoint ~/.cache/c2c/fuser/runs/pair_b
-    nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair a --checkpoint ~/.cache/c2c/fuser/runs/pair_a
+    nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair b --kind general \\
+        --checkpoint ~/.cache/c2c/fuser/runs/general_pair_b --control ~/.cache/c2c/fuser/runs/general_control
+    nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair b --kind task-tuned \\
+        --checkpoint checkpoints/fuser/pair_b --control checkpoints/fuser/control
     .venv/bin/python benchmarks/fuser_report.py --render-only
 """
 
@@ -34,237 +45,251 @@ BENCHMARKS = {  # name -> path under the data root; all four are reported splits
     "MMLU val": "eval/mmlu/val",
     "C-Eval val": "eval/ceval/val",
 }
-CONDS = ("receiver", "sharer", "t2t", "c2c", "control")
-IDENT = ("fuser_id", "limit", "seed", "hint_tokens", "scoring")  # what makes results comparable
+BASE = ("receiver", "sharer", "t2t", "t2t_choice")           # independent of the fuser
+FUSED = ("c2c", "control", "c2c_other", "c2c_zero")          # per fuser (and control) checkpoint
+KINDS = ("general", "task-tuned")
+SHOWN = ("receiver", "sharer", "oracle", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
+CHANCE = {"ARC-Challenge dev": 0.25, "OpenBookQA": 0.25, "MMLU val": 0.25, "C-Eval val": 0.25}
 
 
-def load_results(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {"pairs": {}}
+def slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name.lower()).strip("_")
 
 
-def save_results(path: Path, res: dict) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(res, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+def records_path(root: Path, pair: str, bench: str, kind: str | None) -> Path:
+    return root / "fuser_records" / f"pair_{pair}" / f"{slug(bench)}.{kind or 'base'}.jsonl"
 
 
-def record_benchmark(path: Path, name: str, pair: dict, bench: str, entry: dict) -> dict:
-    """Add one finished (pair, benchmark) to the JSON under a lock, keeping what other runs wrote.
-
-    Several report processes (one per benchmark, say) may share one JSON file.
-    """
-    import fcntl
-
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        res = load_results(path)
-        old = res["pairs"].get(name)
-        keep = old["benchmarks"] if old and all(old.get(k) == pair.get(k) for k in IDENT) else {}
-        prior = keep.get(bench)
-        if prior and prior.get("questions") == entry.get("questions"):  # same questions: add these conditions
-            entry = {**prior, **entry, "accuracy": {**prior["accuracy"], **entry["accuracy"]},
-                     "latency_s": {**prior["latency_s"], **entry["latency_s"]},
-                     "wall_s": round(prior.get("wall_s", 0) + entry.get("wall_s", 0), 1)}
-        # what is on disk is at least as new as this process's view of the other benchmarks: a run
-        # started before another process finished a benchmark must not write back its stale copy
-        merged = {**pair, "benchmarks": {**pair["benchmarks"], **keep, bench: entry}}
-        merged["summary"] = summarize(merged)
-        res["pairs"][name] = merged
-        save_results(path, res)
-        render_outputs(res, path.parent)
-    return merged
-
-
-SHAREABLE = ("receiver", "control")  # conditions that do not involve the Sharer
-
-
-def shared_conditions(other: dict | None, bench: str, questions: str, *, receiver: str, scoring: str,
-                      control_id: str | None) -> dict:
-    """The receiver/control results of another pair's ``bench`` that this pair would compute identically.
-
-    Same Receiver, same scoring and the same questions make ``receiver`` the same
-    computation; ``control`` also needs the same control checkpoint. Empty when nothing
-    can be shared.
-    """
-    entry = (other or {}).get("benchmarks", {}).get(bench)
-    if not entry or entry.get("questions") != questions or other.get("receiver") != receiver \
-            or other.get("scoring", "label") != scoring:
-        return {}
-    conds = [c for c in SHAREABLE if c in entry["accuracy"]
-             and (c != "control" or (control_id and entry.get("control_id") == control_id))]
-    if not conds:
-        return {}
-    return {"data": entry.get("data", bench), "n": entry["n"], "scoring": scoring, "questions": questions,
-            "accuracy": {c: entry["accuracy"][c] for c in conds},
-            "latency_s": {c: entry["latency_s"][c] for c in conds},
-            **({"control_id": control_id} if "control" in conds else {})}
-
-
-def summarize(pair: dict) -> dict:
-    """Average accuracy and latency per condition over the benchmarks that have every condition."""
-    benches = [b for b in pair["benchmarks"].values() if all(c in b["accuracy"] for c in CONDS)]
-    if not benches:
-        return {}
-    return {"benchmarks": len(benches), "n": sum(b["n"] for b in benches),
-            "accuracy": {c: sum(b["accuracy"][c] for b in benches) / len(benches) for c in CONDS},
-            "latency_s": {c: sum(b["latency_s"][c] for b in benches) / len(benches) for c in CONDS}}
-
-
-def _read_records(path: Path) -> list[dict]:
-    """The complete lines of a progress file (a run killed mid-write leaves a partial last line)."""
-    out = []
+def read_records(path: Path, ident: dict | None = None) -> dict[str, dict]:
+    """Complete lines by question id (a run killed mid-write leaves a partial last line); with
+    ``ident``, only the records made with the same checkpoints."""
+    out = {}
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:
-            out.append(json.loads(line))
+            r = json.loads(line)
         except ValueError:
             break
+        if ident is None or all(r.get(k) == v for k, v in ident.items()):
+            out[r["id"]] = r
     return out
 
 
-def render_outputs(res: dict, outdir: Path = RESULTS) -> None:
-    lines = ["# Heterogeneous C2C: accuracy and latency per condition", "",
-             "Generated by `benchmarks/fuser_report.py`. Accuracy in %, latency in ms per question "
-             "(sequential on one process; see `c2c.fuser.evaluate`). Every condition is scored on the same "
-             "fixed random subset of each benchmark.", ""]
-    for name, pair in sorted(res["pairs"].items()):
-        lines += [f"## Pair {name}: {pair['sharer']} → {pair['receiver']}", "",
-                  f"Checkpoint `{pair['fuser_id'][:12]}` (step {pair['step']}), control "
-                  f"`{', '.join(sorted({b['control_id'][:12] for b in pair['benchmarks'].values() if 'control_id' in b})) or '–'}`, "
-                  f"device {pair['device']}, subset {pair['limit']} per benchmark (seed {pair['seed']}), "
-                  f"scoring {pair.get('scoring', 'label')}.", "",
-                  "| benchmark | n | " + " | ".join(CONDS) + " | t2t ms | c2c ms | t2t/c2c |",
-                  "|---|---:|" + "---:|" * len(CONDS) + "---:|---:|---:|"]
-        rows = list(pair["benchmarks"].items())
-        avg = summarize(pair)
-        if avg:
-            rows.append((f"**average** ({avg['benchmarks']} complete)", avg))
-        for bench, r in rows:
-            acc = " | ".join(f"{100 * r['accuracy'][c]:.1f}" if c in r["accuracy"] else "–" for c in CONDS)
-            lt, lc = r["latency_s"].get("t2t"), r["latency_s"].get("c2c")
-            speed = f"{lt / lc:.1f}×" if lt and lc else "–"
-            ms = " | ".join(f"{1000 * x:.0f}" if x else "–" for x in (lt, lc))
-            lines.append(f"| {bench} | {r['n']} | {acc} | {ms} | {speed} |")
-        shared = sorted({b["shared_from"] for b in pair["benchmarks"].values() if b.get("shared_from")})
-        if shared:
-            lines += ["", f"`receiver` and `control` are shared with pair {', '.join(shared)}: the same Receiver, "
-                          "control checkpoint, questions and scoring, so the same computation."]
-        lines.append("")
-    (outdir / "fuser.md").write_text("\n".join(lines))
-    _plot(res, outdir)
+def joined(base: dict[str, dict], fused: dict[str, dict], ids: list[str]) -> list[dict]:
+    """One record per question holding the base and the fused conditions (only questions that have both)."""
+    out = []
+    for i in ids:
+        if i in base and i in fused:
+            out.append({"id": i, "answer": base[i]["answer"], "cond": base[i]["cond"] | fused[i]["cond"]})
+    return out
 
 
-def _plot(res: dict, outdir: Path) -> None:
+def build_report(root: Path, meta: dict) -> dict:
+    """Summaries per (pair, kind) and benchmark from the records, pooled over complete benchmarks."""
+    from c2c.fuser.harness import summarize
+
+    report = {"pairs": {}}
+    for key, m in sorted(meta.get("runs", {}).items()):
+        pair, kind = m["pair"], m["kind"]
+        ident = {"fuser_id": m["fuser_id"], "control_id": m.get("control_id")}
+        benches, pooled = {}, []
+        for bench, ids in m["questions"].items():
+            recs = joined(read_records(records_path(root, pair, bench, None)),
+                          read_records(records_path(root, pair, bench, kind), ident), ids)
+            complete = len(recs) == len(ids) and all(set(BASE + FUSED) <= set(r["cond"]) for r in recs)
+            benches[bench] = summarize(recs) | {"complete": complete, "of": len(ids)}
+            if complete:
+                pooled += recs
+        report["pairs"][key] = {**m, "benchmarks": benches,
+                                "pooled": summarize(pooled) | {"benchmarks": sum(b["complete"] for b in benches.values())}}
+    return report
+
+
+def acceptance(report: dict) -> dict:
+    """#16's bars for general pair (a), on the pooled four benchmarks (absent until they are complete)."""
+    run = report["pairs"].get("a/general")
+    if not run or run["pooled"].get("benchmarks", 0) < len(BENCHMARKS):
+        return {"general_pair_a": "not measured yet"}
+    p, c = run["pooled"]["paired"], run["pooled"]["conditions"]
+    return {"c2c_beats_receiver_by_3_points_and_clears": p["receiver"]["acc"]["diff"] >= 0.03
+            and p["receiver"]["acc"]["clears"],
+            **{f"c2c_clears_{x}": p[x]["acc"]["clears"] for x in ("control", "t2t", "c2c_other", "c2c_zero")},
+            "c2c_latency_2x_below_t2t": c["t2t"]["latency_s"] >= 2 * c["c2c"]["latency_s"]}
+
+
+def _cell(row: dict | None, paired: dict | None, metric: str) -> str:
+    if row is None:
+        return "–"
+    lo, hi = row[f"{metric}_ci95"]
+    text = f"{100 * row[metric]:.1f} ({100 * lo:.0f}–{100 * hi:.0f})"
+    return f"**{text}**" if paired and paired[metric]["clears"] else text
+
+
+def render(report: dict, outdir: Path) -> None:
+    lines = ["# Heterogeneous C2C, scored as lm-evaluation-harness scores", "",
+             "Generated by `benchmarks/fuser_report.py` from the per-question records in `fuser_records/`. "
+             "Each cell: accuracy in % (95% bootstrap interval). Context `Question: ...\\nAnswer:`, each option's "
+             "text as the continuation, as lm-eval's ARC and OpenBookQA tasks do (`c2c.fuser.harness`; agreement "
+             "with lm-eval itself: `lm_eval_agreement.md`). A c2c cell is **bold** only where the paired bootstrap "
+             "interval of (c2c − that condition) lies above zero, for the condition named in the paired table. "
+             "Chance is 25% on all four benchmarks: a condition whose interval holds 25% knows nothing measurable "
+             "there.", ""]
+    for key, run in report["pairs"].items():
+        lines += [f"## Pair {run['pair']}, {run['kind']}: {run['sharer']} → {run['receiver']}", "",
+                  f"Fuser `{run['fuser_id'][:12]}` (step {run['step']}; {run['checkpoint_name']}), control "
+                  f"`{(run.get('control_id') or '–')[:12]}`; {run['limit']} questions per benchmark (seed "
+                  f"{run['seed']}); Sharer hint {run['hint_tokens']} tokens.", ""]
+        for metric, title in (("acc", "acc"), ("norm", "acc_norm")):
+            lines += [f"**{title}**", "", "| benchmark | n | " + " | ".join(SHOWN) + " |",
+                      "|---|---:|" + "---:|" * len(SHOWN)]
+            rows = list(run["benchmarks"].items()) + [(f"pooled ({run['pooled'].get('benchmarks', 0)} complete)",
+                                                       run["pooled"])]
+            for bench, s in rows:
+                if not s.get("n"):
+                    lines.append(f"| {bench} | 0 | " + " | ".join("–" for _ in SHOWN) + " |")
+                    continue
+                cells = []
+                for c in SHOWN:
+                    paired = None
+                    if c == "c2c":  # bold c2c only when it clears the Receiver
+                        paired = s.get("paired", {}).get("receiver")
+                    cells.append(_cell(s["conditions"].get(c), paired, metric))
+                n = s["n"] if s.get("complete", True) else f"{s['n']}/{s['of']}"
+                lines.append(f"| {bench} | {n} | " + " | ".join(cells) + " |")
+            lines.append("")
+        pooled = run["pooled"]
+        if pooled.get("paired"):
+            lines += ["**c2c against each condition** (pooled; paired difference in points, 95% bootstrap interval; "
+                      "**bold**: above zero, *italic*: below)", "",
+                      "| against | acc diff | acc_norm diff |", "|---|---:|---:|"]
+            for c, d in pooled["paired"].items():
+                cells = []
+                for m in ("acc", "norm"):
+                    x = d[m]
+                    t = f"{100 * x['diff']:+.1f} ({100 * x['ci95'][0]:+.1f}, {100 * x['ci95'][1]:+.1f})"
+                    cells.append(f"**{t}**" if x["clears"] else (f"*{t}*" if x["below"] else t))
+                lines.append(f"| {c} | " + " | ".join(cells) + " |")
+            cond = pooled["conditions"]
+            lat = " · ".join(f"{c} {1000 * cond[c]['latency_s']:.0f} ms" for c in ("receiver", "sharer", "t2t",
+                                                                                  "t2t_choice", "c2c", "control")
+                             if c in cond)
+            lines += ["", f"Latency per question (pooled mean, one process, one after another): {lat}. "
+                          f"c2c/Sharer answer agreement: {100 * pooled.get('c2c_sharer_agreement', 0):.1f}%.", ""]
+    lines += ["## Acceptance (#16, general pair (a), pooled over the four benchmarks)", ""]
+    for k, v in acceptance(report).items():
+        lines.append(f"- {k}: **{v if isinstance(v, str) else ('PASS' if v else 'FAIL')}**")
+    (outdir / "fuser.md").write_text("\n".join(lines) + "\n")
+    _plot(report, outdir)
+
+
+def _plot(report: dict, outdir: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pairs = sorted(res["pairs"].items())
-    if not pairs:
+    runs = [(k, r) for k, r in report["pairs"].items() if r["pooled"].get("n")]
+    if not runs:
         return
-    fig, axes = plt.subplots(1, len(pairs), figsize=(7 * len(pairs), 4), squeeze=False)
-    for ax, (name, pair) in zip(axes[0], pairs):
-        avg = summarize(pair)
-        benches = list(pair["benchmarks"]) + (["average"] if avg else [])
-        width = 0.8 / len(CONDS)
-        for i, c in enumerate(CONDS):
-            vals = [100 * (pair["benchmarks"][b]["accuracy"].get(c, 0) if b != "average"
-                           else avg["accuracy"].get(c, 0)) for b in benches]
-            ax.bar([x + i * width for x in range(len(benches))], vals, width, label=c)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(benches))], benches, rotation=15, fontsize=8)
-        ax.set_ylabel("accuracy (%)")
-        ax.set_title(f"pair {name}: {pair['sharer']} → {pair['receiver']}", fontsize=9)
-        ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.8), squeeze=False)
+    for ax, (key, run) in zip(axes[0], runs):
+        cond = run["pooled"]["conditions"]
+        names = [c for c in SHOWN if c in cond]
+        accs = [100 * cond[c]["acc"] for c in names]
+        err = [[100 * (cond[c]["acc"] - cond[c]["acc_ci95"][0]) for c in names],
+               [100 * (cond[c]["acc_ci95"][1] - cond[c]["acc"]) for c in names]]
+        ax.bar(names, accs, yerr=err, capsize=3, color=["C1" if c == "c2c" else "C0" for c in names])
+        ax.axhline(25, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel("acc (%), pooled, 95% CI")
+        ax.set_title(f"pair {run['pair']}, {run['kind']} (n={run['pooled']['n']})", fontsize=9)
+        ax.tick_params(axis="x", rotation=40, labelsize=7)
     fig.tight_layout()
     fig.savefig(outdir / "fuser.png", dpi=120)
+    plt.close(fig)
+
+
+def write_all(root: Path, meta: dict) -> dict:
+    report = build_report(root, meta)
+    report["acceptance"] = acceptance(report)
+    tmp = root / f"fuser.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(report, indent=1, sort_keys=True))
+    os.replace(tmp, root / "fuser.json")
+    render(report, root)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pair", help="pair label in the report, e.g. a or b")
+    ap.add_argument("--pair", help="pair label: a, b or c")
+    ap.add_argument("--kind", choices=KINDS, help="how the fuser was trained")
     ap.add_argument("--checkpoint", help="the pair's fuser checkpoint directory")
-    ap.add_argument("--control-checkpoint", default=None, help="control fuser (default: next to the checkpoint)")
+    ap.add_argument("--control", help="its matched control fuser's checkpoint directory")
     ap.add_argument("--limit", type=int, default=200, help="questions per benchmark (fixed random subset)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the subset")
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated subset of the benchmarks")
-    ap.add_argument("--conditions", default=",".join(CONDS),
-                    help="conditions to run now; others already in the JSON for the same questions are kept")
     ap.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
-    ap.add_argument("--scoring", choices=["label", "text", "generate"], default="label", help="see c2c.fuser.evaluate")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 on a busy shared machine)")
-    ap.add_argument("--out", default=str(RESULTS / "fuser.json"), help="results JSON")
-    ap.add_argument("--redo", action="store_true", help="evaluate benchmarks already in the JSON again")
-    ap.add_argument("--share-from", default=None, metavar="PAIR",
-                    help="take receiver and control from another pair's finished benchmarks when they are the "
-                         "same computation (same Receiver, control checkpoint, questions and scoring)")
-    ap.add_argument("--render-only", action="store_true", help="only rewrite the markdown and plot from the JSON")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a background job)")
+    ap.add_argument("--results", default=str(RESULTS), help="folder of fuser.json, fuser.md and the records")
+    ap.add_argument("--render-only", action="store_true", help="only rebuild json, markdown and plot from records")
     args = ap.parse_args(argv)
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    res = load_results(out)
+    root = Path(args.results)
+    meta_path = root / "fuser_records" / "runs.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"runs": {}}
     if args.render_only:
-        render_outputs(res, out.parent)
+        write_all(root, meta)
         return 0
-    if not (args.pair and args.checkpoint):
-        ap.error("--pair and --checkpoint are required (or --render-only)")
+    if not (args.pair and args.kind and args.checkpoint and args.control):
+        ap.error("--pair, --kind, --checkpoint and --control are required (or --render-only)")
+    benches = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    unknown = [b for b in benches if b not in BENCHMARKS]
+    if unknown:
+        ap.error(f"unknown benchmarks {unknown}; choose from {', '.join(BENCHMARKS)}")
 
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from c2c.canon import canonical_json, sha256_hex
+    torch.set_num_threads(args.threads)
     from c2c.fuser.data import data_root, load_questions, subset
-    from c2c.fuser.evaluate import Evaluator
+    from c2c.fuser.harness import HarnessEvaluator
+    from c2c.fuser.infer import FusedReceiver
 
-    conds = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    ev = Evaluator.from_checkpoint(args.checkpoint, control_checkpoint=args.control_checkpoint, conditions=conds,
-                                   device=args.device, hint_tokens=args.hint_tokens, scoring=args.scoring)
-    link = ev.fused.links[0]
-    control_id = ev.control.links[0].meta.fuser_id if ev.control is not None else None
-    pair = res["pairs"].get(args.pair)
-    ident = {"fuser_id": link.meta.fuser_id, "limit": args.limit,
-             "seed": args.seed, "hint_tokens": args.hint_tokens, "scoring": args.scoring}
-    if pair is None or any(pair.get(k) != v for k, v in ident.items()):
-        pair = {"benchmarks": {}}  # a new checkpoint or subset: start this pair over
-    pair.update(ident, receiver=ev.receiver.name, sharer=link.sharer_name, step=link.meta.step,
-                device=args.device, checkpoint=str(args.checkpoint))
-    res["pairs"][args.pair] = pair
-    root = data_root()
-    for bench in [b.strip() for b in args.benchmarks.split(",") if b.strip()]:
-        if bench not in BENCHMARKS:
-            ap.error(f"unknown benchmark {bench!r}; choose from {', '.join(BENCHMARKS)}")
-        qs = subset(load_questions(root / BENCHMARKS[bench]), args.limit, args.seed)
-        ids = sha256_hex(canonical_json([q.id for q in qs]))
-        measured = set(pair["benchmarks"].get(bench, {}).get("accuracy", {}))
-        if args.share_from and not args.redo and not set(SHAREABLE) <= measured:
-            shared = shared_conditions(res["pairs"].get(args.share_from), bench, ids, receiver=ev.receiver.name,
-                                       scoring=args.scoring, control_id=control_id)
-            if shared:
-                pair = record_benchmark(out, args.pair, pair, bench, {**shared, "shared_from": args.share_from})
-                print(f"{bench}: {', '.join(shared['accuracy'])} shared with pair {args.share_from}", file=sys.stderr)
-                measured = set(pair["benchmarks"][bench]["accuracy"])
-        todo = [c for c in conds if args.redo or c not in measured]
-        if not todo:
-            print(f"{bench}: done, skipping", file=sys.stderr)
-            continue
-        # progress of an interrupted run of these questions and conditions (resumed, then removed)
-        key = sha256_hex(canonical_json([ident, ids, todo]))[:16]
-        partial = out.parent / "fuser_partial" / f"{args.pair}-{key}.jsonl"
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        done = _read_records(partial)
-        if done:
-            print(f"{bench}: resuming after {len(done)} questions", file=sys.stderr)
+    fused = FusedReceiver.load([args.checkpoint])
+    control = FusedReceiver.load([args.control], receiver=fused.receiver)
+    link, clink = fused.links[0], control.links[0]
+    if not clink.meta.is_control:
+        ap.error(f"{args.control} is not a control fuser (its Sharer is {clink.sharer_name!r}, not the Receiver)")
+    ev = HarnessEvaluator(fused.receiver, sharer=link.sharer, fused=fused, control=control,
+                          hint_tokens=args.hint_tokens)
+    ident = {"fuser_id": link.meta.fuser_id, "control_id": clink.meta.fuser_id}
+    key = f"{args.pair}/{args.kind}"
+    run = meta["runs"].get(key)
+    if run and (run["fuser_id"], run.get("control_id"), run["limit"], run["seed"]) != (
+            ident["fuser_id"], ident["control_id"], args.limit, args.seed):
+        print(f"{key}: a new checkpoint or subset; its old records stay on disk but are no longer used",
+              file=sys.stderr)
+        run = None
+    run = run or {"pair": args.pair, "kind": args.kind, "questions": {}}
+    run |= {**ident, "receiver": fused.receiver.name, "sharer": link.sharer_name, "step": link.meta.step,
+            "checkpoint_name": Path(args.checkpoint).name, "limit": args.limit, "seed": args.seed,
+            "hint_tokens": args.hint_tokens}
+    root_data = data_root()
+    for bench in benches:
+        qs = subset(load_questions(root_data / BENCHMARKS[bench]), args.limit, args.seed)
+        run["questions"][bench] = [q.id for q in qs]
+        meta["runs"][key] = run
+        meta_path.parent.mkdir(parents=True, exist_ok=True)
+        meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
         t0 = time.perf_counter()
-        with open(partial, "a") as f:
-            rep = ev.evaluate(qs, todo, data=bench, done=done,
-                              on_record=lambda rec: (f.write(json.dumps(rec) + "\n"), f.flush()))
-        partial.unlink()
-        pair = record_benchmark(out, args.pair, pair, bench,
-                                {**rep.to_dict(), "questions": ids, "wall_s": round(time.perf_counter() - t0, 1),
-                                 **({"control_id": control_id} if control_id else {})})
-        print(f"{bench}: " + ", ".join(f"{c} {100 * a:.1f}" for c, a in rep.accuracy.items()), file=sys.stderr)
+        for kind, conds, tag in ((None, BASE, {}), (args.kind, FUSED, ident)):
+            path = records_path(root, args.pair, bench, kind)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            done = list(read_records(path, tag or None).values())
+            with open(path, "a") as f:
+                ev.evaluate(qs, conds, done=done, desc=f"{bench} ({kind or 'base'})",
+                            on_record=lambda rec: (f.write(json.dumps(rec | tag) + "\n"), f.flush()))
+        report = write_all(root, meta)
+        s = report["pairs"][key]["benchmarks"][bench]["conditions"]
+        print(f"{bench} ({time.perf_counter() - t0:.0f} s): "
+              + ", ".join(f"{c} {100 * s[c]['acc']:.1f}" for c in SHOWN if c in s), file=sys.stderr)
     return 0
 
 

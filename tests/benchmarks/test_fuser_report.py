@@ -1,4 +1,5 @@
-"""The fuser report's JSON: parallel runs of one pair merge; a new checkpoint starts the pair over."""
+"""The fuser report: records joined per question, a new checkpoint never mixed with old records, bold only
+where a paired interval clears, and a partial benchmark never pooled."""
 
 import importlib.util
 import json
@@ -14,87 +15,74 @@ def _report():
     return mod
 
 
-def _entry(acc: float, conds=("receiver", "sharer", "t2t", "c2c", "control"), questions="q") -> dict:
-    return {"n": 10, "accuracy": {c: acc for c in conds}, "latency_s": {c: 0.5 for c in conds},
-            "questions": questions, "control_id": "c1"}
+def _cond(choice: int) -> dict:
+    return {"acc": choice, "norm": choice, "s": 0.1, "loglik": [0.0, 0.0], "chars": [1, 1]}
 
 
-def test_two_runs_of_one_pair_merge_and_a_new_checkpoint_starts_over(tmp_path):
+def _write(path: Path, recs: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
+def _setup(tmp_path, rep, n=60, c2c_right=lambda i: True, fuser_id="f1"):
+    ids = [f"q{i}" for i in range(n)]
+    bench = "OpenBookQA"
+    base = [{"id": q, "answer": 0, "cond": {c: _cond(0 if i % 4 == 0 else 1) for c in rep.BASE}}
+            for i, q in enumerate(ids)]
+    fused = [{"id": q, "answer": 0, "fuser_id": fuser_id, "control_id": "c1",
+              "cond": {"c2c": _cond(0 if c2c_right(i) else 1), **{c: _cond(1) for c in rep.FUSED[1:]}}}
+             for i, q in enumerate(ids)]
+    _write(rep.records_path(tmp_path, "b", bench, None), base)
+    _write(rep.records_path(tmp_path, "b", bench, "general"), fused)
+    run = {"pair": "b", "kind": "general", "fuser_id": fuser_id, "control_id": "c1", "receiver": "R",
+           "sharer": "S", "step": 9, "checkpoint_name": "x", "limit": n, "seed": 0, "hint_tokens": 48,
+           "questions": {bench: ids}}
+    return {"runs": {"b/general": run}}
+
+
+def test_a_clear_gain_is_bold_and_pooled(tmp_path):
     rep = _report()
-    out = tmp_path / "fuser.json"
-    ident = {"fuser_id": "f1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text"}
-    meta = {**ident, "receiver": "R", "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
-    # two processes, each started before the other wrote anything
-    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.25))
-    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "OpenBookQA", _entry(0.75))
-    pair = json.loads(out.read_text())["pairs"]["b"]
-    assert set(pair["benchmarks"]) == {"MMLU val", "OpenBookQA"}
-    assert pair["summary"]["accuracy"]["c2c"] == 0.5 and pair["summary"]["benchmarks"] == 2
-    assert "| **average** (2 complete) | 20 |" in (tmp_path / "fuser.md").read_text() and (tmp_path / "fuser.png").is_file()
-    # another checkpoint: its numbers are not comparable, the old benchmarks go
-    rep.record_benchmark(out, "b", {**meta, "fuser_id": "f2", "benchmarks": {}}, "C-Eval val", _entry(0.1))
-    pair = json.loads(out.read_text())["pairs"]["b"]
-    assert set(pair["benchmarks"]) == {"C-Eval val"} and pair["fuser_id"] == "f2"
+    meta = _setup(tmp_path, rep)
+    report = rep.write_all(tmp_path, meta)
+    run = report["pairs"]["b/general"]
+    ob = run["benchmarks"]["OpenBookQA"]
+    assert ob["complete"] and ob["conditions"]["c2c"]["acc"] == 1.0 and ob["conditions"]["receiver"]["acc"] == 0.25
+    assert run["pooled"]["benchmarks"] == 1 and run["pooled"]["paired"]["receiver"]["acc"]["clears"]
+    md = (tmp_path / "fuser.md").read_text()
+    assert "**100.0 (100–100)**" in md and (tmp_path / "fuser.png").is_file()
+    assert report["acceptance"] == {"general_pair_a": "not measured yet"}
 
 
-def test_conditions_run_later_join_the_same_questions_only(tmp_path):
+def test_no_gain_is_not_bold(tmp_path):
     rep = _report()
-    out = tmp_path / "fuser.json"
-    meta = {"fuser_id": "f1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text", "receiver": "R",
-            "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
-    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.3, ("receiver", "c2c")))
-    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.2, ("control",)))
-    acc = json.loads(out.read_text())["pairs"]["b"]["benchmarks"]["MMLU val"]["accuracy"]
-    assert acc == {"receiver": 0.3, "c2c": 0.3, "control": 0.2}
-    # other questions (another subset): the entry is replaced, not mixed
-    rep.record_benchmark(out, "b", {**meta, "benchmarks": {}}, "MMLU val", _entry(0.9, ("control",), "other"))
-    acc = json.loads(out.read_text())["pairs"]["b"]["benchmarks"]["MMLU val"]["accuracy"]
-    assert acc == {"control": 0.9}
+    meta = _setup(tmp_path, rep, c2c_right=lambda i: i % 4 == 0)  # c2c = receiver, question by question
+    report = rep.write_all(tmp_path, meta)
+    paired = report["pairs"]["b/general"]["pooled"]["paired"]["receiver"]["acc"]
+    assert paired["diff"] == 0 and not paired["clears"]
+    assert "**" not in (tmp_path / "fuser.md").read_text().split("pooled (")[1].split("\n")[0]
 
 
-def test_a_stale_view_of_another_benchmark_does_not_overwrite_a_fresher_one(tmp_path):
+def test_records_of_another_checkpoint_and_a_cut_line_are_not_used(tmp_path):
     rep = _report()
-    out = tmp_path / "fuser.json"
-    meta = {"fuser_id": "f1", "limit": 10, "seed": 0, "hint_tokens": 48, "scoring": "text", "receiver": "R",
-            "sharer": "S", "step": 5, "device": "cpu", "checkpoint": "x"}
-    shared = _entry(0.3, ("receiver", "control"))
-    # both processes start when C-Eval holds only the shared conditions
-    stale = rep.record_benchmark(out, "a", {**meta, "benchmarks": {}}, "C-Eval val", shared)
-    # process 1 finishes C-Eval; process 2 (MMLU) still holds the stale C-Eval entry in memory
-    rep.record_benchmark(out, "a", {**meta, "benchmarks": {}}, "C-Eval val", _entry(0.6, ("sharer", "t2t", "c2c")))
-    rep.record_benchmark(out, "a", stale, "MMLU val", _entry(0.4))
-    benches = json.loads(out.read_text())["pairs"]["a"]["benchmarks"]
-    assert set(benches["C-Eval val"]["accuracy"]) == {"receiver", "control", "sharer", "t2t", "c2c"}
-    assert benches["C-Eval val"]["accuracy"]["c2c"] == 0.6 and benches["MMLU val"]["accuracy"]["c2c"] == 0.4
+    _setup(tmp_path, rep, fuser_id="old")
+    meta = _setup(tmp_path, rep, n=60, fuser_id="new")
+    path = rep.records_path(tmp_path, "b", "OpenBookQA", "general")
+    assert len(rep.read_records(path, {"fuser_id": "new", "control_id": "c1"})) == 60
+    with open(path, "a") as f:
+        f.write('{"id": "q0", "cond": ')  # killed mid-write
+    assert len(rep.read_records(path)) == 60  # complete lines only (the two runs share ids)
+    meta["runs"]["b/general"]["fuser_id"] = "other"
+    run = rep.build_report(tmp_path, meta)["pairs"]["b/general"]
+    assert run["benchmarks"]["OpenBookQA"]["n"] == 0 and run["pooled"]["benchmarks"] == 0
 
 
-def test_a_progress_file_cut_mid_line_keeps_its_complete_records(tmp_path):
+def test_a_partial_benchmark_is_shown_but_not_pooled(tmp_path):
     rep = _report()
-    p = tmp_path / "b-key.jsonl"
-    p.write_text('{"id": "q1", "pred": {}}\n{"id": "q2", "pred": {}}\n{"id": "q3", "pr')
-    assert [r["id"] for r in rep._read_records(p)] == ["q1", "q2"]
-    assert rep._read_records(tmp_path / "missing.jsonl") == []
-
-
-def test_only_the_same_computation_is_shared_between_pairs():
-    rep = _report()
-    other = {"receiver": "R", "scoring": "text", "benchmarks": {"MMLU val": _entry(0.4, questions="q")}}
-    got = rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="text", control_id="c1")
-    assert got["accuracy"] == {"receiver": 0.4, "control": 0.4} and got["control_id"] == "c1"
-    # another control checkpoint: only the Receiver alone is the same computation
-    got = rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="text", control_id="c2")
-    assert set(got["accuracy"]) == {"receiver"} and "control_id" not in got
-    # other questions, another Receiver, other scoring or a missing benchmark: nothing is shared
-    assert rep.shared_conditions(other, "MMLU val", "other", receiver="R", scoring="text", control_id="c1") == {}
-    assert rep.shared_conditions(other, "MMLU val", "q", receiver="R2", scoring="text", control_id="c1") == {}
-    assert rep.shared_conditions(other, "MMLU val", "q", receiver="R", scoring="label", control_id="c1") == {}
-    assert rep.shared_conditions(other, "OpenBookQA", "q", receiver="R", scoring="text", control_id="c1") == {}
-    assert rep.shared_conditions(None, "MMLU val", "q", receiver="R", scoring="text", control_id="c1") == {}
-
-
-def test_the_average_counts_only_benchmarks_with_every_condition():
-    rep = _report()
-    pair = {"benchmarks": {"A": _entry(0.2), "B": _entry(0.6), "C": _entry(0.9, ("receiver", "control"))}}
-    avg = rep.summarize(pair)
-    assert avg["benchmarks"] == 2 and avg["n"] == 20 and abs(avg["accuracy"]["receiver"] - 0.4) < 1e-9
-    assert rep.summarize({"benchmarks": {"C": _entry(0.9, ("receiver",))}}) == {}
+    meta = _setup(tmp_path, rep, n=40)
+    meta["runs"]["b/general"]["questions"]["OpenBookQA"] += ["q98", "q99"]  # two not asked yet
+    run = rep.build_report(tmp_path, meta)["pairs"]["b/general"]
+    ob = run["benchmarks"]["OpenBookQA"]
+    assert ob["n"] == 40 and ob["of"] == 42 and not ob["complete"]
+    assert run["pooled"]["n"] == 0

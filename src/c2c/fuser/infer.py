@@ -142,28 +142,46 @@ class FusedReceiver:
             context = self.receiver_context(messages)
             timings["receiver_prefill"] = time.perf_counter() - t0
         rendered, cache = context
+        aligned: dict[str, tuple[KVCache, np.ndarray]] = {}
+        for link in self.links:
+            if link.sharer is None:
+                continue
+            t0 = time.perf_counter()
+            sc = (sharer_contexts or {}).get(link.sharer_name)
+            if sc is None:
+                sc = link.sharer_context(messages)
+                timings[f"sharer_prefill:{link.sharer_name}"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            aligned[link.sharer_name] = (sc[1], align_tokens(rendered, sc[0]))
+            timings[f"align:{link.sharer_name}"] = time.perf_counter() - t0
+        fused, fuse_timings = self.fuse_caches(cache, aligned)
+        return Fused(cache=fused, rendered=rendered, timings=timings | fuse_timings)
+
+    @torch.inference_mode()
+    def fuse_caches(self, cache: KVCache, sharers: dict[str, tuple[KVCache, np.ndarray]]
+                    ) -> tuple[KVCache, dict[str, float]]:
+        """Apply every fuser to the Receiver's ``cache``, given each Sharer's cache and its alignment.
+
+        ``sharers`` maps a Sharer's name to (its cache, ``(T_r,)`` Sharer token index per Receiver
+        token). :meth:`fuse` passes real alignments; evaluation's causal controls pass another
+        question's cache, or zeros, through the very same fusers.
+        """
+        timings: dict[str, float] = {}
         keys, values = list(cache.keys), list(cache.values)
         for link in self.links:
-            t0 = time.perf_counter()
             if link.sharer is None:  # control: the Receiver's own (unfused) cache stands in
                 sk = [cache.keys[s] for _, s in link.fuser.cfg.layer_map]
                 sv = [cache.values[s] for _, s in link.fuser.cfg.layer_map]
             else:
-                sc = (sharer_contexts or {}).get(link.sharer_name)
-                if sc is None:
-                    sc = link.sharer_context(messages)
-                    timings[f"sharer_prefill:{link.sharer_name}"] = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                index = align_tokens(rendered, sc[0])
-                sk, sv = aligned_sharer(sc[1], index, link.fuser.cfg.layer_map, self.receiver.windows)
-                timings[f"align:{link.sharer_name}"] = time.perf_counter() - t0
+                s_cache, index = sharers[link.sharer_name]
+                sk, sv = aligned_sharer(s_cache, index, link.fuser.cfg.layer_map, self.receiver.windows)
             t0 = time.perf_counter()
             # [1, H_r, T, D_r] per layer in and out; hard gates
             keys, values = link.fuser(keys, values, sk, sv, tau=None)
             timings[f"fuse:{link.sharer_name}"] = time.perf_counter() - t0
         fused = replace(cache, keys=tuple(k.to(cache.dtype) for k in keys),
                         values=tuple(v.to(cache.dtype) for v in values))
-        return Fused(cache=fused, rendered=rendered, timings=timings)
+        return fused, timings
 
     # -------------------------------------------------------------- continue
     def generation_ids(self) -> list[int]:

@@ -50,14 +50,22 @@ class OptionScores:
 
 
 def score_options(runtime, context: str, options: Sequence[str], *, past: KVCache | None = None,
-                  delimiter: str = " ") -> OptionScores:
+                  head: KVCache | None = None, delimiter: str = " ") -> OptionScores:
     """Log-likelihood of each ``delimiter + option`` as the continuation of ``context`` (after ``past``).
 
+    ``head``, instead of ``past``, is a cache of the first ``k`` tokens of the scored sequence itself
+    (the runtime's BOS, then ``context``'s tokens), for instance a fused cache of the context:
+    only the tokens after it are run, and ``k`` must leave the context's last token to run, whose
+    logits predict the first option token.
+
     Raises:
-        ConfigError: no options, or an option whose continuation has no token of its own.
+        ConfigError: no options, an option whose continuation has no token of its own, both
+            ``past`` and ``head``, or a ``head`` that is not a beginning of the context's tokens.
     """
     if not options:
         raise ConfigError("score_options needs at least one option")
+    if past is not None and head is not None:
+        raise ConfigError("give score_options a past (before the context) or a head (of it), not both")
     ctx = runtime.encode(context)
     seqs, conts = [], []
     for opt in options:
@@ -68,11 +76,16 @@ def score_options(runtime, context: str, options: Sequence[str], *, past: KVCach
         seqs.append(whole)
         conts.append((cut, len(whole)))
     lead = list(runtime.bos_ids) if past is None else []
-    logits = runtime.logits_batch([lead + s for s in seqs], past)   # each (len(lead) + T_i, vocab)
-    out = []
+    k = 0 if head is None else head.seq_len
+    if head is not None:
+        if head.start != 0 or not 0 < k < len(lead) + len(ctx) or tuple(head.token_ids) != tuple(lead + ctx)[:k]:
+            raise ConfigError(f"head holds {k} tokens that are not a beginning of the context's "
+                              f"{len(lead) + len(ctx)} (leaving its last token to run)")
+    logits = runtime.logits_batch([(lead + s)[k:] for s in seqs], head if head is not None else past)
+    out = []                                                          # each (len(lead) + T_i - k, vocab)
     for (a, b), s, lg in zip(conts, seqs, logits):
         logp = torch.log_softmax(lg.float(), dim=-1)                  # (T, vocab): predicts the next token
-        off = len(lead)
+        off = len(lead) - k
         # position p's logits predict token p + 1: the continuation tokens s[a:b] come from rows a-1 .. b-2
         rows = logp[off + a - 1: off + b - 1]                         # (b - a, vocab)
         toks = torch.tensor(s[a:b], dtype=torch.long)[:, None]        # (b - a, 1)

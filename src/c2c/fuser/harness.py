@@ -1,0 +1,245 @@
+"""The fuser's answer quality, scored as lm-evaluation-harness scores it, with causal controls and records.
+
+Every condition answers the same question in lm-eval's ARC/OpenBookQA form: the context
+``"Question: {q}\\nAnswer:"`` (plain text, no chat template) and each option's text as its
+continuation, scored by summed log-likelihood (``acc``) and per character (``acc_norm``)
+with :func:`c2c.mc.score_options`, which ``benchmarks/lm_eval_agreement.py`` checks against
+lm-eval itself. The conditions:
+
+- ``receiver``: the Receiver alone.
+- ``sharer``: the Sharer alone, scored the same way (its own tokenizer).
+- ``t2t``: the Sharer writes a hint (greedy, its chat template, ``hint_tokens``); the
+  Receiver scores after ``"A hint from another assistant: {hint}\\n"`` + the context.
+- ``t2t_choice``: the Sharer states the option it picks (its ``acc`` choice), and the
+  Receiver scores after ``"Another assistant answered: {option}\\n"`` + the context.
+- ``c2c``: the Receiver's cache of the context is fused with the Sharer's cache of the
+  same text (aligned token by token, hard gates); the options are scored from it.
+- ``control``: the matched control fuser (trained the same way on the Receiver's own
+  cache): what the extra parameters alone buy.
+- ``c2c_other``: the same fuser fed **another question's** Sharer cache (the next
+  question of the set, its positions mapped proportionally).
+- ``c2c_zero``: the same fuser fed a **zeroed** Sharer cache, real alignment.
+
+A gain that comes from what the Sharer read shows as c2c above both causal controls.
+Derived per question: the oracle ``max(receiver, sharer)`` and c2c/Sharer agreement
+(:func:`summarize`). Each question yields one JSON-able record with every option's
+log-likelihood under every condition, so any number can be recomputed.
+
+Latency (seconds per question, one after another in this process) is the sum of the steps
+a condition needs; caches two conditions share are computed once and charged to both.
+Tensor shapes are in the comments.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from c2c.errors import ConfigError
+from c2c.fuser.align import CONTENT, TEMPLATE, Rendered, Section, align_tokens, render
+from c2c.fuser.data import Question, hint_messages
+from c2c.fuser.infer import FusedReceiver
+from c2c.mc import lm_eval_context, score_options
+from c2c.runtime.kvcache import KVCache
+
+CONDITIONS = ("receiver", "sharer", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
+_NEEDS_SHARER = {"sharer", "t2t", "t2t_choice", "c2c", "c2c_other", "c2c_zero"}
+_NEEDS_FUSER = {"c2c", "c2c_other", "c2c_zero"}
+
+
+def plain(runtime, text: str) -> Rendered:
+    """``text`` as one content section, tokenized with offsets (BOS first, if the model has one)."""
+    ids, offsets = runtime.encode_with_offsets(text)
+    bos = tuple(runtime.bos_ids)
+    sections = (Section(kind=TEMPLATE, start=0, end=0), Section(kind=CONTENT, start=0, end=len(text)),
+                Section(kind=TEMPLATE, start=len(text), end=len(text)))
+    return Rendered(text=text, sections=sections, ids=bos + tuple(ids), offsets=((0, 0),) * len(bos) + tuple(offsets),
+                    n_bos=len(bos))
+
+
+def proportional_index(n_receiver: int, n_sharer: int) -> np.ndarray:
+    """``(n_receiver,)`` Sharer positions spread evenly over ``n_sharer`` (for another text's cache)."""
+    return np.minimum((np.arange(n_receiver) * n_sharer) // max(n_receiver, 1), n_sharer - 1).astype(np.int64)
+
+
+class HarnessEvaluator:
+    """Scores questions under :data:`CONDITIONS`; see the module docstring."""
+
+    def __init__(self, receiver, *, sharer=None, fused: FusedReceiver | None = None,
+                 control: FusedReceiver | None = None, hint_tokens: int = 48):
+        self.receiver, self.sharer, self.fused, self.control = receiver, sharer, fused, control
+        self.hint_tokens = hint_tokens
+
+    def _need(self, conditions: Sequence[str]) -> None:
+        bad = [c for c in conditions if c not in CONDITIONS]
+        if bad:
+            raise ConfigError(f"unknown conditions {bad}; choose from {', '.join(CONDITIONS)}")
+        if _NEEDS_SHARER & set(conditions) and self.sharer is None:
+            raise ConfigError(f"{sorted(_NEEDS_SHARER & set(conditions))} need a Sharer")
+        if _NEEDS_FUSER & set(conditions) and self.fused is None:
+            raise ConfigError(f"{sorted(_NEEDS_FUSER & set(conditions))} need a trained fuser")
+        if "control" in conditions and self.control is None:
+            raise ConfigError("control needs a control fuser")
+
+    def evaluate(self, questions: Sequence[Question], conditions: Sequence[str] = CONDITIONS, *,
+                 done: Sequence[dict] = (), on_record: Callable[[dict], None] | None = None,
+                 progress: bool = True, desc: str = "eval") -> list[dict]:
+        """One record per question (``done`` records of the same questions are reused where they
+        hold every asked condition; the rest are asked again and passed to ``on_record``)."""
+        self._need(conditions)
+        conditions = [c for c in CONDITIONS if c in conditions]
+        prior = {r["id"]: r for r in done}
+        out = []
+        for i, q in enumerate(tqdm(questions, desc=desc, unit="q", disable=not progress)):
+            rec = prior.get(q.id)
+            missing = [c for c in conditions if rec is None or c not in rec["cond"]]
+            if missing:
+                other = questions[(i + 1) % len(questions)] if len(questions) > 1 else None
+                new = self.ask(q, missing, other=other)
+                rec = new if rec is None else rec | {"cond": rec["cond"] | new["cond"]} | {
+                    k: v for k, v in new.items() if k not in ("cond",)}
+                if on_record is not None:
+                    on_record(rec)
+            out.append(rec)
+        return out
+
+    @torch.inference_mode()
+    def ask(self, q: Question, conditions: Sequence[str], *, other: Question | None = None) -> dict:
+        """One question under ``conditions``: ``{"id", "answer", "cond": {c: {"loglik", "chars", "acc",
+        "norm", "s"}}[, "hint", "sharer_said"]}``, with ``answer`` and choices as option indices."""
+        self._need(conditions)
+        if {"c2c_other"} & set(conditions) and other is None:
+            raise ConfigError("c2c_other needs another question")
+        r, s = self.receiver, self.sharer
+        labels = q.labels
+        options = [text for _, text in q.options]
+        ctx = lm_eval_context(q.question)
+        rec: dict = {"id": q.id, "answer": labels.index(q.answer), "cond": {}}
+        cond = rec["cond"]
+
+        def put(name: str, scores, seconds: float) -> None:
+            cond[name] = {"loglik": [round(x, 5) for x in scores.loglik], "chars": list(scores.chars),
+                          "acc": scores.acc_choice, "norm": scores.norm_choice, "s": seconds}
+
+        spent: dict[str, float] = {}
+
+        def timed(key: str, fn):
+            t0 = time.perf_counter()
+            value = fn()
+            spent[key] = time.perf_counter() - t0
+            return value
+
+        if "receiver" in conditions:
+            put("receiver", timed("receiver", lambda: score_options(r, ctx, options)), spent["receiver"])
+        sharer_scores = None
+        if {"sharer", "t2t_choice"} & set(conditions):
+            sharer_scores = timed("sharer", lambda: score_options(s, ctx, options))
+            if "sharer" in conditions:
+                put("sharer", sharer_scores, spent["sharer"])
+        if "t2t" in conditions:
+            def hint() -> str:  # the Sharer writes its hint as its own assistant turn
+                prompt = list(render(s, hint_messages(q)).ids) + s.encode(s.generation_prompt())
+                return s.generate(prompt, max_new_tokens=self.hint_tokens).text.strip()
+            rec["hint"] = timed("hint", hint)
+            scores = timed("t2t", lambda: score_options(r, f"A hint from another assistant: {rec['hint']}\n" + ctx,
+                                                        options))
+            put("t2t", scores, spent["hint"] + spent["t2t"])
+        if "t2t_choice" in conditions:
+            said = options[sharer_scores.acc_choice]
+            rec["sharer_said"] = sharer_scores.acc_choice
+            scores = timed("t2t_choice", lambda: score_options(r, f"Another assistant answered: {said}\n" + ctx,
+                                                               options))
+            put("t2t_choice", scores, spent["sharer"] + spent["t2t_choice"])
+        fusing = [c for c in ("c2c", "control", "c2c_other", "c2c_zero") if c in conditions]
+        if not fusing:
+            return rec
+        r_text = plain(r, ctx)
+        _, r_cache = timed("r_prefill", lambda: r.prefill(list(r_text.ids)))           # [1, H_r, T_r, D_r]
+        s_text = s_cache = index = None
+        if _NEEDS_FUSER & set(fusing):
+            s_text = plain(s, ctx)
+            _, s_cache = timed("s_prefill", lambda: s.prefill(list(s_text.ids)))       # [1, H_s, T_s, D_s]
+            index = timed("align", lambda: align_tokens(r_text, s_text))              # (T_r,)
+        for c in fusing:
+            t0 = time.perf_counter()
+            if c == "control":
+                fused, _ = self.control.fuse_caches(r_cache, {})
+            else:
+                name = self.fused.links[0].sharer_name
+                if c == "c2c":
+                    given = (s_cache, index)
+                elif c == "c2c_zero":
+                    given = (_zeros_like(s_cache), index)
+                else:  # c2c_other
+                    o_text = plain(s, lm_eval_context(other.question))
+                    _, o_cache = s.prefill(list(o_text.ids))
+                    given = (o_cache, proportional_index(len(r_text.ids), len(o_text.ids)))
+                fused, _ = self.fused.fuse_caches(r_cache, {name: given})
+            # the context's last token runs again from the fused cache: its logits predict the options
+            head = fused.slice(0, fused.seq_len - 1)
+            scores = score_options(r, ctx, options, head=head)
+            took = time.perf_counter() - t0 + spent["r_prefill"]
+            if c != "control":
+                took += spent.get("s_prefill", 0.0) + spent.get("align", 0.0)
+            put(c, scores, took)
+        return rec
+
+
+def _zeros_like(cache: KVCache) -> KVCache:
+    return KVCache(keys=tuple(torch.zeros_like(k) for k in cache.keys),
+                   values=tuple(torch.zeros_like(v) for v in cache.values),
+                   token_ids=cache.token_ids, start=cache.start, windows=cache.windows)
+
+
+# ------------------------------------------------------------------ summary
+def correct(records: Sequence[dict], condition: str, metric: str = "acc") -> np.ndarray:
+    """``(n,)`` 0/1 per question; ``oracle`` is max(receiver, sharer)."""
+    if condition == "oracle":
+        return np.maximum(correct(records, "receiver", metric), correct(records, "sharer", metric))
+    return np.array([int(r["cond"][condition][metric] == r["answer"]) for r in records], dtype=np.int64)
+
+
+def bootstrap(values: np.ndarray, *, reps: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of ``values`` (per-question numbers)."""
+    if len(values) == 0:
+        return 0.0, 0.0
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(reps, len(values)))].mean(axis=1)   # (reps,)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def summarize(records: Sequence[dict], *, compare_to: str = "c2c") -> dict:
+    """Accuracy (acc, acc_norm) with 95% bootstrap intervals per condition, the oracle, latency,
+    c2c/Sharer agreement, and paired differences ``compare_to - other`` with their intervals."""
+    if not records:
+        return {"n": 0, "conditions": {}}
+    present = [c for c in CONDITIONS if all(c in r["cond"] for r in records)]
+    conds = present + (["oracle"] if {"receiver", "sharer"} <= set(present) else [])
+    out: dict = {"n": len(records), "conditions": {}, "paired": {}}
+    for c in conds:
+        row = {}
+        for m in ("acc", "norm"):
+            x = correct(records, c, m)
+            row[m] = float(x.mean())
+            row[f"{m}_ci95"] = bootstrap(x)
+        if c != "oracle":
+            row["latency_s"] = float(np.mean([r["cond"][c]["s"] for r in records]))
+        out["conditions"][c] = row
+    if compare_to in present:
+        for c in conds:
+            if c == compare_to:
+                continue
+            row = {}
+            for m in ("acc", "norm"):
+                d = correct(records, compare_to, m) - correct(records, c, m)
+                lo, hi = bootstrap(d.astype(np.float64))
+                row[m] = {"diff": float(d.mean()), "ci95": (lo, hi), "clears": lo > 0, "below": hi < 0}
+            out["paired"][c] = row
+    if {"c2c", "sharer"} <= set(present):
+        out["c2c_sharer_agreement"] = float(np.mean([r["cond"]["c2c"]["acc"] == r["cond"]["sharer"]["acc"]
+                                                     for r in records]))
+    return out

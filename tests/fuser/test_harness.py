@@ -1,0 +1,96 @@
+"""lm-eval-style scoring of every fuser condition, its causal controls, records and paired intervals."""
+
+import numpy as np
+import pytest
+
+from c2c.errors import ConfigError
+from c2c.fuser.data import Question
+from c2c.fuser.harness import CONDITIONS, HarnessEvaluator, bootstrap, plain, proportional_index, summarize
+from c2c.fuser.infer import FusedReceiver
+from c2c.mc import lm_eval_context, score_options
+
+QUESTIONS = [Question(id=f"q{i}", question=f"Which number follows {i}?",
+                      options=(("A", str(i + 1)), ("B", str(i + 3)), ("C", "none")), answer="A") for i in range(3)]
+
+
+def test_scoring_from_a_head_cache_equals_scoring_from_scratch(tiny_rt):
+    r = tiny_rt("qwen2")
+    q = QUESTIONS[0]
+    ctx, opts = lm_eval_context(q.question), [t for _, t in q.options]
+    whole = score_options(r, ctx, opts)
+    ids = list(plain(r, ctx).ids)
+    _, cache = r.prefill(ids)
+    for k in (1, len(ids) - 1):  # any beginning that leaves the last context token to run
+        got = score_options(r, ctx, opts, head=cache.slice(0, k))
+        assert got.loglik == pytest.approx(whole.loglik, abs=1e-4)
+    with pytest.raises(ConfigError, match="beginning"):
+        score_options(r, ctx, opts, head=cache)  # the last token must run: its logits predict the options
+    _, other = r.prefill(list(plain(r, "Question: something else\nAnswer:").ids))
+    with pytest.raises(ConfigError, match="beginning"):
+        score_options(r, ctx, opts, head=other.slice(0, 14))  # past "Question: "
+    with pytest.raises(ConfigError, match="not both"):
+        score_options(r, ctx, opts, head=cache.slice(0, 3), past=cache)
+
+
+def test_every_condition_is_recorded_and_an_untrained_fuser_is_the_identity(make_link, tiny_rt):
+    r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
+    ev = HarnessEvaluator(r, sharer=s, fused=FusedReceiver(r, [make_link(r, s)]),
+                          control=FusedReceiver(r, [make_link(r, None)]), hint_tokens=4)
+    saved = []
+    recs = ev.evaluate(QUESTIONS, CONDITIONS, progress=False, on_record=saved.append)
+    assert len(recs) == len(saved) == 3
+    for rec, q in zip(recs, QUESTIONS):
+        assert set(rec["cond"]) == set(CONDITIONS) and rec["answer"] == 0
+        assert isinstance(rec["hint"], str) and rec["sharer_said"] == rec["cond"]["sharer"]["acc"]
+        base = rec["cond"]["receiver"]["loglik"]
+        for c in ("c2c", "control", "c2c_other", "c2c_zero"):  # zero-initialised fusers add nothing
+            assert rec["cond"][c]["loglik"] == pytest.approx(base, abs=1e-3)
+        assert rec["cond"]["t2t"]["loglik"] != base  # a hint in the context changes the scores
+        assert all(rec["cond"][c]["s"] > 0 for c in CONDITIONS)
+        assert len(rec["cond"]["sharer"]["loglik"]) == len(q.options)
+    # the same records are reused, not asked again
+    again = ev.evaluate(QUESTIONS, CONDITIONS, progress=False, done=recs, on_record=saved.append)
+    assert again == recs and len(saved) == 3
+
+
+def test_the_causal_controls_feed_other_and_zero_caches_through_the_same_fuser(make_link, tiny_rt):
+    r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
+    ev = HarnessEvaluator(r, sharer=s, fused=FusedReceiver(r, [make_link(r, s, perturb=3)]))
+    rec = ev.ask(QUESTIONS[0], ["receiver", "c2c", "c2c_other", "c2c_zero"], other=QUESTIONS[1])
+    ll = {c: rec["cond"][c]["loglik"] for c in rec["cond"]}
+    assert ll["c2c"] != pytest.approx(ll["receiver"], abs=1e-3)  # a trained fuser changes the answer's scores
+    assert ll["c2c_other"] != pytest.approx(ll["c2c"], abs=1e-4)  # ... and depends on what the Sharer read
+    assert ll["c2c_zero"] != pytest.approx(ll["c2c"], abs=1e-4)
+    with pytest.raises(ConfigError, match="another question"):
+        ev.ask(QUESTIONS[0], ["c2c_other"])
+    with pytest.raises(ConfigError, match="need a Sharer"):
+        HarnessEvaluator(r).ask(QUESTIONS[0], ["t2t"])
+    with pytest.raises(ConfigError, match="control"):
+        ev.ask(QUESTIONS[0], ["control"])
+
+
+def test_summary_intervals_oracle_agreement_and_paired_differences():
+    def rec(i, receiver, sharer, c2c):
+        return {"id": i, "answer": 0, "cond": {
+            "receiver": {"acc": receiver, "norm": receiver, "s": 1.0},
+            "sharer": {"acc": sharer, "norm": sharer, "s": 0.5},
+            "c2c": {"acc": c2c, "norm": c2c, "s": 2.0}}}
+    # c2c is right wherever the Sharer is; the Receiver is right on a different fifth
+    recs = [rec(i, 0 if i % 5 == 0 else 1, 0 if i % 2 == 0 else 1, 0 if i % 2 == 0 else 1) for i in range(200)]
+    out = summarize(recs)
+    c = out["conditions"]
+    assert c["receiver"]["acc"] == pytest.approx(0.2) and c["c2c"]["acc"] == pytest.approx(0.5)
+    assert c["oracle"]["acc"] == pytest.approx(0.6)  # right where either one is
+    lo, hi = c["c2c"]["acc_ci95"]
+    assert lo < 0.5 < hi and hi - lo < 0.2
+    assert out["c2c_sharer_agreement"] == 1.0
+    assert out["paired"]["receiver"]["acc"]["clears"] and not out["paired"]["sharer"]["acc"]["clears"]
+    assert out["paired"]["sharer"]["acc"]["diff"] == 0.0
+    assert c["c2c"]["latency_s"] == 2.0 and "latency_s" not in c["oracle"]
+
+
+def test_bootstrap_and_the_proportional_index():
+    lo, hi = bootstrap(np.array([1] * 80 + [0] * 20, dtype=float))
+    assert 0.7 < lo < 0.8 < hi < 0.9
+    idx = proportional_index(10, 4)
+    assert idx[0] == 0 and idx[-1] == 3 and (np.diff(idx) >= 0).all()
