@@ -46,7 +46,8 @@ BENCHMARKS = {  # name -> path under the data root; all four are reported splits
     "C-Eval val": "eval/ceval/val",
 }
 BASE = ("receiver", "sharer", "t2t", "t2t_choice")           # independent of the fuser
-FUSED = ("c2c", "control", "c2c_other", "c2c_zero")          # per fuser (and control) checkpoint
+FUSED = ("c2c", "c2c_other", "c2c_zero")                     # per fuser checkpoint
+CONTROL = ("control",)                                       # per control checkpoint
 KINDS = ("general", "task-tuned")
 SHOWN = ("receiver", "sharer", "oracle", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
 CHANCE = {"ARC-Challenge dev": 0.25, "OpenBookQA": 0.25, "MMLU val": 0.25, "C-Eval val": 0.25}
@@ -56,8 +57,9 @@ def slug(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name.lower()).strip("_")
 
 
-def records_path(root: Path, pair: str, bench: str, kind: str | None) -> Path:
-    return root / "fuser_records" / f"pair_{pair}" / f"{slug(bench)}.{kind or 'base'}.jsonl"
+def records_path(root: Path, pair: str, bench: str, group: str | None) -> Path:
+    """``group``: None (the fuser-free conditions), a kind (its fuser's), or ``KIND.control``."""
+    return root / "fuser_records" / f"pair_{pair}" / f"{slug(bench)}.{group or 'base'}.jsonl"
 
 
 def read_records(path: Path, ident: dict | None = None) -> dict[str, dict]:
@@ -74,12 +76,14 @@ def read_records(path: Path, ident: dict | None = None) -> dict[str, dict]:
     return out
 
 
-def joined(base: dict[str, dict], fused: dict[str, dict], ids: list[str]) -> list[dict]:
-    """One record per question holding the base and the fused conditions (only questions that have both)."""
+def joined(base: dict[str, dict], fused: dict[str, dict], control: dict[str, dict], ids: list[str]) -> list[dict]:
+    """One record per question holding the base and the fused conditions (and the control's where
+    measured); only questions that have both base and fused records."""
     out = []
     for i in ids:
         if i in base and i in fused:
-            out.append({"id": i, "answer": base[i]["answer"], "cond": base[i]["cond"] | fused[i]["cond"]})
+            cond = base[i]["cond"] | fused[i]["cond"] | (control[i]["cond"] if i in control else {})
+            out.append({"id": i, "answer": base[i]["answer"], "cond": cond})
     return out
 
 
@@ -90,12 +94,14 @@ def build_report(root: Path, meta: dict) -> dict:
     report = {"pairs": {}}
     for key, m in sorted(meta.get("runs", {}).items()):
         pair, kind = m["pair"], m["kind"]
-        ident = {"fuser_id": m["fuser_id"], "control_id": m.get("control_id")}
         benches, pooled = {}, []
         for bench, ids in m["questions"].items():
+            control = read_records(records_path(root, pair, bench, f"{kind}.control"),
+                                   {"control_id": m["control_id"]}) if m.get("control_id") else {}
             recs = joined(read_records(records_path(root, pair, bench, None)),
-                          read_records(records_path(root, pair, bench, kind), ident), ids)
-            complete = len(recs) == len(ids) and all(set(BASE + FUSED) <= set(r["cond"]) for r in recs)
+                          read_records(records_path(root, pair, bench, kind), {"fuser_id": m["fuser_id"]}),
+                          control, ids)
+            complete = len(recs) == len(ids) and all(set(BASE + FUSED + CONTROL) <= set(r["cond"]) for r in recs)
             benches[bench] = summarize(recs) | {"complete": complete, "of": len(ids)}
             if complete:
                 pooled += recs
@@ -222,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pair", help="pair label: a, b or c")
     ap.add_argument("--kind", choices=KINDS, help="how the fuser was trained")
     ap.add_argument("--checkpoint", help="the pair's fuser checkpoint directory")
-    ap.add_argument("--control", help="its matched control fuser's checkpoint directory")
+    ap.add_argument("--control", help="its matched control fuser's checkpoint directory (without it, the control "
+                                      "is left for a later run; the benchmark is not complete until then)")
     ap.add_argument("--limit", type=int, default=200, help="questions per benchmark (fixed random subset)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the subset")
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated subset of the benchmarks")
@@ -238,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         write_all(root, meta)
         return 0
-    if not (args.pair and args.kind and args.checkpoint and args.control):
-        ap.error("--pair, --kind, --checkpoint and --control are required (or --render-only)")
+    if not (args.pair and args.kind and args.checkpoint):
+        ap.error("--pair, --kind and --checkpoint are required (or --render-only)")
     benches = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     unknown = [b for b in benches if b not in BENCHMARKS]
     if unknown:
@@ -253,22 +260,26 @@ def main(argv: list[str] | None = None) -> int:
     from c2c.fuser.infer import FusedReceiver
 
     fused = FusedReceiver.load([args.checkpoint])
-    control = FusedReceiver.load([args.control], receiver=fused.receiver)
-    link, clink = fused.links[0], control.links[0]
-    if not clink.meta.is_control:
-        ap.error(f"{args.control} is not a control fuser (its Sharer is {clink.sharer_name!r}, not the Receiver)")
+    link = fused.links[0]
+    control = None
+    if args.control:
+        control = FusedReceiver.load([args.control], receiver=fused.receiver)
+        if not control.links[0].meta.is_control:
+            ap.error(f"{args.control} is not a control fuser (its Sharer is {control.links[0].sharer_name!r}, "
+                     "not the Receiver)")
     ev = HarnessEvaluator(fused.receiver, sharer=link.sharer, fused=fused, control=control,
                           hint_tokens=args.hint_tokens)
-    ident = {"fuser_id": link.meta.fuser_id, "control_id": clink.meta.fuser_id}
     key = f"{args.pair}/{args.kind}"
     run = meta["runs"].get(key)
-    if run and (run["fuser_id"], run.get("control_id"), run["limit"], run["seed"]) != (
-            ident["fuser_id"], ident["control_id"], args.limit, args.seed):
+    if run and (run["fuser_id"], run["limit"], run["seed"]) != (link.meta.fuser_id, args.limit, args.seed):
         print(f"{key}: a new checkpoint or subset; its old records stay on disk but are no longer used",
               file=sys.stderr)
         run = None
-    run = run or {"pair": args.pair, "kind": args.kind, "questions": {}}
-    run |= {**ident, "receiver": fused.receiver.name, "sharer": link.sharer_name, "step": link.meta.step,
+    run = run or {"pair": args.pair, "kind": args.kind, "questions": {}, "control_id": None}
+    if control is not None:
+        run["control_id"] = control.links[0].meta.fuser_id
+    run |= {"fuser_id": link.meta.fuser_id, "receiver": fused.receiver.name, "sharer": link.sharer_name,
+            "step": link.meta.step,
             "checkpoint_name": Path(args.checkpoint).name, "limit": args.limit, "seed": args.seed,
             "hint_tokens": args.hint_tokens}
     root_data = data_root()
@@ -279,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
         t0 = time.perf_counter()
-        for kind, conds, tag in ((None, BASE, {}), (args.kind, FUSED, ident)):
-            path = records_path(root, args.pair, bench, kind)
+        groups = [(None, BASE, {}), (args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
+        if control is not None:
+            groups.append((f"{args.kind}.control", CONTROL, {"control_id": run["control_id"]}))
+        for group, conds, tag in groups:
+            path = records_path(root, args.pair, bench, group)
             path.parent.mkdir(parents=True, exist_ok=True)
             done = list(read_records(path, tag or None).values())
             with open(path, "a") as f:
-                ev.evaluate(qs, conds, done=done, desc=f"{bench} ({kind or 'base'})",
+                ev.evaluate(qs, conds, done=done, desc=f"{bench} ({group or 'base'})",
                             on_record=lambda rec: (f.write(json.dumps(rec | tag) + "\n"), f.flush()))
         report = write_all(root, meta)
         s = report["pairs"][key]["benchmarks"][bench]["conditions"]

@@ -31,11 +31,13 @@ def _setup(tmp_path, rep, n=60, c2c_right=lambda i: True, fuser_id="f1"):
     bench = "OpenBookQA"
     base = [{"id": q, "answer": 0, "cond": {c: _cond(0 if i % 4 == 0 else 1) for c in rep.BASE}}
             for i, q in enumerate(ids)]
-    fused = [{"id": q, "answer": 0, "fuser_id": fuser_id, "control_id": "c1",
+    fused = [{"id": q, "answer": 0, "fuser_id": fuser_id,
               "cond": {"c2c": _cond(0 if c2c_right(i) else 1), **{c: _cond(1) for c in rep.FUSED[1:]}}}
              for i, q in enumerate(ids)]
+    control = [{"id": q, "answer": 0, "control_id": "c1", "cond": {"control": _cond(1)}} for q in ids]
     _write(rep.records_path(tmp_path, "b", bench, None), base)
     _write(rep.records_path(tmp_path, "b", bench, "general"), fused)
+    _write(rep.records_path(tmp_path, "b", bench, "general.control"), control)
     run = {"pair": "b", "kind": "general", "fuser_id": fuser_id, "control_id": "c1", "receiver": "R",
            "sharer": "S", "step": 9, "checkpoint_name": "x", "limit": n, "seed": 0, "hint_tokens": 48,
            "questions": {bench: ids}}
@@ -69,13 +71,22 @@ def test_records_of_another_checkpoint_and_a_cut_line_are_not_used(tmp_path):
     _setup(tmp_path, rep, fuser_id="old")
     meta = _setup(tmp_path, rep, n=60, fuser_id="new")
     path = rep.records_path(tmp_path, "b", "OpenBookQA", "general")
-    assert len(rep.read_records(path, {"fuser_id": "new", "control_id": "c1"})) == 60
+    assert len(rep.read_records(path, {"fuser_id": "new"})) == 60
     with open(path, "a") as f:
         f.write('{"id": "q0", "cond": ')  # killed mid-write
     assert len(rep.read_records(path)) == 60  # complete lines only (the two runs share ids)
     meta["runs"]["b/general"]["fuser_id"] = "other"
     run = rep.build_report(tmp_path, meta)["pairs"]["b/general"]
     assert run["benchmarks"]["OpenBookQA"]["n"] == 0 and run["pooled"]["benchmarks"] == 0
+
+
+def test_a_benchmark_without_its_control_is_not_complete(tmp_path):
+    rep = _report()
+    meta = _setup(tmp_path, rep)
+    meta["runs"]["b/general"]["control_id"] = "not-trained-yet"
+    run = rep.build_report(tmp_path, meta)["pairs"]["b/general"]
+    ob = run["benchmarks"]["OpenBookQA"]
+    assert ob["n"] == 60 and "control" not in ob["conditions"] and not ob["complete"]
 
 
 def test_a_partial_benchmark_is_shown_but_not_pooled(tmp_path):
