@@ -21,6 +21,14 @@ greedily (at most ``--max-new-tokens``) under each condition, all on the same qu
   to the other document), re-positioned after the Receiver's prefix and repaired with
   ratio ``R`` (:func:`c2c.runtime.repair.repair`: ``R`` of its tokens recomputed; 0 is
   the raw slice, 1 recomputes it all).
+- ``lora_own`` / ``lora_coder`` / ``lora_base``: LoRA roles on the Receiver's base. The
+  ``writer`` role (an adapter) answers after reading the document itself, or after
+  adopting the whole cache of an analyst that read it under the ``coder`` adapter, or
+  under the plain base: a cache made under another role, against the role's own prefill.
+  The two adapters are trained once (fp32, ``--lora-steps``; Alpaca for ``coder``, Dolly
+  for ``writer``, never LIMA, whose texts the documents come from) and kept in
+  ``C2C_HOME/adapters``; their loss on 20 held-out texts before and after training is
+  reported.
 
 Handoffs go through ``SharedTransport`` (the analyst's very tensors: the byte path
 gives the same tokens, ``tests/runtime/test_backends.py``). Accuracy is exact match
@@ -42,8 +50,9 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CONDITIONS = ("none", "text", "full", "slice_recompute", "slice_positions")
+CONDITIONS = ("none", "text", "full", "slice_recompute", "slice_positions", "lora_own", "lora_coder", "lora_base")
 FAMILIES = ("noise@", "repair@")  # followed by a number: noise@0.3, repair@0.25
+LORA = {"lora_own": "writer", "lora_coder": "coder", "lora_base": None}  # condition -> who made the cache
 
 
 def main() -> int:
@@ -56,6 +65,7 @@ def main() -> int:
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lora-steps", type=int, default=150, help="training steps per role adapter (once)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or RESULTS / f"context_qa_{args.doc_tokens}")
@@ -90,6 +100,16 @@ def main() -> int:
             done[r["id"], r["condition"]] = r
     team = Team(shared=SharedPrefix.build(cqa.SYSTEM))
     role = "You are the analyst. Read the document for the team."
+    lora = None
+    if any(c in LORA for c in conditions if any((q.id, c) not in done for q in questions)):
+        lora = role_adapters(args.model, args.lora_steps)
+    from c2c.runtime import adapters
+
+    def use(who: str | None) -> None:
+        if who is None:
+            adapters.detach(rt)
+        else:
+            adapters.attach(rt, lora["paths"][who], who)
     records_path.parent.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     with open(records_path, "a") as log:
@@ -106,10 +126,24 @@ def main() -> int:
                 distracted = Agent("analyst", rt, team, role=role)
                 distracted.read("Earlier document:\n" + other.document, label="other", private=True)
                 distracted.read("Document:\n" + q.document, label="doc", private=False)
+            made = {}
             for c in todo:
+                if c in LORA and LORA[c] not in made:  # an analyst reads the document under that role
+                    use(LORA[c])
+                    maker = Agent("analyst", rt, team, role=role)
+                    maker.read("Document:\n" + q.document, label="doc", private=False)
+                    made[LORA[c]] = maker.cache
+                if c in LORA:
+                    use("writer")
+                elif lora is not None:
+                    use(None)
                 writer = Agent("writer", rt, team)
                 t0 = time.perf_counter()
-                if c == "text":
+                if c == "lora_own":
+                    writer.read("Document:\n" + q.document, label="doc", private=False)
+                elif c in LORA:  # a cache made under another role (or none), adopted as it is
+                    writer.adopt(made[LORA[c]], label="from:analyst")
+                elif c == "text":
                     writer.read("Document:\n" + q.document, label="doc", private=False)
                 elif c == "full":
                     hand_off(analyst, writer, mode="full", transport=SharedTransport())
@@ -140,6 +174,8 @@ def main() -> int:
         lo, hi = wilson(k, n)
         rows[c] = {"correct": k, "n": n, "acc": k / n if n else 0.0, "ci95": [lo, hi],
                    "median_s": sorted(r["seconds"] for r in rs)[n // 2] if n else None}
+    if lora is not None:
+        adapters.detach(rt)
     text = rows.get("text")
     for c, r in rows.items():
         r["above_text"] = text is not None and c != "text" and r["ci95"][0] > text["ci95"][1]
@@ -148,6 +184,7 @@ def main() -> int:
               "n": args.n, "seed": args.seed, "max_new_tokens": args.max_new_tokens, "conditions": rows,
               "scoring": "exact match after SQuAD normalization of the reply's first line",
               "acceptance": {"text_well_above_50pct": text is not None and text["ci95"][0] > 0.5},
+              **({"lora_training": lora["curves"]} if lora else {}),
               "machine": {"cpus": os.cpu_count(), "torch": torch.__version__},
               "seconds": time.perf_counter() - t_start,
               "command": "python benchmarks/context_qa.py " + " ".join(sys.argv[1:]),
@@ -155,6 +192,30 @@ def main() -> int:
               "examples": [q.to_dict() | {"document": q.document[:300] + "..."} for q in questions[:3]]}
     plot(result, out.with_suffix(".png"))
     return write(out, result, markdown(result))
+
+
+def role_adapters(model: str, steps: int) -> dict:
+    """The ``coder`` and ``writer`` adapters (trained once, in fp32, if missing) and their training curves."""
+    from c2c.config import c2c_home, data_dir
+    from c2c.runtime import adapters, zoo
+
+    alpaca = json.loads((data_dir() / "train" / "alpaca_en_demo.json").read_text())
+    dolly = [json.loads(line) for line in (data_dir() / "train" / "dolly_hhrlhf_train_small.jsonl").open()]
+    texts = {"coder": [f"{r['instruction']}\n{r['input']}\n{r['output']}".strip() for r in alpaca[:220]],
+             "writer": [r["response"] for r in dolly[:220] if r.get("response")]}
+    root = c2c_home() / "adapters"
+    paths, curves = {}, {}
+    for i, (who, ts) in enumerate(texts.items()):
+        path = root / f"{model}-ctx-{who}"
+        if not (path / "adapter_model.safetensors").is_file():
+            trainer = zoo.load(model, dtype="float32")
+            curve = adapters.train(trainer, ts[:200], path, steps=steps, lr=2e-4, seed=i + 1, eval_texts=ts[200:])
+            del trainer
+        else:
+            curve = json.loads((path / "c2c-training.json").read_text())
+        paths[who] = path
+        curves[who] = {k: v for k, v in curve.items() if k != "losses"}
+    return {"paths": paths, "curves": curves}
 
 
 def _family_value(c: str) -> float | None:
@@ -183,6 +244,10 @@ def markdown(r: dict) -> str:
         med = f"{x['median_s']:.2f}" if x["median_s"] is not None else "—"
         lines.append(f"| {c} | {x['correct']}/{x['n']} | {acc} | {100 * x['ci95'][0]:.1f}–{100 * x['ci95'][1]:.1f}% "
                      f"| {med} |")
+    for who, c in r.get("lora_training", {}).items():
+        lines.append(f"\nRole adapter `{who}`: loss on {c.get('eval_texts', 0)} held-out texts "
+                     f"{c.get('eval_before', float('nan')):.3f} before and {c.get('eval_after', float('nan')):.3f} "
+                     f"after {c['steps']} steps.")
     ex = r["examples"][0]
     lines += ["", f"Example: the fact \"{ex['fact']}\" is planted in real text (LIMA outputs); the question is "
               f"\"{ex['question']}\", the answer \"{ex['answer']}\". `none` is the floor (random values: no prior "

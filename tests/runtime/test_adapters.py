@@ -13,7 +13,8 @@ def rt_and_adapters(tiny, tmp_path_factory):
     base = tiny("qwen2")
     rt = Runtime.load(base.path, name="tiny-qwen2-roles")  # own copy: adapters mutate the model
     d = tmp_path_factory.mktemp("adapters")
-    c1 = adapters.train(rt, ["def add(a, b): return a + b"] * 4, d / "coder", steps=8, lr=1e-2, progress=False)
+    c1 = adapters.train(rt, ["def add(a, b): return a + b"] * 4, d / "coder", steps=8, lr=1e-2, progress=False,
+                        eval_texts=["def add(a, b): return a + b  "])
     c2 = adapters.train(rt, ["Dear reader, once upon a time."] * 4, d / "writer", steps=8, lr=1e-2, seed=1,
                         progress=False)
     return rt, d, c1, c2
@@ -22,6 +23,7 @@ def rt_and_adapters(tiny, tmp_path_factory):
 def test_training_lowers_the_loss_and_saves_safetensors(rt_and_adapters):
     rt, d, c1, _ = rt_and_adapters
     assert c1["last_loss"] < c1["first_loss"]
+    assert c1["eval_after"] < c1["eval_before"] and c1["eval_texts"] == 1  # measured on a text it did not see
     assert (d / "coder" / "adapter_model.safetensors").is_file()
     assert not list((d / "coder").glob("*.bin"))
     assert rt.adapters == () and not hasattr(rt.model, "peft_config")  # base left clean

@@ -63,10 +63,13 @@ def detach(runtime) -> None:
 
 
 def train(runtime, texts: Sequence[str], out_dir: str | Path, *, steps: int = 60, rank: int = 8,
-          lr: float = 3e-4, max_tokens: int = 128, seed: int = 0, progress: bool = True) -> dict:
+          lr: float = 3e-4, max_tokens: int = 128, seed: int = 0, progress: bool = True,
+          eval_texts: Sequence[str] = ()) -> dict:
     """Train a small LoRA role adapter on ``texts`` (next-token loss) and save it.
 
-    Only the adapter trains; the base stays frozen. Returns the loss curve.
+    Only the adapter trains; the base stays frozen. Returns the loss curve; with ``eval_texts``
+    (texts it does not train on) also their mean loss before and after training
+    (``eval_before``, ``eval_after``): one example per step makes the curve itself noisy.
     """
     from peft import LoraConfig, get_peft_model  # lazy: peft is the optional `lora` extra
 
@@ -78,6 +81,17 @@ def train(runtime, texts: Sequence[str], out_dir: str | Path, *, steps: int = 60
                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
     runtime.ensure_dense()  # PEFT wraps nn.Linear layers, and training needs their gradients
     model = get_peft_model(runtime.model, cfg)
+
+    def held_out() -> float:
+        model.eval()
+        with torch.no_grad():
+            xs = [runtime.encode(t)[:max_tokens] for t in eval_texts]
+            out = [model(input_ids=torch.tensor([x], device=runtime.device), labels=torch.tensor(
+                [x], device=runtime.device)).loss.item() for x in xs if len(x) >= 4]
+        model.train()
+        return _mean(out)
+
+    eval_before = held_out() if eval_texts else math.nan
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     losses = []
@@ -94,12 +108,15 @@ def train(runtime, texts: Sequence[str], out_dir: str | Path, *, steps: int = 60
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    eval_after = held_out() if eval_texts else math.nan
     out_dir = Path(out_dir)
     model.save_pretrained(str(out_dir), safe_serialization=True)
     model.eval()
     runtime.model = model.unload()  # leave the runtime as the plain base model
     q = max(1, len(losses) // 4)
     curve = {"steps": steps, "first_loss": _mean(losses[:q]), "last_loss": _mean(losses[-q:]), "losses": losses}
+    if eval_texts:
+        curve |= {"eval_before": eval_before, "eval_after": eval_after, "eval_texts": len(eval_texts)}
     (out_dir / "c2c-training.json").write_text(json.dumps(curve))
     return curve
 
