@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=200, help="questions per benchmark (fixed random subset)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the subset")
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated subset of the benchmarks")
-    ap.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
+    ap.add_argument("--hint-tokens", type=int, default=32, help="t2t: most tokens the Sharer writes (one or two sentences)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a background job)")
     ap.add_argument("--results", default=str(RESULTS), help="folder of fuser.json, fuser.md and the records")
     ap.add_argument("--render-only", action="store_true", help="only rebuild json, markdown and plot from records")

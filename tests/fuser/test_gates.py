@@ -3,6 +3,7 @@ ones (logit 2.0, the base learning rate) AdamW's step, at most about lr per step
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,26 @@ def close_when_harmful(gate_init: float, lr: float, steps: int = 80) -> float:
     return float(p.gate_logit)
 
 
-@pytest.mark.parametrize("name", ["general_pair_b", "general_control"])
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "fuser"
+GENERAL = ["general_pair_a", "general_pair_b", "general_pair_c", "general_control"]
+
+
+@pytest.mark.parametrize("name", GENERAL)
 def test_the_general_configs_start_gates_undecided_with_a_larger_step(name):
-    cfg = TrainConfig.from_file(Path(__file__).resolve().parents[2] / "configs" / "fuser" / f"{name}.json")
+    cfg = TrainConfig.from_file(CONFIGS / f"{name}.json")
     assert cfg.gate_init == 0.0 and cfg.gate_lr_mult == 10.0
     assert set(cfg.sources) == {"alpaca", "dolly", "lima"}  # instruction data only
+
+
+def test_the_general_control_is_matched_to_every_general_pair():
+    """Same data, steps, seed and size: every field but the name, the Sharer and the comment."""
+    def trained(name):
+        d = json.loads((CONFIGS / f"{name}.json").read_text())
+        return {k: v for k, v in d.items() if k not in ("_comment", "name", "sharer")}
+    control = trained("general_control")
+    assert json.loads((CONFIGS / "general_control.json").read_text())["sharer"] == "self"
+    for name in GENERAL[:-1]:
+        assert trained(name) == control, name
 
 
 def test_a_harmful_layer_closes_with_the_new_settings_and_stays_open_with_the_old():
