@@ -14,6 +14,7 @@ import torch
 
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import (
+    ArtifactTooLargeError,
     BadSignatureError,
     ChannelError,
     CorruptArtifactError,
@@ -210,29 +211,50 @@ def test_a_changed_replayed_or_lying_offer_is_refused(tiny, channel, tmp_path, m
     t.join()
 
 
-def test_a_hostile_peer_gets_channel_errors(tiny, channel):
-    tx, rx = channel
-    rt = tiny("qwen2")
-    w = agents(rt, Team(shared=SHARED))[1]
+def _unsealed_arena(tx):
     fd = os.memfd_create("unsealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, 1 << 20)
     tx._send({"arena": 1 << 20}, fds=[fd])  # no seals: the sender could shrink it under the reader
     os.close(fd)
-    with pytest.raises(ChannelError, match="sealed"):
+
+
+def _many_descriptors(tx):
+    fds = [os.memfd_create(f"extra{i}", os.MFD_CLOEXEC) for i in range(6)]
+    tx._send({"arena": 1 << 20}, fds=fds)  # more than the receiver takes: the kernel truncates, it refuses
+    for fd in fds:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("hostile, match", [
+    (_unsealed_arena, "sealed"),
+    (lambda tx: tx._sock.sendmsg([b"\xff not json"]), "JSON"),
+    (lambda tx: _many_descriptors(tx), "descriptors"),
+    (lambda tx: tx.close(), "closed"),
+])
+def test_a_peer_that_breaks_the_protocol_gets_the_channel_closed(tiny, channel, hostile, match):
+    tx, rx = channel
+    w = agents(tiny("qwen2"), Team(shared=SHARED))[1]
+    hostile(tx)
+    with pytest.raises(ChannelError, match=match):
         rx.receive(w, timeout=10)
-    tx._sock.sendmsg([b"\xff not json"])
-    with pytest.raises(ChannelError, match="JSON"):
+    assert rx.closed and w.cache.seq_len == w.context.prefix_len
+    with pytest.raises(ChannelError, match="closed"):
         rx.receive(w, timeout=10)
+
+
+def test_a_malformed_offer_is_refused_and_a_silent_peer_times_out_and_the_channel_goes_on(tiny, channel):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    team = Team(shared=SHARED)
     tx._send({"offer": {"seq": 1}})
     with pytest.raises(ChannelError, match="malformed offer"):
-        rx.receive(w, timeout=10)
-    tx._sock.recvmsg(shm.MAX_MESSAGE)  # the refusal it was sent
+        rx.receive(agents(rt, team)[1], timeout=10)
+    refusal, _ = tx._recv(timeout=10)
+    assert refusal["refused"]["type"] == "ChannelError"
     with pytest.raises(ChannelError, match="within"):
-        rx.receive(w, timeout=0.2)
-    tx.close()
-    with pytest.raises(ChannelError, match="closed|gone"):
-        rx.receive(w, timeout=10)
-    assert w.cache.seq_len == w.context.prefix_len
+        rx.receive(agents(rt, team)[1], timeout=0.2)
+    a, b = agents(rt, team)
+    assert not rx.closed and exchange(tx, rx, a, b)[1].used == "full"
 
 
 def test_an_offer_larger_than_the_arena_is_refused(tiny, channel):
@@ -288,3 +310,56 @@ def test_the_arena_copy_is_plain_bytes(tiny):
     assert raw.dtype == np.uint8 and raw.size == t.numel() * 2
     back = torch.from_numpy(raw.copy()).view(torch.bfloat16).view(1, 2, 5, 4)
     assert torch.equal(back, t)
+
+
+def test_an_arena_over_the_size_limit_closes_the_channel(tiny, channel, monkeypatch):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    a, b = agents(rt, Team(shared=SHARED))
+    monkeypatch.setenv("C2C_MAX_ARTIFACT_BYTES", str(1 << 16))  # the arena is made in MiB steps
+    sent, got = exchange(tx, rx, a, b)
+    assert isinstance(got, ArtifactTooLargeError) and rx.closed  # refused at mapping, before a byte is read
+    assert isinstance(sent, ChannelError) and ("closed" in str(sent) or "gone" in str(sent))
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(tiny, channel, monkeypatch):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    team = Team(shared=SHARED)
+    a, b = agents(rt, team)
+    real_send = tx._send
+
+    def out_of_vocab(obj, fds=()):
+        if "offer" in obj:
+            n = obj["offer"]["seq_len"]
+            at = shm._Layout.of(a.fingerprint, n).tokens_at
+            ids = tx._out[1][at:at + 4 * n].view("<u4")
+            ids[-1] = rt.facts["vocab_size"] + 7
+            obj["offer"]["token_digest"] = shm.sha256_hex(ids.tobytes())  # a consistent lie
+        real_send(obj, fds)
+    monkeypatch.setattr(tx, "_send", out_of_vocab)
+    sent, got = exchange(tx, rx, a, b)
+    assert isinstance(got, CorruptArtifactError) and "vocabulary" in str(got)
+    assert isinstance(sent, CorruptArtifactError) and not rx.closed
+
+
+def _open_memfds(name: str) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{name}")
+        except OSError:
+            pass
+    return n
+
+
+def test_descriptors_sent_beside_an_offer_are_closed(tiny, channel):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    fd = os.memfd_create("stray-c2c-test", os.MFD_CLOEXEC)
+    tx._send({"offer": {"seq": 1}}, fds=[fd])
+    os.close(fd)
+    assert _open_memfds("stray-c2c-test") == 0  # in flight: held by the socket only
+    with pytest.raises(ChannelError, match="malformed offer"):
+        rx.receive(agents(rt, Team(shared=SHARED))[1], timeout=10)
+    assert _open_memfds("stray-c2c-test") == 0  # the receiver closed the copy it got

@@ -72,11 +72,12 @@ import numpy as np
 import torch
 
 from c2c import errors
-from c2c.artifact.codec import cache_layout
+from c2c.artifact.codec import cache_layout, max_artifact_bytes
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json, sha256_hex
 from c2c.errors import (
+    ArtifactTooLargeError,
     BadSignatureError,
     ChannelError,
     ConfigError,
@@ -231,6 +232,7 @@ class ShmChannel:
         self._out: tuple[mmap.mmap, np.ndarray, int] | None = None   # our arena: map, uint8 view, fd
         self._in: tuple[mmap.mmap, np.ndarray] | None = None         # the peer's arena, read-only
         self._keys: dict[str, Any] = {}
+        self.closed = False
         try:
             pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                               struct.calcsize("3i")))
@@ -300,7 +302,8 @@ class ShmChannel:
         sig = _sign(offer, self._signing_key(agent)) if agent.team.keyring is not None else None
         t3 = time.perf_counter()
         self._send({"offer": offer.to_dict(), "sig": sig})
-        reply, _ = self._recv(timeout=timeout)
+        reply, fds = self._recv(timeout=timeout)
+        _close_all(fds)
         t4 = time.perf_counter()
         if "refused" in reply:
             raise _peer_error(reply["refused"])
@@ -342,13 +345,22 @@ class ShmChannel:
     def receive(self, agent: Agent, *, timeout: float | None = None) -> Handoff:
         """Wait for an offer, check it (module docstring), copy the cache out and attach it to ``agent``.
 
-        A refused offer is answered with the error (the sender raises it too) and raised here.
+        A refused offer is answered with the error (the sender raises it too) and raised here; the
+        channel goes on. A peer that breaks the protocol (a malformed message, an unsealed or oversized
+        arena) gets the channel closed: it is raised here, and the sender sees the channel closed.
         """
         while True:
-            msg, fds = self._recv(timeout=timeout)
-            if "arena" in msg:
-                self._map_arena(msg, fds)
-                continue
+            try:
+                msg, fds = self._recv(timeout=timeout)
+                if "arena" in msg:
+                    self._map_arena(msg, fds)
+                    continue
+            except _Silent:
+                raise
+            except errors.C2CError:
+                self.close()
+                raise
+            _close_all(fds)  # descriptors travel with arena messages only
             break
         t0 = time.perf_counter()
         try:
@@ -360,6 +372,9 @@ class ShmChannel:
             if self._in is None or layout.size > self._in[1].size:
                 raise ChannelError(f"the offer needs {layout.size} arena bytes; the peer's arena holds "
                                    f"{0 if self._in is None else self._in[1].size}")
+            if layout.size > max_artifact_bytes():
+                raise ArtifactTooLargeError(f"the offer needs {layout.size} bytes, over the limit of "
+                                            f"{max_artifact_bytes()} (C2C_MAX_ARTIFACT_BYTES)")
             t1 = time.perf_counter()
             own = np.empty(layout.size, dtype=np.uint8)
             np.copyto(own, self._in[1][:layout.size])  # the one copy: from here the cache is ours alone
@@ -367,6 +382,10 @@ class ShmChannel:
             ids = own[layout.tokens_at:].view("<u4")
             if sha256_hex(ids.tobytes()) != offer.token_digest:
                 raise CorruptArtifactError("the token ids in the arena do not match the offer's token_digest")
+            vocab = agent.runtime.facts.get("vocab_size")
+            if len(ids) and vocab and int(ids.max()) >= vocab:
+                raise CorruptArtifactError(f"a token id in the offer ({int(ids.max())}) is outside the model's "
+                                           f"vocabulary of {vocab}")
             flat = torch.from_numpy(own)
             tensors = [flat[a:b].view(layout.dtype).view(s) for (a, b), s in zip(layout.spans, layout.shapes)]
             cache = KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]),
@@ -410,6 +429,9 @@ class ShmChannel:
             fd = fds[0]
             have = os.fstat(fd).st_size
             seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            if size > max_artifact_bytes():
+                raise ArtifactTooLargeError(f"the peer's {size}-byte arena is over the limit of "
+                                            f"{max_artifact_bytes()} (C2C_MAX_ARTIFACT_BYTES)")
             if have != size or seals & _REQUIRED_SEALS != _REQUIRED_SEALS:
                 raise ChannelError(f"the peer's arena ({have} bytes, seals {seals:#x}) is not the sealed "
                                    f"{size}-byte memfd it announced")
@@ -417,14 +439,15 @@ class ShmChannel:
         except OSError as e:
             raise ChannelError(f"cannot map the peer's arena: {e.strerror}") from None
         finally:
-            for fd in fds:
-                os.close(fd)
+            _close_all(fds)
         view = np.frombuffer(m, dtype=np.uint8)  # read-only: every cache is copied out of it first
         self._drop_in()
         self._in = (m, view)
 
     # ------------------------------------------------------------------ plumbing
     def _send(self, obj: dict, fds: list[int] = ()) -> None:
+        if self.closed:
+            raise ChannelError("the channel is closed")
         data = json.dumps(obj, separators=(",", ":")).encode()
         if len(data) > MAX_MESSAGE:
             raise ChannelError(f"a {len(data)}-byte control message is over the {MAX_MESSAGE}-byte limit")
@@ -435,11 +458,13 @@ class ShmChannel:
             raise ChannelError(f"the peer is gone ({e.strerror or e})") from None
 
     def _recv(self, *, timeout: float | None) -> tuple[dict, list[int]]:
+        if self.closed:
+            raise ChannelError("the channel is closed")
         self._sock.settimeout(timeout)
         try:
             data, anc, flags, _ = self._sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(4 * 4))
         except TimeoutError:
-            raise ChannelError(f"no message from the peer within {timeout} s") from None
+            raise _Silent(f"no message from the peer within {timeout} s") from None
         except OSError as e:
             raise ChannelError(f"the peer is gone ({e.strerror or e})") from None
         fds: list[int] = []
@@ -447,20 +472,17 @@ class ShmChannel:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(array.array("i", raw[: len(raw) - len(raw) % 4]))
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            for fd in fds:
-                os.close(fd)
+            _close_all(fds)
             raise ChannelError(f"a control message over {MAX_MESSAGE} bytes (or with extra descriptors) was refused")
         if not data:
-            for fd in fds:
-                os.close(fd)
+            _close_all(fds)
             raise ChannelError("the peer closed the channel")
         try:
             obj = json.loads(data)
         except (UnicodeDecodeError, ValueError):
             obj = None
         if not isinstance(obj, dict):
-            for fd in fds:
-                os.close(fd)
+            _close_all(fds)
             raise ChannelError("the peer sent a control message that is not a JSON object")
         return obj, fds
 
@@ -483,12 +505,22 @@ class ShmChannel:
         self._drop_out()
         self._drop_in()
         self._sock.close()
+        self.closed = True
 
     def __enter__(self) -> "ShmChannel":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Silent(ChannelError):
+    """No message within the timeout: nothing is wrong with the channel (it stays open)."""
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _close_map(m: mmap.mmap) -> None:
