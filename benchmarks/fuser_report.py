@@ -13,11 +13,15 @@ interval lies above zero.
 
 Each benchmark is one fixed random subset (``--limit``, ``--seed``) of a reported split,
 never trained on. A (pair, kind) is the pair's fuser of that training kind: ``general``
-(instruction data only, the paper's way) or ``task-tuned`` (mostly multiple-choice in the
-evaluation's format). Records that do not depend on the fuser (receiver, sharer, t2t,
-t2t_choice) are kept once per pair and benchmark; the others per kind, tagged with the
-fuser and control ids, so a new checkpoint is never mixed with an old one's records.
-Every run resumes from the records.
+(instruction data only, the paper's way) or ``task-tuned`` (mostly multiple-choice questions,
+in a chat prompt that lists the options and answered with a label; this report's plain
+``Question:``/``Answer:`` context, with option texts as continuations, is new to both kinds).
+Records that do not depend on the fuser (receiver, sharer, t2t, t2t_choice) are kept once per
+pair and benchmark, tagged with the two models' weight digests and the hint length; the
+others per kind, tagged with the fuser's id, and the control's with its id: records made
+with other models, checkpoints or settings are never mixed in. Every run resumes from them.
+Latency is measured in each pass (base, fused, control) by that pass; run them under the same
+settings (the default: one thread, nice) for the c2c/t2t comparison to mean something.
 
 Usage (CPU, background, one thread; pair (b) takes ~40 min per kind at --limit 200)::
 
@@ -63,17 +67,43 @@ def records_path(root: Path, pair: str, bench: str, group: str | None) -> Path:
 
 
 def read_records(path: Path, ident: dict | None = None) -> dict[str, dict]:
-    """Complete lines by question id (a run killed mid-write leaves a partial last line); with
-    ``ident``, only the records made with the same checkpoints."""
+    """Complete lines by question id (a run killed mid-write leaves a partial line, skipped); with
+    ``ident``, only the records made with the same checkpoints and settings."""
     out = {}
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:
             r = json.loads(line)
         except ValueError:
-            break
-        if ident is None or all(r.get(k) == v for k, v in ident.items()):
+            continue
+        if isinstance(r, dict) and "id" in r and (ident is None or all(r.get(k) == v for k, v in ident.items())):
             out[r["id"]] = r
     return out
+
+
+def open_for_append(path: Path):
+    """Append to ``path``, first cutting a partial last line (a killed run's), so nothing glues onto it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+    return open(path, "a")
+
+
+def update_meta(path: Path, key: str, run: dict) -> dict:
+    """Write this run's entry into ``runs.json`` under a lock, keeping what other runs wrote."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        meta = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+        meta["runs"][key] = run
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    return meta
 
 
 def joined(base: dict[str, dict], fused: dict[str, dict], control: dict[str, dict], ids: list[str]) -> list[dict]:
@@ -98,7 +128,7 @@ def build_report(root: Path, meta: dict) -> dict:
         for bench, ids in m["questions"].items():
             control = read_records(records_path(root, pair, bench, f"{kind}.control"),
                                    {"control_id": m["control_id"]}) if m.get("control_id") else {}
-            recs = joined(read_records(records_path(root, pair, bench, None)),
+            recs = joined(read_records(records_path(root, pair, bench, None), m.get("base_tag")),
                           read_records(records_path(root, pair, bench, kind), {"fuser_id": m["fuser_id"]}),
                           control, ids)
             complete = len(recs) == len(ids) and all(set(BASE + FUSED + CONTROL) <= set(r["cond"]) for r in recs)
@@ -241,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.results)
     meta_path = root / "fuser_records" / "runs.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"runs": {}}
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"runs": {}}  # re-read when written
     if args.render_only:
         write_all(root, meta)
         return 0
@@ -271,14 +301,18 @@ def main(argv: list[str] | None = None) -> int:
                           hint_tokens=args.hint_tokens)
     key = f"{args.pair}/{args.kind}"
     run = meta["runs"].get(key)
-    if run and (run["fuser_id"], run["limit"], run["seed"]) != (link.meta.fuser_id, args.limit, args.seed):
+    base_tag = {"receiver_w": fused.receiver.weights_digest[:16], "sharer_w": link.sharer.weights_digest[:16],
+                "hint_tokens": args.hint_tokens}
+    if run and (run["fuser_id"], run["limit"], run["seed"], run.get("base_tag")) != (
+            link.meta.fuser_id, args.limit, args.seed, base_tag):
         print(f"{key}: a new checkpoint or subset; its old records stay on disk but are no longer used",
               file=sys.stderr)
         run = None
     run = run or {"pair": args.pair, "kind": args.kind, "questions": {}, "control_id": None}
     if control is not None:
         run["control_id"] = control.links[0].meta.fuser_id
-    run |= {"fuser_id": link.meta.fuser_id, "receiver": fused.receiver.name, "sharer": link.sharer_name,
+    run |= {"fuser_id": link.meta.fuser_id, "base_tag": base_tag, "receiver": fused.receiver.name,
+            "sharer": link.sharer_name,
             "step": link.meta.step,
             "checkpoint_name": Path(args.checkpoint).name, "limit": args.limit, "seed": args.seed,
             "hint_tokens": args.hint_tokens}
@@ -286,20 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     for bench in benches:
         qs = subset(load_questions(root_data / BENCHMARKS[bench]), args.limit, args.seed)
         run["questions"][bench] = [q.id for q in qs]
-        meta["runs"][key] = run
-        meta_path.parent.mkdir(parents=True, exist_ok=True)
-        meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
+        meta = update_meta(meta_path, key, run)
         t0 = time.perf_counter()
-        groups = [(None, BASE, {}), (args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
+        groups = [(None, BASE, base_tag), (args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
         if control is not None:
             groups.append((f"{args.kind}.control", CONTROL, {"control_id": run["control_id"]}))
         for group, conds, tag in groups:
             path = records_path(root, args.pair, bench, group)
             path.parent.mkdir(parents=True, exist_ok=True)
-            done = list(read_records(path, tag or None).values())
-            with open(path, "a") as f:
+            done = list(read_records(path, tag).values())
+            with open_for_append(path) as f:
                 ev.evaluate(qs, conds, done=done, desc=f"{bench} ({group or 'base'})",
-                            on_record=lambda rec: (f.write(json.dumps(rec | tag) + "\n"), f.flush()))
+                            on_record=lambda rec: (f.write(json.dumps(rec | tag | {"threads": args.threads}) + "\n"),
+                                                   f.flush()))
         report = write_all(root, meta)
         s = report["pairs"][key]["benchmarks"][bench]["conditions"]
         print(f"{bench} ({time.perf_counter() - t0:.0f} s): "

@@ -15,6 +15,9 @@ def _report():
     return mod
 
 
+BASE_TAG = {"receiver_w": "r1", "sharer_w": "s1", "hint_tokens": 32}
+
+
 def _cond(choice: int) -> dict:
     return {"acc": choice, "norm": choice, "s": 0.1, "loglik": [0.0, 0.0], "chars": [1, 1]}
 
@@ -29,7 +32,7 @@ def _write(path: Path, recs: list[dict]) -> None:
 def _setup(tmp_path, rep, n=60, c2c_right=lambda i: True, fuser_id="f1"):
     ids = [f"q{i}" for i in range(n)]
     bench = "OpenBookQA"
-    base = [{"id": q, "answer": 0, "cond": {c: _cond(0 if i % 4 == 0 else 1) for c in rep.BASE}}
+    base = [{"id": q, "answer": 0, "cond": {c: _cond(0 if i % 4 == 0 else 1) for c in rep.BASE}} | BASE_TAG
             for i, q in enumerate(ids)]
     fused = [{"id": q, "answer": 0, "fuser_id": fuser_id,
               "cond": {"c2c": _cond(0 if c2c_right(i) else 1), **{c: _cond(1) for c in rep.FUSED[1:]}}}
@@ -38,7 +41,8 @@ def _setup(tmp_path, rep, n=60, c2c_right=lambda i: True, fuser_id="f1"):
     _write(rep.records_path(tmp_path, "b", bench, None), base)
     _write(rep.records_path(tmp_path, "b", bench, "general"), fused)
     _write(rep.records_path(tmp_path, "b", bench, "general.control"), control)
-    run = {"pair": "b", "kind": "general", "fuser_id": fuser_id, "control_id": "c1", "receiver": "R",
+    run = {"pair": "b", "kind": "general", "fuser_id": fuser_id, "control_id": "c1", "base_tag": BASE_TAG,
+           "receiver": "R",
            "sharer": "S", "step": 9, "checkpoint_name": "x", "limit": n, "seed": 0, "hint_tokens": 48,
            "questions": {bench: ids}}
     return {"runs": {"b/general": run}}
@@ -66,18 +70,44 @@ def test_no_gain_is_not_bold(tmp_path):
     assert "**" not in (tmp_path / "fuser.md").read_text().split("pooled (")[1].split("\n")[0]
 
 
-def test_records_of_another_checkpoint_and_a_cut_line_are_not_used(tmp_path):
+def test_records_of_another_checkpoint_are_not_used(tmp_path):
     rep = _report()
-    _setup(tmp_path, rep, fuser_id="old")
-    meta = _setup(tmp_path, rep, n=60, fuser_id="new")
-    path = rep.records_path(tmp_path, "b", "OpenBookQA", "general")
-    assert len(rep.read_records(path, {"fuser_id": "new"})) == 60
-    with open(path, "a") as f:
-        f.write('{"id": "q0", "cond": ')  # killed mid-write
-    assert len(rep.read_records(path)) == 60  # complete lines only (the two runs share ids)
+    _setup(tmp_path, rep, fuser_id="old", c2c_right=lambda i: False)  # the old fuser: always wrong
+    meta = _setup(tmp_path, rep, n=60, fuser_id="new")                # the new one: always right
+    run = rep.build_report(tmp_path, meta)["pairs"]["b/general"]
+    assert run["benchmarks"]["OpenBookQA"]["conditions"]["c2c"]["acc"] == 1.0
     meta["runs"]["b/general"]["fuser_id"] = "other"
     run = rep.build_report(tmp_path, meta)["pairs"]["b/general"]
     assert run["benchmarks"]["OpenBookQA"]["n"] == 0 and run["pooled"]["benchmarks"] == 0
+
+
+def test_base_records_of_other_models_or_hint_lengths_are_not_used(tmp_path):
+    rep = _report()
+    meta = _setup(tmp_path, rep)
+    for k, v in (("sharer_w", "another sharer"), ("hint_tokens", 48)):
+        m = json.loads(json.dumps(meta))
+        m["runs"]["b/general"]["base_tag"][k] = v
+        assert rep.build_report(tmp_path, m)["pairs"]["b/general"]["benchmarks"]["OpenBookQA"]["n"] == 0
+
+
+def test_a_cut_line_is_repaired_before_appending_and_later_records_count(tmp_path):
+    rep = _report()
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": "a", "cond": {}}\n{"id": "b", "co')  # a run killed mid-write
+    with rep.open_for_append(path) as f:
+        f.write('{"id": "c", "cond": {}}\n')
+    assert sorted(rep.read_records(path)) == ["a", "c"]
+    path.write_text('{"id": "a"}\nnot json\n{"id": "d"}\n')  # a bad line in the middle hides nothing after it
+    assert sorted(rep.read_records(path)) == ["a", "d"]
+
+
+def test_concurrent_runs_keep_each_others_entries(tmp_path):
+    rep = _report()
+    path = tmp_path / "runs.json"
+    rep.update_meta(path, "b/general", {"fuser_id": "g"})
+    rep.update_meta(path, "b/task-tuned", {"fuser_id": "t"})  # a second process, started before the first wrote
+    rep.update_meta(path, "b/general", {"fuser_id": "g2"})
+    assert json.loads(path.read_text())["runs"] == {"b/general": {"fuser_id": "g2"}, "b/task-tuned": {"fuser_id": "t"}}
 
 
 def test_a_benchmark_without_its_control_is_not_complete(tmp_path):

@@ -53,10 +53,40 @@ def test_every_condition_is_recorded_and_an_untrained_fuser_is_the_identity(make
     assert again == recs and len(saved) == 3
 
 
+def test_the_c2c_record_is_the_options_scored_from_the_fused_cache(make_link, tiny_rt):
+    from c2c.fuser.align import align_tokens
+    from c2c.fuser.harness import _zeros_like
+
+    r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
+    fr = FusedReceiver(r, [make_link(r, s, perturb=3)])
+    ev = HarnessEvaluator(r, sharer=s, fused=fr)
+    q = QUESTIONS[1]
+    rec = ev.ask(q, ["c2c", "c2c_zero"])
+    ctx, opts = lm_eval_context(q.question), [t for _, t in q.options]
+    r_text, s_text = plain(r, ctx), plain(s, ctx)
+    _, r_cache = r.prefill(list(r_text.ids))
+    _, s_cache = s.prefill(list(s_text.ids))
+    index = align_tokens(r_text, s_text)
+    name = fr.links[0].sharer_name
+    for cond, given in (("c2c", s_cache), ("c2c_zero", _zeros_like(s_cache))):
+        fused, _ = fr.fuse_caches(r_cache, {name: (given, index)})
+        want = score_options(r, ctx, opts, head=fused.slice(0, fused.seq_len - 1))
+        assert rec["cond"][cond]["loglik"] == pytest.approx(list(want.loglik), abs=1e-4), cond
+
+
+def test_mismatched_parts_are_refused(make_link, tiny_rt):
+    r, s, other = tiny_rt("qwen2"), tiny_rt("gemma3"), tiny_rt("llama")
+    with pytest.raises(ConfigError, match="Sharer runtime"):
+        HarnessEvaluator(r, sharer=other, fused=FusedReceiver(r, [make_link(r, s)]))
+    with pytest.raises(ConfigError, match="control link"):
+        HarnessEvaluator(r, sharer=s, control=FusedReceiver(r, [make_link(r, s)]))
+
+
 def test_the_causal_controls_feed_other_and_zero_caches_through_the_same_fuser(make_link, tiny_rt):
     r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
     ev = HarnessEvaluator(r, sharer=s, fused=FusedReceiver(r, [make_link(r, s, perturb=3)]))
     rec = ev.ask(QUESTIONS[0], ["receiver", "c2c", "c2c_other", "c2c_zero"], other=QUESTIONS[1])
+    assert rec["other_id"] == QUESTIONS[1].id
     ll = {c: rec["cond"][c]["loglik"] for c in rec["cond"]}
     assert ll["c2c"] != pytest.approx(ll["receiver"], abs=1e-3)  # a trained fuser changes the answer's scores
     assert ll["c2c_other"] != pytest.approx(ll["c2c"], abs=1e-4)  # ... and depends on what the Sharer read

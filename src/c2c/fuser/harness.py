@@ -1,23 +1,29 @@
 """The fuser's answer quality, scored as lm-evaluation-harness scores it, with causal controls and records.
 
-Every condition answers the same question in lm-eval's ARC/OpenBookQA form: the context
-``"Question: {q}\\nAnswer:"`` (plain text, no chat template) and each option's text as its
-continuation, scored by summed log-likelihood (``acc``) and per character (``acc_norm``)
-with :func:`c2c.mc.score_options`, which ``benchmarks/lm_eval_agreement.py`` checks against
-lm-eval itself. The conditions:
+Every condition answers the same question in lm-eval's ARC form, on every benchmark: the
+context ``"Question: {q}\\nAnswer:"`` (plain text, no chat template, no options shown) and
+each option's text as its continuation, scored by summed log-likelihood (``acc``) and per
+character (``acc_norm``) with :func:`c2c.mc.score_options`, which
+``benchmarks/lm_eval_agreement.py`` checks against lm-eval itself on ARC-Challenge. (lm-eval's
+own OpenBookQA task drops the ``Question:``/``Answer:`` wrapper, and its MMLU and C-Eval tasks
+score letters; one prompt for all four keeps the conditions comparable across them.) The
+fusers were trained on chat-rendered conversations, so this plain context is new to them too.
+The conditions:
 
 - ``receiver``: the Receiver alone.
 - ``sharer``: the Sharer alone, scored the same way (its own tokenizer).
-- ``t2t``: the Sharer writes a hint (greedy, its chat template, ``hint_tokens``); the
-  Receiver scores after ``"A hint from another assistant: {hint}\\n"`` + the context.
+- ``t2t``: the Sharer writes a hint (greedy, its chat template, ``hint_tokens``) from the
+  question's stem alone, as it reads it under c2c (no options, no labels); the Receiver
+  scores after ``"A hint from another assistant: {hint}\\n"`` + the context.
 - ``t2t_choice``: the Sharer states the option it picks (its ``acc`` choice), and the
   Receiver scores after ``"Another assistant answered: {option}\\n"`` + the context.
 - ``c2c``: the Receiver's cache of the context is fused with the Sharer's cache of the
   same text (aligned token by token, hard gates); the options are scored from it.
 - ``control``: the matched control fuser (trained the same way on the Receiver's own
   cache): what the extra parameters alone buy.
-- ``c2c_other``: the same fuser fed **another question's** Sharer cache (the next
-  question of the set, its positions mapped proportionally).
+- ``c2c_other``: the same fuser fed **another question's** Sharer cache (the question half
+  the set away, so usually another subject; its id is in the record; positions mapped
+  proportionally).
 - ``c2c_zero``: the same fuser fed a **zeroed** Sharer cache, real alignment.
 
 A gain that comes from what the Sharer read shows as c2c above both causal controls.
@@ -41,7 +47,7 @@ from tqdm import tqdm
 
 from c2c.errors import ConfigError
 from c2c.fuser.align import CONTENT, TEMPLATE, Rendered, Section, align_tokens, render
-from c2c.fuser.data import Question, hint_messages
+from c2c.fuser.data import SYSTEM, Question
 from c2c.fuser.infer import FusedReceiver
 from c2c.mc import lm_eval_context, score_options
 from c2c.runtime.kvcache import KVCache
@@ -70,7 +76,16 @@ class HarnessEvaluator:
     """Scores questions under :data:`CONDITIONS`; see the module docstring."""
 
     def __init__(self, receiver, *, sharer=None, fused: FusedReceiver | None = None,
-                 control: FusedReceiver | None = None, hint_tokens: int = 48):
+                 control: FusedReceiver | None = None, hint_tokens: int = 32):
+        for name, fr, want in (("fused", fused, 1), ("control", control, 0)):
+            if fr is None:
+                continue
+            if fr.receiver is not receiver:
+                raise ConfigError(f"the {name} fuser belongs to another Receiver runtime")
+            if len(fr.links) != 1 or (fr.links[0].sharer is not None) != bool(want):
+                raise ConfigError(f"the {name} fuser must be one {'Sharer' if want else 'control'} link")
+            if want and fr.links[0].sharer is not sharer:
+                raise ConfigError("the fuser's Sharer is not the Sharer runtime given")
         self.receiver, self.sharer, self.fused, self.control = receiver, sharer, fused, control
         self.hint_tokens = hint_tokens
 
@@ -98,7 +113,7 @@ class HarnessEvaluator:
             rec = prior.get(q.id)
             missing = [c for c in conditions if rec is None or c not in rec["cond"]]
             if missing:
-                other = questions[(i + 1) % len(questions)] if len(questions) > 1 else None
+                other = questions[(i + len(questions) // 2) % len(questions)] if len(questions) > 1 else None
                 new = self.ask(q, missing, other=other)
                 rec = new if rec is None else rec | {"cond": rec["cond"] | new["cond"]} | {
                     k: v for k, v in new.items() if k not in ("cond",)}
@@ -141,8 +156,8 @@ class HarnessEvaluator:
             if "sharer" in conditions:
                 put("sharer", sharer_scores, spent["sharer"])
         if "t2t" in conditions:
-            def hint() -> str:  # the Sharer writes its hint as its own assistant turn
-                prompt = list(render(s, hint_messages(q)).ids) + s.encode(s.generation_prompt())
+            def hint() -> str:  # the Sharer writes its hint as its own assistant turn, from the stem alone
+                prompt = list(render(s, stem_hint_messages(q)).ids) + s.encode(s.generation_prompt())
                 return s.generate(prompt, max_new_tokens=self.hint_tokens).text.strip()
             rec["hint"] = timed("hint", hint)
             scores = timed("t2t", lambda: score_options(r, f"A hint from another assistant: {rec['hint']}\n" + ctx,
@@ -175,6 +190,7 @@ class HarnessEvaluator:
                 elif c == "c2c_zero":
                     given = (_zeros_like(s_cache), index)
                 else:  # c2c_other
+                    rec["other_id"] = other.id
                     o_text = plain(s, lm_eval_context(other.question))
                     _, o_cache = s.prefill(list(o_text.ids))
                     given = (o_cache, proportional_index(len(r_text.ids), len(o_text.ids)))
@@ -187,6 +203,13 @@ class HarnessEvaluator:
                 took += spent.get("s_prefill", 0.0) + spent.get("align", 0.0)
             put(c, scores, took)
         return rec
+
+
+def stem_hint_messages(q: Question) -> list[dict]:
+    """The Sharer's t2t prompt: the stem it reads under c2c, and a request for the key fact."""
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Question: {q.question.strip()}\n\nIn one or two sentences, state the key "
+                                        "fact or reasoning needed to answer this question."}]
 
 
 def _zeros_like(cache: KVCache) -> KVCache:

@@ -77,10 +77,11 @@ def score_options(runtime, context: str, options: Sequence[str], *, past: KVCach
         conts.append((cut, len(whole)))
     lead = list(runtime.bos_ids) if past is None else []
     k = 0 if head is None else head.seq_len
-    if head is not None:
-        if head.start != 0 or not 0 < k < len(lead) + len(ctx) or tuple(head.token_ids) != tuple(lead + ctx)[:k]:
+    if head is not None:  # every scored sequence must start with the head's tokens (as the context does)
+        if head.start != 0 or not 0 < k < len(lead) + len(ctx) or any(
+                tuple(head.token_ids) != tuple(lead + s)[:k] for s in [ctx, *seqs]):
             raise ConfigError(f"head holds {k} tokens that are not a beginning of the context's "
-                              f"{len(lead) + len(ctx)} (leaving its last token to run)")
+                              f"{len(lead) + len(ctx)} (leaving its last token to run) and of every option's")
     logits = runtime.logits_batch([(lead + s)[k:] for s in seqs], head if head is not None else past)
     out = []                                                          # each (len(lead) + T_i - k, vocab)
     for (a, b), s, lg in zip(conts, seqs, logits):
