@@ -263,7 +263,8 @@ def test_an_offer_larger_than_the_arena_is_refused(tiny, channel):
     team = Team(shared=SHARED)
     a, b = agents(rt, team)
     assert exchange(tx, rx, a, b)[1].used == "full"  # makes and maps the arena
-    offer = shm.ShmOffer(seq=2, nonce=tx._peer_nonce, fingerprint=a.fingerprint, prefix=a.prefix, start=0,
+    offer = shm.ShmOffer(seq=2, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=os.getpid(),
+                         fingerprint=a.fingerprint, prefix=a.prefix, start=0,
                          seq_len=10 ** 6, token_digest="0" * 64, producer={"agent": "x", "domain": team.domain})
     tx._send({"offer": offer.to_dict(), "sig": None})
     with pytest.raises(ChannelError, match="arena bytes"):
@@ -312,14 +313,33 @@ def test_the_arena_copy_is_plain_bytes(tiny):
     assert torch.equal(back, t)
 
 
+def _sealed_arena(size: int) -> int:
+    import fcntl
+
+    fd = os.memfd_create("big", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, shm._REQUIRED_SEALS)
+    return fd
+
+
 def test_an_arena_over_the_size_limit_closes_the_channel(tiny, channel, monkeypatch):
     tx, rx = channel
-    rt = tiny("qwen2")
-    a, b = agents(rt, Team(shared=SHARED))
-    monkeypatch.setenv("C2C_MAX_ARTIFACT_BYTES", str(1 << 16))  # the arena is made in MiB steps
-    sent, got = exchange(tx, rx, a, b)
-    assert isinstance(got, ArtifactTooLargeError) and rx.closed  # refused at mapping, before a byte is read
-    assert isinstance(sent, ChannelError) and ("closed" in str(sent) or "gone" in str(sent))
+    monkeypatch.setenv("C2C_MAX_ARTIFACT_BYTES", str(1 << 20))
+    fd = _sealed_arena(2 << 20)
+    tx._send({"arena": 2 << 20}, fds=[fd])
+    os.close(fd)
+    with pytest.raises(ArtifactTooLargeError):  # refused at mapping, before a byte is read
+        rx.receive(agents(tiny("qwen2"), Team(shared=SHARED))[1], timeout=10)
+    assert rx.closed
+
+
+def test_a_sender_refuses_a_cache_over_the_size_limit_before_sending(tiny, channel, monkeypatch):
+    tx, rx = channel
+    a, _ = agents(tiny("qwen2"), Team(shared=SHARED))
+    monkeypatch.setenv("C2C_MAX_ARTIFACT_BYTES", str(1 << 12))
+    with pytest.raises(ArtifactTooLargeError):
+        tx.send(a, timeout=5)
+    assert not tx.closed and tx._out is None  # nothing was sent
 
 
 def test_token_ids_outside_the_vocabulary_are_refused(tiny, channel, monkeypatch):
@@ -363,3 +383,69 @@ def test_descriptors_sent_beside_an_offer_are_closed(tiny, channel):
     with pytest.raises(ChannelError, match="malformed offer"):
         rx.receive(agents(rt, Team(shared=SHARED))[1], timeout=10)
     assert _open_memfds("stray-c2c-test") == 0  # the receiver closed the copy it got
+
+
+def _signed_offer(tx, a, ring, **change):
+    fields = dict(seq=tx._seq_out + 1, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=tx.peer_pid,
+                  fingerprint=a.fingerprint, prefix=a.prefix, start=0, seq_len=a.cache.seq_len,
+                  token_digest="0" * 64, producer={"agent": a.name, "domain": "lab"}) | change
+    offer = shm.ShmOffer(**fields)
+    return {"offer": offer.to_dict(), "sig": shm._sign(offer, ring.signing_key("lab"))}
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"receiver_pid": 1}, "relayed"),             # signed for the process a relay talked to
+    ({"nonce": "0" * 64}, "another connection"),  # signed for another connection
+    ({"start": 3}, "inside the"),                 # a slice that would overwrite prefix positions
+])
+def test_a_validly_signed_offer_for_another_channel_or_span_is_refused(tiny, channel, tmp_path, change, match):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    ring = Keyring(tmp_path / "keys")
+    ring.create_key("lab")
+    team = Team(shared=SHARED, domain="lab", keyring=ring)
+    a, b = agents(rt, team)
+    assert exchange(tx, rx, a, b)[1].used == "full"  # the arena exists; the signature itself is good
+    tx._send(_signed_offer(tx, a, ring, **change))
+    with pytest.raises(BadSignatureError if match != "inside the" else CorruptArtifactError, match=match):
+        rx.receive(agents(rt, team)[1], timeout=10)
+
+
+def test_hostile_json_is_a_channel_error(tiny, channel):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    a, _ = agents(rt, Team(shared=SHARED))
+    tx._sock.sendmsg([b"[" * 100000])  # nesting that would blow the parser's stack
+    with pytest.raises(ChannelError, match="JSON"):
+        rx.receive(agents(rt, Team(shared=SHARED))[1], timeout=10)
+
+
+def test_a_string_that_cannot_be_signed_is_a_channel_error(tiny, channel):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    a, _ = agents(rt, Team(shared=SHARED))
+    offer = shm.ShmOffer(seq=1, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=tx.peer_pid,
+                         fingerprint=a.fingerprint, prefix=a.prefix, start=0, seq_len=3, token_digest="0" * 64,
+                         producer={"agent": "\ud800", "domain": "default"})  # a lone surrogate
+    tx._sock.sendmsg([json.dumps({"offer": offer.to_dict(), "sig": None}).encode()])
+    with pytest.raises(ChannelError, match="valid Unicode"):
+        rx.receive(agents(rt, Team(shared=SHARED))[1], timeout=10)
+
+
+def test_no_answer_or_an_answer_out_of_turn_closes_the_channel(tiny, channel):
+    tx, rx = channel
+    rt = tiny("qwen2")
+    a, _ = agents(rt, Team(shared=SHARED))
+    with pytest.raises(ChannelError, match="within"):
+        tx.send(a, timeout=0.3)  # nobody receives
+    assert tx.closed  # a late ack would be read as the next offer's
+    with pytest.raises(ChannelError, match="closed"):
+        tx.send(a, timeout=1)
+
+
+def test_an_answer_where_an_offer_is_due_closes_the_channel(tiny, channel):
+    tx, rx = channel
+    tx._send({"ack": 1, "seq": 1})
+    with pytest.raises(ChannelError, match="expected an offer"):
+        rx.receive(agents(tiny("qwen2"), Team(shared=SHARED))[1], timeout=10)
+    assert rx.closed

@@ -17,8 +17,8 @@ Wire (``SOCK_SEQPACKET``: one message per send, file descriptors beside them)::
     both ways, on connect   {"c2c": "shm-v1", "nonce": <32 random bytes, hex>}
     sender -> receiver      {"arena": size} + the memfd            (first use, or a bigger arena)
     sender -> receiver      {"offer": {...}, "sig": {...} | null}  (one per handoff)
-    receiver -> sender      {"ack": seq, "receiver": name, "timings": {...}}
-                            | {"refused": {"type": C2CError subclass, "message": ...}}
+    receiver -> sender      {"ack": seq, "seq": seq, "receiver": name, "timings": {...}}
+                            | {"refused": {"type": C2CError subclass, "message": ...}, "seq": seq}
 
 Arena bytes: the tensors in artifact order (``k.000, v.000, k.001, ...``), back to back,
 then the token ids as ``uint32`` little-endian (what :func:`c2c.canon.token_digest` hashes).
@@ -26,20 +26,25 @@ then the token ids as ``uint32`` little-endian (what :func:`c2c.canon.token_dige
 What the receiver checks, in this order, before it reads an arena byte:
 
 - the peer runs as the same user (``SO_PEERCRED``), else :class:`ChannelError`;
-- the arena is sealed against shrinking and growing (``F_SEAL_SHRINK | F_SEAL_GROW``), so
-  reading it can never fault, and has the size it was announced with;
+- the arena is a memfd sealed against shrinking, growing and new writers (``F_SEAL_SHRINK |
+  F_SEAL_GROW | F_SEAL_FUTURE_WRITE``: no hole can be punched in it either), so reading it can
+  never fault, and it has the size it was announced with, within ``C2C_MAX_ARTIFACT_BYTES``;
 - the offer's signature, when the receiving team has a keyring (then it is required): a key
   trusted for the receiver's domain signed this offer, for this connection (the receiver's
-  nonce) and a sequence number above every one seen, so an offer cannot be replayed or moved
-  to another channel (:class:`~c2c.errors.TrustError` subclasses). Without a keyring the producer's
-  domain must be the receiver's (:class:`~c2c.errors.DomainMismatchError`);
+  nonce), between these two processes (both pids, as ``SO_PEERCRED`` gives them: an offer a
+  third process relays names that process) and under a sequence number above every one seen,
+  so an offer can be neither replayed nor moved to another channel
+  (:class:`~c2c.errors.TrustError` subclasses). The producer's domain must be the receiver's
+  (:class:`~c2c.errors.DomainMismatchError`);
 - the model fingerprint and the shared prefix (:class:`~c2c.errors.FingerprintMismatchError`,
   :class:`~c2c.errors.PrefixMismatchError`); every shape comes from the receiver's own
   fingerprint (:func:`c2c.artifact.codec.cache_layout`), never from the sender;
 - then the tensors and token ids are copied out, and the ids must hash to the signed
   ``token_digest``.
 
-What it does not check: the tensor bytes carry no digest and their values are not scanned.
+What it does not check: the tensor bytes carry no digest and their values are not scanned,
+and the receiving domain's KV verification policy (:class:`~c2c.trust.policy.VerifyPolicy`)
+is not run, as for an in-process handoff.
 Like :class:`~c2c.handoff.transport.SharedTransport` in one process, this path trusts the
 authenticated peer for the bytes it puts in an arena that only the two processes map (and
 the sender does not write it again before the ack). It is for one trust domain on one
@@ -74,6 +79,7 @@ import torch
 from c2c import errors
 from c2c.artifact.codec import cache_layout, max_artifact_bytes
 from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.header import MAX_TOKENS
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json, sha256_hex
 from c2c.errors import (
@@ -91,9 +97,14 @@ from c2c.runtime.kvcache import KVCache
 from c2c.team.agent import Agent
 
 PROTOCOL = "shm-v1"
-MAX_MESSAGE = 256 << 10          # bytes of one control message (an offer is a few KB)
+MAX_MESSAGE = 192 << 10          # bytes of one control message (an offer is a few KB; the socket's
+                                 # default send buffer takes about 208 KiB in one message)
+SEND_TIMEOUT = 30.0
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_REQUIRED_SEALS = getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
+# no shrinking (a read past the end faults), no growing, and no new writer (F_SEAL_FUTURE_WRITE: write(),
+# new writable maps and hole punching are refused; the sender's own map, made first, keeps writing)
+_F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+_REQUIRED_SEALS = getattr(fcntl, "F_SEAL_SHRINK", 0x2) | getattr(fcntl, "F_SEAL_GROW", 0x4) | _F_SEAL_FUTURE_WRITE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +113,8 @@ class ShmOffer:
 
     seq: int                      # 1, 2, ... per channel and direction
     nonce: str                    # the receiver's nonce for this connection (hex)
+    sender_pid: int               # both ends as the kernel names them (SO_PEERCRED): an offer relayed
+    receiver_pid: int             # by a third process names that process, not the receiver
     fingerprint: Fingerprint
     prefix: PrefixRef
     start: int                    # absolute position of the first token
@@ -111,20 +124,23 @@ class ShmOffer:
     labels: dict[str, str] = field(default_factory=dict)     # the span labels of a slice
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "nonce": self.nonce, "fingerprint": self.fingerprint.to_dict(),
+        return {"seq": self.seq, "nonce": self.nonce, "sender_pid": self.sender_pid,
+                "receiver_pid": self.receiver_pid, "fingerprint": self.fingerprint.to_dict(),
                 "prefix": self.prefix.to_dict(), "start": self.start, "seq_len": self.seq_len,
                 "token_digest": self.token_digest, "producer": dict(self.producer), "labels": dict(self.labels)}
 
     @classmethod
     def from_dict(cls, d: Any) -> "ShmOffer":
         """Validate and build; anything malformed raises :class:`ChannelError`."""
-        want = {"seq", "nonce", "fingerprint", "prefix", "start", "seq_len", "token_digest", "producer", "labels"}
+        want = {"seq", "nonce", "sender_pid", "receiver_pid", "fingerprint", "prefix", "start", "seq_len",
+                "token_digest", "producer", "labels"}
         if not isinstance(d, dict) or set(d) != want:
             raise ChannelError(f"malformed offer: expected the fields {sorted(want)}")
-        for name in ("seq", "start", "seq_len"):
+        for name, lo, hi in (("seq", 1, 1 << 62), ("start", 0, MAX_TOKENS), ("seq_len", 1, MAX_TOKENS),
+                             ("sender_pid", 1, 1 << 31), ("receiver_pid", 1, 1 << 31)):
             v = d[name]
-            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 40:
-                raise ChannelError(f"malformed offer: {name} must be a non-negative integer")
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise ChannelError(f"malformed offer: {name} must be an integer in [{lo}, {hi}]")
         for name in ("producer", "labels"):
             v = d[name]
             if not isinstance(v, dict) or len(v) > 64 or not all(
@@ -137,9 +153,14 @@ class ShmOffer:
             fp, prefix = Fingerprint.from_dict(d["fingerprint"]), PrefixRef.from_dict(d["prefix"])
         except (ValueError, TypeError) as e:
             raise ChannelError(f"malformed offer: {e}") from None
-        return cls(seq=d["seq"], nonce=d["nonce"], fingerprint=fp, prefix=prefix, start=d["start"],
-                   seq_len=d["seq_len"], token_digest=d["token_digest"], producer=dict(d["producer"]),
-                   labels=dict(d["labels"]))
+        offer = cls(seq=d["seq"], nonce=d["nonce"], sender_pid=d["sender_pid"], receiver_pid=d["receiver_pid"],
+                    fingerprint=fp, prefix=prefix, start=d["start"], seq_len=d["seq_len"],
+                    token_digest=d["token_digest"], producer=dict(d["producer"]), labels=dict(d["labels"]))
+        try:
+            offer.canonical()  # e.g. a lone surrogate in a string cannot be signed or checked
+        except (UnicodeError, ValueError):
+            raise ChannelError("malformed offer: a string that is not valid Unicode") from None
+        return offer
 
     def canonical(self) -> bytes:
         return canonical_json(self.to_dict())
@@ -203,6 +224,8 @@ class ShmListener:
             conn, _ = self._sock.accept()
         except TimeoutError:
             raise ChannelError(f"no peer connected to {self.path} within {timeout} s") from None
+        except OSError as e:
+            raise ChannelError(f"cannot accept at {self.path}: {e.strerror or e}") from None
         return ShmChannel(conn, name=name)
 
     def close(self) -> None:
@@ -217,11 +240,12 @@ class ShmListener:
 
 
 class ShmChannel:
-    """One connection between two processes of the same user; both sides may send and receive.
+    """One connection between two processes of the same user, one handoff at a time (half-duplex).
 
     :meth:`send` blocks until the peer has attached the cache (or refused it, which raises the
-    peer's error here too); :meth:`receive` blocks until an offer arrives. Each side sends from
-    its own arena, so a reply never waits on the other direction.
+    peer's error here too); :meth:`receive` blocks until an offer arrives. Either side may send,
+    from its own arena, but never both at once: a message out of turn (or no answer within the
+    timeout) closes the channel, since a late answer would be taken for the next offer's.
     """
 
     def __init__(self, sock: socket.socket, *, name: str = ""):
@@ -229,20 +253,21 @@ class ShmChannel:
         self.name = name
         self._seq_out = 0
         self._seq_in = 0
-        self._out: tuple[mmap.mmap, np.ndarray, int] | None = None   # our arena: map, uint8 view, fd
+        self._out: tuple[mmap.mmap, np.ndarray] | None = None        # our arena: map, uint8 view
         self._in: tuple[mmap.mmap, np.ndarray] | None = None         # the peer's arena, read-only
         self._keys: dict[str, Any] = {}
         self.closed = False
         try:
-            pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                              struct.calcsize("3i")))
-            if uid != os.getuid():
+            pid, uid, _ = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                               struct.calcsize("iII")))
+            if uid != os.geteuid():
                 raise ChannelError(f"the peer (pid {pid}) runs as uid {uid}, not as this process's uid "
-                                   f"{os.getuid()}: the shared-memory channel joins one user's processes")
+                                   f"{os.geteuid()}: the shared-memory channel joins one user's processes")
             self.peer_pid = pid
             self._nonce = secrets.token_hex(32)
             self._send({"c2c": PROTOCOL, "nonce": self._nonce})
-            hello, _ = self._recv(timeout=30.0)
+            hello, fds = self._recv(timeout=30.0)
+            _close_all(fds)
             if hello.get("c2c") != PROTOCOL or not isinstance(hello.get("nonce"), str) or len(hello["nonce"]) != 64:
                 raise ChannelError(f"the peer does not speak c2c {PROTOCOL}: {str(hello)[:120]}")
             self._peer_nonce = hello["nonce"]
@@ -270,6 +295,9 @@ class ShmChannel:
                     raise ChannelError(f"nobody listens at {path} (waited {timeout} s); start the receiver's "
                                        "ShmChannel.listen first") from None
                 time.sleep(0.02)
+            except OSError as e:
+                sock.close()
+                raise ChannelError(f"cannot connect to {path}: {e.strerror or e}") from None
 
     # ------------------------------------------------------------------ sending
     def send(self, agent: Agent, *, labels: tuple[str, ...] | None = None, isolation: str = "recompute",
@@ -296,19 +324,26 @@ class ShmChannel:
         digest = sha256_hex(ids.tobytes())
         t2 = time.perf_counter()
         self._seq_out += 1
-        offer = ShmOffer(seq=self._seq_out, nonce=self._peer_nonce, fingerprint=agent.fingerprint,
+        offer = ShmOffer(seq=self._seq_out, nonce=self._peer_nonce, sender_pid=os.getpid(),
+                         receiver_pid=self.peer_pid, fingerprint=agent.fingerprint,
                          prefix=agent.prefix, start=cache.start, seq_len=cache.seq_len, token_digest=digest,
                          producer={"agent": agent.name, "domain": agent.team.domain}, labels=span)
         sig = _sign(offer, self._signing_key(agent)) if agent.team.keyring is not None else None
         t3 = time.perf_counter()
         self._send({"offer": offer.to_dict(), "sig": sig})
-        reply, fds = self._recv(timeout=timeout)
-        _close_all(fds)
+        try:  # half-duplex: the next message must answer this offer
+            reply, fds = self._recv(timeout=timeout)
+            _close_all(fds)
+            if reply.get("seq") != offer.seq or not ("ack" in reply or "refused" in reply):
+                raise ChannelError(f"the peer answered {str(reply)[:120]} to offer {offer.seq}")
+        except errors.C2CError:
+            # no answer (or a wrong one): the peer may still be reading the arena, and a late answer
+            # would be taken for the next offer's; the channel cannot be used again
+            self.close()
+            raise
         t4 = time.perf_counter()
         if "refused" in reply:
             raise _peer_error(reply["refused"])
-        if reply.get("ack") != offer.seq:
-            raise ChannelError(f"the peer answered {str(reply)[:120]} to offer {offer.seq}")
         mode = "slice" if labels is not None else "full"
         return Handoff(sender=agent.name, receiver=str(reply.get("receiver", "?"))[:200], requested=mode, used=mode,
                        reason=f"shared memory across processes (peer pid {self.peer_pid}), offer {offer.seq}"
@@ -319,26 +354,37 @@ class ShmChannel:
 
     def _signing_key(self, agent: Agent):
         domain = agent.team.domain
-        if domain not in self._keys:  # read from the keyring once per channel
-            self._keys[domain] = agent.team.keyring.signing_key(domain)
-        return self._keys[domain]
+        key = (str(agent.team.keyring.root), domain)
+        if key not in self._keys:  # read from that keyring once per channel
+            self._keys[key] = agent.team.keyring.signing_key(domain)
+        return self._keys[key]
 
     def _arena(self, size: int) -> np.ndarray:
         """Our arena as a uint8 array of at least ``size`` bytes; a new one is made and sent when it is short."""
         if self._out is not None and self._out[1].size >= size:
             return self._out[1]
-        cap = max(1 << 20, -(-int(size * 1.25) // (1 << 20)) * (1 << 20))  # MiB steps, 25% headroom
+        limit = max_artifact_bytes()
+        if size > limit:
+            raise ArtifactTooLargeError(f"the cache needs {size} bytes, over the limit of {limit} "
+                                        "(C2C_MAX_ARTIFACT_BYTES)")
+        cap = max(size, min(limit, max(1 << 20, -(-int(size * 1.25) // (1 << 20)) * (1 << 20))))  # MiB steps
         fd = os.memfd_create("c2c-shm-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        m = None
         try:
             os.ftruncate(fd, cap)
+            m = mmap.mmap(fd, cap)  # before F_SEAL_FUTURE_WRITE: this mapping stays writable, no later one
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _REQUIRED_SEALS)
-            m = mmap.mmap(fd, cap)
             self._send({"arena": cap}, fds=[fd])
-        except OSError as e:
-            os.close(fd)
+        except (OSError, errors.C2CError) as e:
+            if m is not None:
+                m.close()
+            if isinstance(e, errors.C2CError):
+                raise
             raise ChannelError(f"cannot make a {cap}-byte shared-memory arena: {e.strerror}") from None
+        finally:
+            os.close(fd)  # the map holds its own reference
         self._drop_out()
-        self._out = (m, np.frombuffer(m, dtype=np.uint8), fd)
+        self._out = (m, np.frombuffer(m, dtype=np.uint8))
         return self._out[1]
 
     # ---------------------------------------------------------------- receiving
@@ -362,10 +408,12 @@ class ShmChannel:
                 raise
             _close_all(fds)  # descriptors travel with arena messages only
             break
+        if "offer" not in msg:  # an answer or anything else, where an offer was due: out of step
+            self.close()
+            raise ChannelError(f"expected an offer, got {str(msg)[:120]}; the channel is closed")
         t0 = time.perf_counter()
+        seq = msg["offer"].get("seq") if isinstance(msg["offer"], dict) else None
         try:
-            if "offer" not in msg:
-                raise ChannelError(f"expected an offer, got {str(msg)[:120]}")
             fingerprint = agent.fingerprint
             offer = self._admit(agent, fingerprint, msg)
             layout = _Layout.of(fingerprint, offer.seq_len)
@@ -376,7 +424,10 @@ class ShmChannel:
                 raise ArtifactTooLargeError(f"the offer needs {layout.size} bytes, over the limit of "
                                             f"{max_artifact_bytes()} (C2C_MAX_ARTIFACT_BYTES)")
             t1 = time.perf_counter()
-            own = np.empty(layout.size, dtype=np.uint8)
+            try:
+                own = np.empty(layout.size, dtype=np.uint8)
+            except MemoryError:
+                raise ArtifactTooLargeError(f"no memory for a {layout.size}-byte cache") from None
             np.copyto(own, self._in[1][:layout.size])  # the one copy: from here the cache is ours alone
             t2 = time.perf_counter()
             ids = own[layout.tokens_at:].view("<u4")
@@ -393,11 +444,14 @@ class ShmChannel:
             agent.attach_cache(cache, fingerprint=offer.fingerprint, prefix=offer.prefix,
                                source=offer.producer.get("agent", "?"))
             t3 = time.perf_counter()
-        except errors.C2CError as e:
-            self._send({"refused": {"type": type(e).__name__, "message": str(e)[:2000]}})
-            raise
+        except Exception as e:  # noqa: BLE001 - every refusal is answered, and raised as a C2CError
+            err = e if isinstance(e, errors.C2CError) else ChannelError(f"the offer failed here: {type(e).__name__}: {e}")
+            self._send({"refused": {"type": type(err).__name__, "message": str(err)[:2000]}, "seq": seq})
+            if err is e:
+                raise
+            raise err from e
         timings = {"check_s": t1 - t0, "copy_s": t2 - t1, "attach_s": t3 - t2}
-        self._send({"ack": offer.seq, "receiver": agent.name, "timings": timings})
+        self._send({"ack": offer.seq, "seq": offer.seq, "receiver": agent.name, "timings": timings})
         mode = "slice" if offer.labels.get("span") else "full"
         return Handoff(sender=offer.producer.get("agent", "?"), receiver=agent.name, requested=mode, used=mode,
                        reason=f"shared memory across processes (peer pid {self.peer_pid}), offer {offer.seq}",
@@ -409,16 +463,24 @@ class ShmChannel:
         ring, domain = agent.team.keyring, agent.team.domain
         if ring is not None:
             _verify(offer, msg.get("sig"), ring, domain)
-        elif offer.producer.get("domain") != domain:
+        if offer.producer.get("domain") != domain:
             raise DomainMismatchError(f"the offer comes from trust domain {offer.producer.get('domain')!r}, not "
                                       f"{domain!r}; caches do not cross trust domains, hand off by text")
         if offer.nonce != self._nonce:
             raise BadSignatureError("the offer was made for another connection (nonce differs): replayed")
+        if (offer.sender_pid, offer.receiver_pid) != (self.peer_pid, os.getpid()):
+            raise BadSignatureError(f"the offer was made by pid {offer.sender_pid} for pid {offer.receiver_pid}, "
+                                    f"not by this channel's peer {self.peer_pid} for this process {os.getpid()}: "
+                                    "relayed")
         if offer.seq <= self._seq_in:  # numbers only grow (a refused offer uses one up too)
             raise BadSignatureError(f"offer {offer.seq} arrived after offer {self._seq_in}: replayed")
         self._seq_in = offer.seq
         fingerprint.require_same(offer.fingerprint)
-        offer.prefix.require_match(agent.context.token_ids[: agent.context.prefix_len])
+        P = agent.context.prefix_len
+        offer.prefix.require_match(agent.context.token_ids[:P])
+        if offer.start != 0 and offer.start < offer.prefix.length:  # a slice follows the shared prefix
+            raise CorruptArtifactError(f"a slice starting at {offer.start} lies inside the "
+                                       f"{offer.prefix.length}-token shared prefix")
         return offer
 
     def _map_arena(self, msg: dict, fds: list[int]) -> None:
@@ -427,17 +489,19 @@ class ShmChannel:
             if len(fds) != 1 or not isinstance(size, int) or isinstance(size, bool) or size <= 0:
                 raise ChannelError("an arena message must carry one memfd and its size")
             fd = fds[0]
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)  # first: only a sealed memfd's size can be trusted
+            if seals & _REQUIRED_SEALS != _REQUIRED_SEALS:
+                raise ChannelError(f"the peer's arena (seals {seals:#x}) is not a memfd sealed against "
+                                   "shrinking, growing and new writers")
             have = os.fstat(fd).st_size
-            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
             if size > max_artifact_bytes():
                 raise ArtifactTooLargeError(f"the peer's {size}-byte arena is over the limit of "
                                             f"{max_artifact_bytes()} (C2C_MAX_ARTIFACT_BYTES)")
-            if have != size or seals & _REQUIRED_SEALS != _REQUIRED_SEALS:
-                raise ChannelError(f"the peer's arena ({have} bytes, seals {seals:#x}) is not the sealed "
-                                   f"{size}-byte memfd it announced")
+            if have != size:
+                raise ChannelError(f"the peer's arena holds {have} bytes, not the {size} it announced")
             m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-        except OSError as e:
-            raise ChannelError(f"cannot map the peer's arena: {e.strerror}") from None
+        except (OSError, ValueError) as e:
+            raise ChannelError(f"cannot map the peer's arena: {getattr(e, 'strerror', None) or e}") from None
         finally:
             _close_all(fds)
         view = np.frombuffer(m, dtype=np.uint8)  # read-only: every cache is copied out of it first
@@ -453,6 +517,7 @@ class ShmChannel:
             raise ChannelError(f"a {len(data)}-byte control message is over the {MAX_MESSAGE}-byte limit")
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         try:
+            self._sock.settimeout(SEND_TIMEOUT)  # a control message is small: a peer that takes none is gone
             self._sock.sendmsg([data], anc)
         except OSError as e:
             raise ChannelError(f"the peer is gone ({e.strerror or e})") from None
@@ -462,7 +527,8 @@ class ShmChannel:
             raise ChannelError("the channel is closed")
         self._sock.settimeout(timeout)
         try:
-            data, anc, flags, _ = self._sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(4 * 4))
+            data, anc, flags, _ = self._sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(4 * 4),
+                                                     getattr(socket, "MSG_CMSG_CLOEXEC", 0))
         except TimeoutError:
             raise _Silent(f"no message from the peer within {timeout} s") from None
         except OSError as e:
@@ -479,7 +545,7 @@ class ShmChannel:
             raise ChannelError("the peer closed the channel")
         try:
             obj = json.loads(data)
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             obj = None
         if not isinstance(obj, dict):
             _close_all(fds)
@@ -488,10 +554,9 @@ class ShmChannel:
 
     def _drop_out(self) -> None:
         if self._out is not None:
-            m, view, fd = self._out
+            m, view = self._out
             self._out = None
             del view
-            os.close(fd)
             _close_map(m)
 
     def _drop_in(self) -> None:
@@ -536,7 +601,7 @@ def _ordered(cache: KVCache) -> list[torch.Tensor]:
 
 def _as_bytes(t: torch.Tensor) -> np.ndarray:
     """The bytes of ``t`` (``(1, H, T, D)``, any float dtype) as a flat uint8 array, without a copy when contiguous."""
-    t = t.detach().contiguous()
+    t = t.detach().cpu().contiguous()
     same_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
     return t.view(same_size).numpy().reshape(-1).view(np.uint8)
 
