@@ -174,6 +174,12 @@ def render(report: dict, outdir: Path) -> None:
                   f"Fuser `{run['fuser_id'][:12]}` (step {run['step']}; {run['checkpoint_name']}), control "
                   f"`{(run.get('control_id') or '–')[:12]}`; {run['limit']} questions per benchmark (seed "
                   f"{run['seed']}); Sharer hint {run['hint_tokens']} tokens.", ""]
+        if run.get("gates"):
+            g = run["gates"]
+            shut = [k for k, v in g.items() if not v]
+            lines += [f"Learned gates: {len(g) - len(shut)} of {len(g)} open"
+                      + (f"; closed: {', '.join(shut)}" if shut else "") + " (`k12`: the keys of Receiver layer 12).",
+                      ""]
         for metric, title in (("acc", "acc"), ("norm", "acc_norm")):
             lines += [f"**{title}**", "", "| benchmark | n | " + " | ".join(SHOWN) + " |",
                       "|---|---:|" + "---:|" * len(SHOWN)]
@@ -311,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     run = run or {"pair": args.pair, "kind": args.kind, "questions": {}, "control_id": None}
     if control is not None:
         run["control_id"] = control.links[0].meta.fuser_id
+    run |= {"gates": {k: int(v) for k, v in link.fuser.gates().items()}}  # the learned layer selection
     run |= {"fuser_id": link.meta.fuser_id, "base_tag": base_tag, "receiver": fused.receiver.name,
             "sharer": link.sharer_name,
             "step": link.meta.step,
