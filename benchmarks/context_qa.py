@@ -66,6 +66,8 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lora-steps", type=int, default=150, help="training steps per role adapter (once)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the report from the records as they are, computing nothing")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or RESULTS / f"context_qa_{args.doc_tokens}")
@@ -101,7 +103,10 @@ def main() -> int:
     team = Team(shared=SharedPrefix.build(cqa.SYSTEM))
     role = "You are the analyst. Read the document for the team."
     lora = None
-    if any(c in LORA for c in conditions if any((q.id, c) not in done for q in questions)):
+    if args.report_only:  # what the records hold, nothing computed (a condition may cover fewer questions)
+        if any(c in LORA for c in conditions):
+            lora = role_adapters(args.model, args.lora_steps, train=False)
+    elif any(c in LORA for c in conditions if any((q.id, c) not in done for q in questions)):
         lora = role_adapters(args.model, args.lora_steps)
     from c2c.runtime import adapters
 
@@ -113,7 +118,8 @@ def main() -> int:
     records_path.parent.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     with open(records_path, "a") as log:
-        for q in tqdm(questions, desc=f"context QA, {args.doc_tokens}-token documents", file=sys.stderr):
+        for q in tqdm([] if args.report_only else questions, desc=f"context QA, {args.doc_tokens}-token documents",
+                      file=sys.stderr):
             todo = [c for c in conditions if (q.id, c) not in done]
             if not todo:
                 continue
@@ -177,9 +183,10 @@ def main() -> int:
     if lora is not None:
         adapters.detach(rt)
     text = rows.get("text")
-    for c, r in rows.items():
-        r["above_text"] = text is not None and c != "text" and r["ci95"][0] > text["ci95"][1]
-        r["below_text"] = text is not None and c != "text" and r["ci95"][1] < text["ci95"][0]
+    for c, r in rows.items():  # compared only on the same questions
+        same = text is not None and c != "text" and r["n"] == text["n"]
+        r["above_text"] = same and r["ci95"][0] > text["ci95"][1]
+        r["below_text"] = same and r["ci95"][1] < text["ci95"][0]
     result = {"model": args.model, "dtype": str(rt.dtype).replace("torch.", ""), "doc_tokens": args.doc_tokens,
               "n": args.n, "seed": args.seed, "max_new_tokens": args.max_new_tokens, "conditions": rows,
               "scoring": "exact match after SQuAD normalization of the reply's first line",
@@ -194,8 +201,9 @@ def main() -> int:
     return write(out, result, markdown(result))
 
 
-def role_adapters(model: str, steps: int) -> dict:
-    """The ``coder`` and ``writer`` adapters (trained once, in fp32, if missing) and their training curves."""
+def role_adapters(model: str, steps: int, *, train: bool = True) -> dict | None:
+    """The ``coder`` and ``writer`` adapters (trained once, in fp32, if missing) and their training curves;
+    with ``train=False``, None when they are missing."""
     from c2c.config import c2c_home, data_dir
     from c2c.runtime import adapters, zoo
 
@@ -208,6 +216,8 @@ def role_adapters(model: str, steps: int) -> dict:
     for i, (who, ts) in enumerate(texts.items()):
         path = root / f"{model}-ctx-{who}"
         if not (path / "adapter_model.safetensors").is_file():
+            if not train:
+                return None
             trainer = zoo.load(model, dtype="float32")
             curve = adapters.train(trainer, ts[:200], path, steps=steps, lr=2e-4, seed=i + 1, eval_texts=ts[200:])
             del trainer
@@ -244,6 +254,10 @@ def markdown(r: dict) -> str:
         med = f"{x['median_s']:.2f}" if x["median_s"] is not None else "—"
         lines.append(f"| {c} | {x['correct']}/{x['n']} | {acc} | {100 * x['ci95'][0]:.1f}–{100 * x['ci95'][1]:.1f}% "
                      f"| {med} |")
+    short = [f"{c} ({x['n']})" for c, x in r["conditions"].items() if x["n"] < r["n"]]
+    if short:
+        lines.append(f"\nNot yet on all {r['n']} questions: {', '.join(short)}, on the first of them in order "
+                     "(the run that makes them resumes from the records; they are not compared with text until then).")
     for who, c in r.get("lora_training", {}).items():
         lines.append(f"\nRole adapter `{who}`: loss on {c.get('eval_texts', 0)} held-out texts "
                      f"{c.get('eval_before', float('nan')):.3f} before and {c.get('eval_after', float('nan')):.3f} "
