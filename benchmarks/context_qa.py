@@ -194,7 +194,7 @@ def main() -> int:
               **({"lora_training": lora["curves"]} if lora else {}),
               "machine": {"cpus": os.cpu_count(), "torch": torch.__version__},
               "seconds": time.perf_counter() - t_start,
-              "command": "python benchmarks/context_qa.py " + " ".join(sys.argv[1:]),
+              "command": "python benchmarks/context_qa.py " + " ".join(x for x in sys.argv[1:] if x != "--report-only"),
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "examples": [q.to_dict() | {"document": q.document[:300] + "..."} for q in questions[:3]]}
     plot(result, out.with_suffix(".png"))

@@ -176,7 +176,7 @@ def render(report: dict, outdir: Path) -> None:
                   f"{run['seed']}); Sharer hint {run['hint_tokens']} tokens.", ""]
         if run.get("gates"):
             g = run["gates"]
-            shut = [k for k, v in g.items() if not v]
+            shut = sorted((k for k, v in g.items() if not v), key=lambda k: (k[0], int(k[1:])))
             lines += [f"Learned gates: {len(g) - len(shut)} of {len(g)} open"
                       + (f"; closed: {', '.join(shut)}" if shut else "") + " (`k12`: the keys of Receiver layer 12).",
                       ""]
