@@ -414,7 +414,6 @@ def test_a_validly_signed_offer_for_another_channel_or_span_is_refused(tiny, cha
 def test_hostile_json_is_a_channel_error(tiny, channel):
     tx, rx = channel
     rt = tiny("qwen2")
-    a, _ = agents(rt, Team(shared=SHARED))
     tx._sock.sendmsg([b"[" * 100000])  # nesting that would blow the parser's stack
     with pytest.raises(ChannelError, match="JSON"):
         rx.receive(agents(rt, Team(shared=SHARED))[1], timeout=10)

@@ -5,7 +5,8 @@ import pytest
 
 from c2c.errors import ConfigError
 from c2c.fuser.data import Question
-from c2c.fuser.harness import CONDITIONS, HarnessEvaluator, bootstrap, plain, proportional_index, summarize
+from c2c.bench.stats import bootstrap_mean
+from c2c.fuser.harness import CONDITIONS, HarnessEvaluator, plain, proportional_index, summarize
 from c2c.fuser.infer import FusedReceiver
 from c2c.mc import lm_eval_context, score_options
 
@@ -120,7 +121,7 @@ def test_summary_intervals_oracle_agreement_and_paired_differences():
 
 
 def test_bootstrap_and_the_proportional_index():
-    lo, hi = bootstrap(np.array([1] * 80 + [0] * 20, dtype=float))
+    lo, hi = bootstrap_mean(np.array([1] * 80 + [0] * 20, dtype=float))
     assert 0.7 < lo < 0.8 < hi < 0.9
     idx = proportional_index(10, 4)
     assert idx[0] == 0 and idx[-1] == 3 and (np.diff(idx) >= 0).all()

@@ -17,15 +17,13 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def bootstrap_mean(values, *, reps: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (e.g. per-question 0/1 correctness)."""
-    import random  # lazy: keeps the module import minimal
+    """Percentile bootstrap interval of the mean of ``values`` (per-question 0/1 correctness, or paired
+    differences); ``(0, 1)`` when there are none."""
+    import numpy as np  # lazy: keeps the module import minimal
 
-    vals = list(values)
-    if not vals:
+    vals = np.asarray(list(values), dtype=np.float64)
+    if not len(vals):
         return 0.0, 1.0
-    rng = random.Random(seed)
-    n = len(vals)
-    means = sorted(sum(vals[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
-    lo = means[int((1 - level) / 2 * reps)]
-    hi = means[min(int((1 + level) / 2 * reps), reps - 1)]
-    return lo, hi
+    idx = np.random.default_rng(seed).integers(0, len(vals), size=(reps, len(vals)))   # (reps, n)
+    means = vals[idx].mean(axis=1)                                                      # (reps,)
+    return float(np.quantile(means, (1 - level) / 2)), float(np.quantile(means, (1 + level) / 2))

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from c2c.bench.stats import bootstrap_mean
 from c2c.errors import ConfigError
 from c2c.fuser.align import CONTENT, TEMPLATE, Rendered, Section, align_tokens, render
 from c2c.fuser.data import SYSTEM, Question
@@ -226,15 +227,6 @@ def correct(records: Sequence[dict], condition: str, metric: str = "acc") -> np.
     return np.array([int(r["cond"][condition][metric] == r["answer"]) for r in records], dtype=np.int64)
 
 
-def bootstrap(values: np.ndarray, *, reps: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of ``values`` (per-question numbers)."""
-    if len(values) == 0:
-        return 0.0, 0.0
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(reps, len(values)))].mean(axis=1)   # (reps,)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
 def summarize(records: Sequence[dict], *, compare_to: str = "c2c") -> dict:
     """Accuracy (acc, acc_norm) with 95% bootstrap intervals per condition, the oracle, latency,
     c2c/Sharer agreement, and paired differences ``compare_to - other`` with their intervals."""
@@ -248,7 +240,7 @@ def summarize(records: Sequence[dict], *, compare_to: str = "c2c") -> dict:
         for m in ("acc", "norm"):
             x = correct(records, c, m)
             row[m] = float(x.mean())
-            row[f"{m}_ci95"] = bootstrap(x)
+            row[f"{m}_ci95"] = bootstrap_mean(x, reps=4000)
         if c != "oracle":
             row["latency_s"] = float(np.mean([r["cond"][c]["s"] for r in records]))
         out["conditions"][c] = row
@@ -259,7 +251,7 @@ def summarize(records: Sequence[dict], *, compare_to: str = "c2c") -> dict:
             row = {}
             for m in ("acc", "norm"):
                 d = correct(records, compare_to, m) - correct(records, c, m)
-                lo, hi = bootstrap(d.astype(np.float64))
+                lo, hi = bootstrap_mean(d, reps=4000)
                 row[m] = {"diff": float(d.mean()), "ci95": (lo, hi), "clears": lo > 0, "below": hi < 0}
             out["paired"][c] = row
     if {"c2c", "sharer"} <= set(present):

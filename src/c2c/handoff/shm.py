@@ -82,6 +82,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import MAX_TOKENS
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json, sha256_hex
+from c2c.config import DTYPES
 from c2c.errors import (
     ArtifactTooLargeError,
     BadSignatureError,
@@ -100,7 +101,6 @@ PROTOCOL = "shm-v1"
 MAX_MESSAGE = 192 << 10          # bytes of one control message (an offer is a few KB; the socket's
                                  # default send buffer takes about 208 KiB in one message)
 SEND_TIMEOUT = 30.0
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # no shrinking (a read past the end faults), no growing, and no new writer (F_SEAL_FUTURE_WRITE: write(),
 # new writable maps and hole punching are refused; the sender's own map, made first, keeps writing)
 _F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
@@ -178,7 +178,7 @@ class _Layout:
 
     @classmethod
     def of(cls, fp: Fingerprint, seq_len: int) -> "_Layout":
-        dtype = _DTYPES.get(fp.dtype)
+        dtype = getattr(torch, fp.dtype) if fp.dtype in DTYPES and fp.dtype != "auto" else None
         if dtype is None:
             raise RuntimeUnsupportedError(f"the shared-memory channel carries float32/bfloat16/float16 "
                                           f"caches, not {fp.dtype!r}")
@@ -383,7 +383,7 @@ class ShmChannel:
             raise ChannelError(f"cannot make a {cap}-byte shared-memory arena: {e.strerror}") from None
         finally:
             os.close(fd)  # the map holds its own reference
-        self._drop_out()
+        self._drop("_out")
         self._out = (m, np.frombuffer(m, dtype=np.uint8))
         return self._out[1]
 
@@ -505,7 +505,7 @@ class ShmChannel:
         finally:
             _close_all(fds)
         view = np.frombuffer(m, dtype=np.uint8)  # read-only: every cache is copied out of it first
-        self._drop_in()
+        self._drop("_in")
         self._in = (m, view)
 
     # ------------------------------------------------------------------ plumbing
@@ -552,23 +552,18 @@ class ShmChannel:
             raise ChannelError("the peer sent a control message that is not a JSON object")
         return obj, fds
 
-    def _drop_out(self) -> None:
-        if self._out is not None:
-            m, view = self._out
-            self._out = None
-            del view
-            _close_map(m)
-
-    def _drop_in(self) -> None:
-        if self._in is not None:
-            m, view = self._in
-            self._in = None
-            del view
+    def _drop(self, side: str) -> None:
+        """Unmap our arena (``"_out"``) or the peer's (``"_in"``)."""
+        held = getattr(self, side)
+        if held is not None:
+            setattr(self, side, None)
+            m, view = held
+            del view, held
             _close_map(m)
 
     def close(self) -> None:
-        self._drop_out()
-        self._drop_in()
+        self._drop("_out")
+        self._drop("_in")
         self._sock.close()
         self.closed = True
 
