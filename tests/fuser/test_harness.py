@@ -6,7 +6,7 @@ import pytest
 from c2c.errors import ConfigError
 from c2c.fuser.data import Question
 from c2c.bench.stats import bootstrap_mean
-from c2c.fuser.harness import CONDITIONS, HarnessEvaluator, plain, proportional_index, summarize
+from c2c.bench.harness import CONDITIONS, HarnessEvaluator, plain, proportional_index, summarize
 from c2c.fuser.infer import FusedReceiver
 from c2c.mc import lm_eval_context, score_options
 
@@ -56,7 +56,7 @@ def test_every_condition_is_recorded_and_an_untrained_fuser_is_the_identity(make
 
 def test_the_c2c_record_is_the_options_scored_from_the_fused_cache(make_link, tiny_rt):
     from c2c.fuser.align import align_tokens
-    from c2c.fuser.harness import _zeros_like
+    from c2c.bench.harness import _zeros_like
 
     r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
     fr = FusedReceiver(r, [make_link(r, s, perturb=3)])
