@@ -35,7 +35,10 @@ gives the same tokens, ``tests/runtime/test_backends.py``). Accuracy is exact ma
 with 95% Wilson intervals; a condition is bold when its interval clears ``text``'s.
 Per-question records go to ``OUT.jsonl`` as they are made; the same command resumes.
 
-Outputs benchmarks/results/context_qa_<N>.{json,md,jsonl,png} (or --out PREFIX). The planted facts'
+Outputs benchmarks/results/context_qa_<N>.{json,md,jsonl,png} (or --out PREFIX), then the summary
+over every document length measured, benchmarks/results/context_qa.{json,md,png}: each
+condition at each length, and the curves (noise against sigma, slice repair against r, the LoRA
+roles' caches) against text (``--summary-only`` rewrites it alone). The planted facts'
 documents come from LIMA, one of the fuser's training corpora; the facts themselves are new random
 values, so nothing of a question is in any training data.
 """
@@ -68,8 +71,12 @@ def main() -> int:
     ap.add_argument("--lora-steps", type=int, default=150, help="training steps per role adapter (once)")
     ap.add_argument("--report-only", action="store_true",
                     help="write the report from the records as they are, computing nothing")
+    ap.add_argument("--summary-only", action="store_true",
+                    help="only rewrite context_qa.{json,md,png} from the context_qa_<N>.json files")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.summary_only:
+        return summary(RESULTS)
     out = Path(args.out or RESULTS / f"context_qa_{args.doc_tokens}")
     conditions = [c for c in args.conditions.split(",") if c]
     unknown = {c for c in conditions if c not in CONDITIONS and _family_value(c) is None}
@@ -198,7 +205,10 @@ def main() -> int:
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "examples": [q.to_dict() | {"document": q.document[:300] + "..."} for q in questions[:3]]}
     plot(result, out.with_suffix(".png"))
-    return write(out, result, markdown(result))
+    status = write(out, result, markdown(result))
+    if args.out is None:
+        summary(RESULTS)
+    return status
 
 
 def role_adapters(model: str, steps: int, *, train: bool = True) -> dict | None:
@@ -286,6 +296,110 @@ def plot(r: dict, path: Path) -> None:
     ax.set_ylabel("exact match (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"Context QA, {r['doc_tokens']}-token documents, {r['model']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary(results: Path) -> int:
+    """``context_qa.{json,md,png}``: every condition at every document length measured (the
+    ``context_qa_<N>.json`` files in ``results``), the curves, and the task's acceptance."""
+    from c2c.bench.results import write
+
+    runs = {}
+    for path in sorted(results.glob("context_qa_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1])
+                       if p.stem.rsplit("_", 1)[1].isdigit() else 0):
+        if path.stem.rsplit("_", 1)[1].isdigit():
+            runs[int(path.stem.rsplit("_", 1)[1])] = json.loads(path.read_text())
+    if not runs:
+        print(f"no context_qa_<N>.json in {results}; run benchmarks/context_qa.py first", file=sys.stderr)
+        return 2
+
+    def measured(prefix: str) -> list[int]:  # the lengths with a curve on all of their questions
+        return [n for n, r in runs.items() if any((c.startswith(prefix) or c == prefix) and x["n"] == r["n"]
+                                                   for c, x in r["conditions"].items())]
+    curves = {"slice_repair": measured("repair@"), "noise": measured("noise@"), "cross_adapter": measured("lora_coder")}
+    result = {"lengths": {str(n): {k: r[k] for k in ("model", "dtype", "n", "seed", "command", "created",
+                                                      "conditions")} | {"lora_training": r.get("lora_training")}
+                          for n, r in runs.items()},
+              "curves_at": curves,
+              "acceptance": {"text_well_above_50pct": all(r["acceptance"].get("text_well_above_50pct")
+                                                          for r in runs.values()),
+                             **{f"{k}_curve": bool(v) for k, v in curves.items()}}}
+    order = []
+    for r in runs.values():
+        order += [c for c in r["conditions"] if c not in order]
+    lens = list(runs)
+    lines = ["# Context QA: planted facts in real text, at every document length measured", "",
+             f"Summary of {', '.join(f'`context_qa_{n}.md`' for n in lens)} (their commands, records and examples "
+             "are there). Exact match, 95% Wilson intervals; **bold**: the interval lies above the text baseline's "
+             "at that length; *(below)*: under it; otherwise the two cannot be told apart; — not measured. "
+             "Conditions: `none` no document (the floor), `text` the Receiver reads the document, `full`/`slice_*` "
+             "handoffs, `noise@S` the full handoff with K/V noise of S x each head's std, `repair@R` a slice that "
+             "attended to another document, R of it recomputed, `lora_*` the writer role's own prefill against "
+             "caches made under the coder role or the base.", "",
+             "| condition | " + " | ".join(f"{n} tokens" for n in lens) + " |", "|---|" + "---:|" * len(lens)]
+    for c in order:
+        cells = []
+        for n in lens:
+            x = runs[n]["conditions"].get(c)
+            if x is None:
+                cells.append("—")
+                continue
+            acc = f"{100 * x['acc']:.1f}"
+            acc = f"**{acc}**" if x.get("above_text") else (f"{acc} *(below)*" if x.get("below_text") else acc)
+            part = "" if x["n"] == runs[n]["n"] else f", {x['n']} of {runs[n]['n']}"
+            cells.append(f"{acc} ({100 * x['ci95'][0]:.0f}–{100 * x['ci95'][1]:.0f}{part})")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines += ["", "Curves measured at: " + "; ".join(f"{k.replace('_', ' ')} {', '.join(map(str, v)) or 'none'}"
+                                                  for k, v in curves.items()) + " tokens.", "", "## Acceptance", ""]
+    lines += [f"- {k}: **{'PASS' if v else 'FAIL'}**" for k, v in result["acceptance"].items()]
+    summary_plot(runs, results / "context_qa.png")
+    return write(results / "context_qa", result, "\n".join(lines) + "\n")
+
+
+def summary_plot(runs: dict[int, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    roles = [c for c in ("none", "text", "full", "slice_positions", "lora_own", "lora_coder", "lora_base")
+             if any(c in r["conditions"] for r in runs.values())]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    for n, r in runs.items():
+        conds = r["conditions"]
+        text = conds.get("text")
+        for ax, prefix, label in ((axes[0], "noise@", "noise sigma (x head std)"),
+                                  (axes[1], "repair@", "slice repair ratio r")):
+            pts = sorted((_family_value(c), x) for c, x in conds.items() if c.startswith(prefix)
+                         and _family_value(c) is not None and x["n"] == r["n"])
+            if pts:
+                xs = [p for p, _ in pts]
+                ax.errorbar(xs, [100 * x["acc"] for _, x in pts], marker="o", capsize=3, label=f"{n} tokens",
+                            yerr=[[100 * (x["acc"] - x["ci95"][0]) for _, x in pts],
+                                  [100 * (x["ci95"][1] - x["acc"]) for _, x in pts]])
+                if text:
+                    ax.axhline(100 * text["acc"], ls="--", lw=1, color=ax.lines[-1].get_color(),
+                               label=f"text, {n} tokens")
+            ax.set_xlabel(label)
+        off = 0.8 / len(runs) * (list(runs).index(n) - (len(runs) - 1) / 2)
+        axes[2].bar([i + off for i in range(len(roles))],
+                    [100 * conds[c]["acc"] if c in conds else float("nan") for c in roles], width=0.8 / len(runs),
+                    label=f"{n} tokens")
+    axes[2].set_xticks(range(len(roles)), roles, rotation=30, ha="right")
+    axes[0].set_xscale("log")
+    sigmas = sorted({_family_value(c) for r in runs.values() for c in r["conditions"] if c.startswith("noise@")}
+                    - {None})
+    axes[0].xaxis.set_minor_formatter(NullFormatter())
+    if sigmas:
+        axes[0].set_xticks(sigmas, [f"{s:g}" for s in sigmas])
+    axes[0].set_ylabel("exact match (%)")
+    axes[0].set_ylim(0, 100)
+    for ax, title in zip(axes, ("K/V noise", "slice repair", "handoffs and LoRA roles")):
+        ax.set_title(title)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
