@@ -133,11 +133,20 @@ def build_report(root: Path, meta: dict) -> dict:
                           control, ids)
             complete = len(recs) == len(ids) and all(set(BASE + FUSED + CONTROL) <= set(r["cond"]) for r in recs)
             benches[bench] = summarize(recs) | {"complete": complete, "of": len(ids)}
+            benches[bench]["receiver_above_chance"] = above_chance(benches[bench], CHANCE[bench])
             if complete:
                 pooled += recs
-        report["pairs"][key] = {**m, "benchmarks": benches,
-                                "pooled": summarize(pooled) | {"benchmarks": sum(b["complete"] for b in benches.values())}}
+        pooled_s = summarize(pooled) | {"benchmarks": sum(b["complete"] for b in benches.values())}
+        pooled_s["receiver_above_chance"] = above_chance(pooled_s, 0.25)
+        report["pairs"][key] = {**m, "benchmarks": benches, "pooled": pooled_s}
     return report
+
+
+def above_chance(summary: dict, chance: float) -> dict[str, bool]:
+    """Per metric: does the Receiver's 95% interval lie above chance? Where it does not, a gain over
+    the Receiver is a gain over a model that knows nothing measurable there, and means little."""
+    r = summary.get("conditions", {}).get("receiver")
+    return {m: bool(r and r[f"{m}_ci95"][0] > chance) for m in ("acc", "norm")}
 
 
 def acceptance(report: dict) -> dict:
@@ -168,7 +177,8 @@ def render(report: dict, outdir: Path) -> None:
              "with lm-eval itself: `lm_eval_agreement.md`). A c2c cell is **bold** only where the paired bootstrap "
              "interval of (c2c − that condition) lies above zero, for the condition named in the paired table. "
              "Chance is 25% on all four benchmarks: a condition whose interval holds 25% knows nothing measurable "
-             "there.", ""]
+             "there. † marks a row where the Receiver's own interval holds chance: there a c2c gain over it is a "
+             "gain over a model that knows nothing measurable on the task, and the row means little.", ""]
     for key, run in report["pairs"].items():
         lines += [f"## Pair {run['pair']}, {run['kind']}: {run['sharer']} → {run['receiver']}", "",
                   f"Fuser `{run['fuser_id'][:12]}` (step {run['step']}; {run['checkpoint_name']}), control "
@@ -196,7 +206,8 @@ def render(report: dict, outdir: Path) -> None:
                         paired = s.get("paired", {}).get("receiver")
                     cells.append(_cell(s["conditions"].get(c), paired, metric))
                 n = s["n"] if s.get("complete", True) else f"{s['n']}/{s['of']}"
-                lines.append(f"| {bench} | {n} | " + " | ".join(cells) + " |")
+                mark = "" if s.get("receiver_above_chance", {}).get(metric, True) else " †"
+                lines.append(f"| {bench}{mark} | {n} | " + " | ".join(cells) + " |")
             lines.append("")
         pooled = run["pooled"]
         if pooled.get("paired"):
