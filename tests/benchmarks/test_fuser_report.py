@@ -127,3 +127,23 @@ def test_a_partial_benchmark_is_shown_but_not_pooled(tmp_path):
     ob = run["benchmarks"]["OpenBookQA"]
     assert ob["n"] == 40 and ob["of"] == 42 and not ob["complete"]
     assert run["pooled"]["n"] == 0
+
+
+def test_a_receiver_at_chance_is_marked_and_one_above_it_is_not(tmp_path):
+    rep = _report()
+    at_chance = rep.write_all(tmp_path, _setup(tmp_path, rep))  # the Receiver is right on every 4th: 25%
+    assert at_chance["pairs"]["b/general"]["benchmarks"]["OpenBookQA"]["receiver_above_chance"] == {
+        "acc": False, "norm": False}
+    assert "| OpenBookQA † |" in (tmp_path / "fuser.md").read_text()
+
+    other = tmp_path / "other"
+    ids = [f"q{i}" for i in range(80)]
+    meta = _setup(other, rep, n=80)
+    base = rep.records_path(other, "b", "OpenBookQA", None)
+    base.write_text("".join(json.dumps({"id": q, "answer": 0, "cond": {c: _cond(0 if i % 4 else 1)
+                                                                          for c in rep.BASE}} | BASE_TAG) + "\n"
+                            for i, q in enumerate(ids)))  # now right on 3 of 4: 75%
+    above = rep.write_all(other, meta)["pairs"]["b/general"]
+    assert above["benchmarks"]["OpenBookQA"]["receiver_above_chance"] == {"acc": True, "norm": True}
+    assert above["pooled"]["receiver_above_chance"]["acc"]
+    assert "| OpenBookQA |" in (other / "fuser.md").read_text()
