@@ -198,7 +198,7 @@ def main() -> int:
     for n, s in enumerate(servers):
         text = s.log()
         hits = [ln for ln in text.splitlines() if re.search(r'" 5\d\d|Traceback|ERROR|Error', ln)]
-        logs[f"server{n}"] = {"path": str(s.log_path), "error_lines": hits[:60], "error_line_count": len(hits)}
+        logs[f"server{n}"] = {"file": s.log_path.name, "error_lines": hits[:60], "error_line_count": len(hits)}
     out = {
         "config": {"clients": args.clients, "duration_s": args.duration, "max_tokens": args.max_tokens,
                    "model": "tiny-qwen2", "servers": 2, "redis": "appendonly yes, appendfsync always"},

@@ -609,7 +609,8 @@ def main() -> int:
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     work = Path(tempfile.mkdtemp(prefix="c2c-store-bench-", dir=args.workdir))
     env = {"cpus": os.cpu_count(), "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-           "python": platform.python_version(), "workdir": str(work), "device": os.stat(work).st_dev}
+           "python": platform.python_version(), "workdir": str(args.workdir) if args.workdir else "a temporary directory (tempfile)",
+           "device": os.stat(work).st_dev}
     redis_bin = shutil.which("redis-server")
     server = server_aof = None
     try:
