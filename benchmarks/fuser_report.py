@@ -113,7 +113,8 @@ def joined(base: dict[str, dict], fused: dict[str, dict], control: dict[str, dic
     for i in ids:
         if i in base and i in fused:
             cond = base[i]["cond"] | fused[i]["cond"] | (control[i]["cond"] if i in control else {})
-            out.append({"id": i, "answer": base[i]["answer"], "cond": cond})
+            delta = fused[i].get("delta", {}) | (control[i].get("delta", {}) if i in control else {})
+            out.append({"id": i, "answer": base[i]["answer"], "cond": cond} | ({"delta": delta} if delta else {}))
     return out
 
 
@@ -227,11 +228,32 @@ def render(report: dict, outdir: Path) -> None:
                              if c in cond)
             lines += ["", f"Latency per question (pooled mean, one process, one after another): {lat}. "
                           f"c2c/Sharer answer agreement: {100 * pooled.get('c2c_sharer_agreement', 0):.1f}%.", ""]
+        audit = cache_audit(pooled if pooled.get("cache_delta") else next(
+            (b for b in run["benchmarks"].values() if b.get("cache_delta")), {}))
+        if audit:
+            lines += [audit, ""]
     lines += ["## Acceptance (#16, general pair (a), pooled over the four benchmarks)", ""]
     for k, v in acceptance(report).items():
         lines.append(f"- {k}: **{v if isinstance(v, str) else ('PASS' if v else 'FAIL')}**")
     (outdir / "fuser.md").write_text("\n".join(lines) + "\n")
     _plot(report, outdir)
+
+
+def cache_audit(summary: dict) -> str:
+    """One sentence from ``cache_delta``: how far fusion moves the Receiver's cache, and how much of
+    that follows what the Sharer read."""
+    d = {k: v["mean"] for k, v in summary.get("cache_delta", {}).items()}
+    if "c2c~receiver" not in d:
+        return ""
+    n = summary["cache_delta"]["c2c~receiver"]["n"]
+    parts = [f"fusion moves the Receiver's cache by {100 * d['c2c~receiver']:.1f}% of its norm"]
+    if "control~receiver" in d:
+        parts.append(f"the control by {100 * d['control~receiver']:.1f}%")
+    for k, what in (("c2c~c2c_other", "another question's Sharer cache"), ("c2c~c2c_zero", "a zeroed one")):
+        if k in d:
+            parts.append(f"feeding {what} moves c2c's fused cache by {100 * d[k]:.1f}%")
+    return (f"Cache audit (mean over {n} questions; Frobenius norm of the difference over every layer's K and V, "
+            "relative to the Receiver cache's): " + "; ".join(parts) + ".")
 
 
 def _plot(report: dict, outdir: Path) -> None:
@@ -302,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from c2c.fuser.data import data_root, load_questions, subset
     from c2c.bench.harness import HarnessEvaluator
+    from c2c.fuser.data import data_root, load_questions, subset
     from c2c.fuser.infer import FusedReceiver
 
     fused = FusedReceiver.load([args.checkpoint])

@@ -5,6 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -147,3 +149,19 @@ def test_a_receiver_at_chance_is_marked_and_one_above_it_is_not(tmp_path):
     assert above["benchmarks"]["OpenBookQA"]["receiver_above_chance"] == {"acc": True, "norm": True}
     assert above["pooled"]["receiver_above_chance"]["acc"]
     assert "| OpenBookQA |" in (other / "fuser.md").read_text()
+
+
+def test_the_cache_audit_joins_fused_and_control_deltas(tmp_path):
+    rep = _report()
+    meta = _setup(tmp_path, rep, n=8)
+    for group, delta in (("general", {"c2c~receiver": 0.2, "c2c~c2c_other": 0.01, "c2c~c2c_zero": 0.05}),
+                         ("general.control", {"control~receiver": 0.1})):
+        path = rep.records_path(tmp_path, "b", "OpenBookQA", group)
+        recs = [json.loads(line) | {"delta": delta} for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    run = rep.write_all(tmp_path, meta)["pairs"]["b/general"]
+    d = run["pooled"]["cache_delta"]
+    assert d["c2c~c2c_other"] == {"mean": pytest.approx(0.01), "n": 8} and d["control~receiver"]["mean"] == 0.1
+    md = (tmp_path / "fuser.md").read_text()
+    assert ("moves the Receiver's cache by 20.0% of its norm; the control by 10.0%; feeding another question's "
+            "Sharer cache moves c2c's fused cache by 1.0%; feeding a zeroed one moves c2c's fused cache by 5.0%") in md

@@ -46,6 +46,8 @@ def test_every_condition_is_recorded_and_an_untrained_fuser_is_the_identity(make
         base = rec["cond"]["receiver"]["loglik"]
         for c in ("c2c", "control", "c2c_other", "c2c_zero"):  # zero-initialised fusers add nothing
             assert rec["cond"][c]["loglik"] == pytest.approx(base, abs=1e-3)
+        assert all(v < 1e-3 for v in rec["delta"].values())  # ... and leave the Receiver's cache as it was
+        assert {"c2c~receiver", "control~receiver", "c2c~c2c_other", "c2c~c2c_zero"} <= set(rec["delta"])
         assert rec["cond"]["t2t"]["loglik"] != base  # a hint in the context changes the scores
         assert all(rec["cond"][c]["s"] > 0 for c in CONDITIONS)
         assert len(rec["cond"]["sharer"]["loglik"]) == len(q.options)
@@ -92,6 +94,11 @@ def test_the_causal_controls_feed_other_and_zero_caches_through_the_same_fuser(m
     assert ll["c2c"] != pytest.approx(ll["receiver"], abs=1e-3)  # a trained fuser changes the answer's scores
     assert ll["c2c_other"] != pytest.approx(ll["c2c"], abs=1e-4)  # ... and depends on what the Sharer read
     assert ll["c2c_zero"] != pytest.approx(ll["c2c"], abs=1e-4)
+    d = rec["delta"]  # the fused caches moved from the Receiver's, and apart from each other
+    assert d["c2c~receiver"] > 1e-3 and d["c2c~c2c_other"] > 1e-4 and d["c2c~c2c_zero"] > 1e-4
+    assert "control~receiver" not in d
+    s_ = summarize([{"id": "x", "answer": 0, "cond": rec["cond"], "delta": d}])
+    assert s_["cache_delta"]["c2c~c2c_other"] == {"mean": pytest.approx(d["c2c~c2c_other"]), "n": 1}
     with pytest.raises(ConfigError, match="another question"):
         ev.ask(QUESTIONS[0], ["c2c_other"])
     with pytest.raises(ConfigError, match="need a Sharer"):

@@ -116,8 +116,9 @@ class HarnessEvaluator:
             if missing:
                 other = questions[(i + len(questions) // 2) % len(questions)] if len(questions) > 1 else None
                 new = self.ask(q, missing, other=other)
-                rec = new if rec is None else rec | {"cond": rec["cond"] | new["cond"]} | {
-                    k: v for k, v in new.items() if k not in ("cond",)}
+                rec = new if rec is None else rec | {k: v for k, v in new.items() if k not in ("cond", "delta")} | {
+                    "cond": rec["cond"] | new["cond"]} | (
+                    {"delta": rec.get("delta", {}) | new["delta"]} if "delta" in new else {})
                 if on_record is not None:
                     on_record(rec)
             out.append(rec)
@@ -180,6 +181,7 @@ class HarnessEvaluator:
             s_text = plain(s, ctx)
             _, s_cache = timed("s_prefill", lambda: s.prefill(list(s_text.ids)))       # [1, H_s, T_s, D_s]
             index = timed("align", lambda: align_tokens(r_text, s_text))              # (T_r,)
+        made: dict[str, KVCache] = {}
         for c in fusing:
             t0 = time.perf_counter()
             if c == "control":
@@ -196,6 +198,7 @@ class HarnessEvaluator:
                     _, o_cache = s.prefill(list(o_text.ids))
                     given = (o_cache, proportional_index(len(r_text.ids), len(o_text.ids)))
                 fused, _ = self.fused.fuse_caches(r_cache, {name: given})
+            made[c] = fused
             # the context's last token runs again from the fused cache: its logits predict the options
             head = fused.slice(0, fused.seq_len - 1)
             scores = score_options(r, ctx, options, head=head)
@@ -203,6 +206,7 @@ class HarnessEvaluator:
             if c != "control":
                 took += spent.get("s_prefill", 0.0) + spent.get("align", 0.0)
             put(c, scores, took)
+        rec["delta"] = cache_deltas(r_cache, made)
         return rec
 
 
@@ -211,6 +215,32 @@ def stem_hint_messages(q: Question) -> list[dict]:
     return [{"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"Question: {q.question.strip()}\n\nIn one or two sentences, state the key "
                                         "fact or reasoning needed to answer this question."}]
+
+
+def cache_deltas(receiver: KVCache, fused: dict[str, KVCache]) -> dict[str, float]:
+    """How far each fused cache lies from the Receiver's own (``"c2c~receiver"``), and c2c's from
+    every other fused condition's (``"c2c~c2c_other"``): the Frobenius norm of the difference over
+    every layer's K and V, relative to the Receiver cache's norm. A fuser that uses what the Sharer
+    read moves its output when fed another question's cache; one that ignores it does not."""
+    def flat(c: KVCache) -> list[torch.Tensor]:                      # each [1, H_r, T_r, D_r]
+        return [t.float() for t in (*c.keys, *c.values)]
+
+    def dist(a: list[torch.Tensor], b: list[torch.Tensor]) -> float | None:
+        if [t.shape for t in a] != [t.shape for t in b]:
+            return None
+        return float(torch.sqrt(sum((x - y).square().sum() for x, y in zip(a, b))))
+
+    base = flat(receiver)
+    norm = float(torch.sqrt(sum(t.square().sum() for t in base))) or 1.0
+    pairs = [(c, "receiver", flat(f), base) for c, f in fused.items()]
+    if "c2c" in fused:
+        pairs += [("c2c", c, flat(fused["c2c"]), flat(f)) for c, f in fused.items() if c != "c2c"]
+    out = {}
+    for a, b, x, y in pairs:
+        d = dist(x, y)
+        if d is not None:
+            out[f"{a}~{b}"] = round(d / norm, 6)
+    return out
 
 
 def _zeros_like(cache: KVCache) -> KVCache:
@@ -254,6 +284,12 @@ def summarize(records: Sequence[dict], *, compare_to: str = "c2c") -> dict:
                 lo, hi = bootstrap_mean(d, reps=4000)
                 row[m] = {"diff": float(d.mean()), "ci95": (lo, hi), "clears": lo > 0, "below": hi < 0}
             out["paired"][c] = row
+    deltas: dict[str, list[float]] = {}
+    for r in records:
+        for k, v in r.get("delta", {}).items():
+            deltas.setdefault(k, []).append(v)
+    if deltas:  # mean relative distances between caches (see cache_deltas), over the questions that have them
+        out["cache_delta"] = {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(deltas.items())}
     if {"c2c", "sharer"} <= set(present):
         out["c2c_sharer_agreement"] = float(np.mean([r["cond"]["c2c"]["acc"] == r["cond"]["sharer"]["acc"]
                                                      for r in records]))
