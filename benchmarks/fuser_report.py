@@ -305,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hint-tokens", type=int, default=32, help="t2t: most tokens the Sharer writes (one or two sentences)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a background job)")
     ap.add_argument("--results", default=str(RESULTS), help="folder of fuser.json, fuser.md and the records")
+    ap.add_argument("--groups", default="base,fused,control",
+                    help="which passes to run: base (the fuser-free conditions), fused (c2c and its causal controls), "
+                         "control (the matched control); e.g. fused,control on a second core while another run "
+                         "makes the base records of the same pair")
     ap.add_argument("--render-only", action="store_true", help="only rebuild json, markdown and plot from records")
     args = ap.parse_args(argv)
 
@@ -316,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.pair and args.kind and args.checkpoint):
         ap.error("--pair, --kind and --checkpoint are required (or --render-only)")
+    groups_run = {g.strip() for g in args.groups.split(",") if g.strip()}
+    if not groups_run or groups_run - {"base", "fused", "control"}:
+        ap.error(f"--groups takes base, fused and/or control, not {args.groups!r}")
     benches = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     unknown = [b for b in benches if b not in BENCHMARKS]
     if unknown:
@@ -362,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
         run["questions"][bench] = [q.id for q in qs]
         meta = update_meta(meta_path, key, run)
         t0 = time.perf_counter()
-        groups = [(None, BASE, base_tag), (args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
+        groups = [("base", None, BASE, base_tag), ("fused", args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
         if control is not None:
-            groups.append((f"{args.kind}.control", CONTROL, {"control_id": run["control_id"]}))
-        for group, conds, tag in groups:
+            groups.append(("control", f"{args.kind}.control", CONTROL, {"control_id": run["control_id"]}))
+        for _, group, conds, tag in (g for g in groups if g[0] in groups_run):
             path = records_path(root, args.pair, bench, group)
             path.parent.mkdir(parents=True, exist_ok=True)
             done = list(read_records(path, tag).values())

@@ -165,3 +165,11 @@ def test_the_cache_audit_joins_fused_and_control_deltas(tmp_path):
     md = (tmp_path / "fuser.md").read_text()
     assert ("moves the Receiver's cache by 20.0% of its norm; the control by 10.0%; feeding another question's "
             "Sharer cache moves c2c's fused cache by 1.0%; feeding a zeroed one moves c2c's fused cache by 5.0%") in md
+
+
+def test_unknown_groups_are_refused_before_any_model_loads(tmp_path, capsys):
+    rep = _report()
+    with pytest.raises(SystemExit) as e:
+        rep.main(["--pair", "b", "--kind", "general", "--checkpoint", str(tmp_path / "none"), "--groups", "fused,x",
+                  "--results", str(tmp_path)])
+    assert e.value.code == 2 and "--groups takes base, fused and/or control" in capsys.readouterr().err
