@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             "sharer": link.sharer_name,
             "step": link.meta.step,
             "checkpoint_name": Path(args.checkpoint).name, "limit": args.limit, "seed": args.seed,
-            "hint_tokens": args.hint_tokens}
+            "hint_tokens": args.hint_tokens, "threads": args.threads}
     root_data = data_root()
     for bench in benches:
         qs = subset(load_questions(root_data / BENCHMARKS[bench]), args.limit, args.seed)
