@@ -228,7 +228,7 @@ def render(report: dict, outdir: Path) -> None:
                              if c in cond)
             lines += ["", f"Latency per question (pooled mean, one process, one after another, every condition on the "
                           f"same runtime: transformers, float32, {run.get('threads', 1)} thread, nice; t2t's hint is "
-                          "not run on llama.cpp here, which decodes faster): {lat}. "
+                          f"not run on llama.cpp here, which decodes faster): {lat}. "
                           f"c2c/Sharer answer agreement: {100 * pooled.get('c2c_sharer_agreement', 0):.1f}%.", ""]
         audit = cache_audit(pooled if pooled.get("cache_delta") else next(
             (b for b in run["benchmarks"].values() if b.get("cache_delta")), {}))
