@@ -60,6 +60,7 @@ def test_a_clear_gain_is_bold_and_pooled(tmp_path):
     assert run["pooled"]["benchmarks"] == 1 and run["pooled"]["paired"]["receiver"]["acc"]["clears"]
     md = (tmp_path / "fuser.md").read_text()
     assert "**100.0 (100–100)**" in md and (tmp_path / "fuser.png").is_file()
+    assert "1 thread, nice" in md and "): receiver 100 ms · sharer 100 ms" in md  # each record took 0.1 s
     assert report["acceptance"] == {"general_pair_a": "not measured yet"}
 
 
