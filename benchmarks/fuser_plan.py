@@ -117,9 +117,10 @@ def _rel(path: str | Path) -> str:
 
 
 def commit_checkpoint(c: dict) -> str | None:
-    """Copy a complete run's checkpoint into checkpoints/fuser/<name> (no training state); None if too large."""
+    """Copy a complete run's checkpoint into checkpoints/fuser/<name> (no training state; its per-step loss log,
+    which the report's training audit reads); None if too large."""
     src, dst = Path(c["path"]), COMMITTED / c["name"]
-    files = [src / "config.json", src / "fuser.safetensors"]
+    files = [src / "config.json", src / "fuser.safetensors"] + [f for f in [src / "train_log.jsonl"] if f.is_file()]
     if sum(f.stat().st_size for f in files) > MAX_COMMIT_BYTES:
         return None
     dst.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,8 @@ def build_report(root: Path, meta: dict) -> dict:
                 pooled += recs
         pooled_s = summarize(pooled) | {"benchmarks": sum(b["complete"] for b in benches.values())}
         pooled_s["receiver_above_chance"] = above_chance(pooled_s, 0.25)
-        report["pairs"][key] = {**m, "benchmarks": benches, "pooled": pooled_s}
+        report["pairs"][key] = {**m, "benchmarks": benches, "pooled": pooled_s,
+                                "training_audit": training_audit(m.get("fuser_id"), m.get("control_id"))}
     return report
 
 
@@ -230,6 +231,13 @@ def render(report: dict, outdir: Path) -> None:
                           f"same runtime: transformers, float32, {run.get('threads', 1)} thread, nice; t2t's hint is "
                           f"not run on llama.cpp here, which decodes faster): {lat}. "
                           f"c2c/Sharer answer agreement: {100 * pooled.get('c2c_sharer_agreement', 0):.1f}%.", ""]
+        t = run.get("training_audit")
+        if t:
+            lines += [f"Training audit (the fuser's loss minus its matched control's on the same batches, per step; "
+                      f"95% bootstrap): {t['diff']:+.4f} ({t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}) over {t['steps']} "
+                      f"steps, {t['second_half']['diff']:+.4f} ({t['second_half']['ci95'][0]:+.4f}, "
+                      f"{t['second_half']['ci95'][1]:+.4f}) over the last {t['second_half']['steps']}. Below zero "
+                      "would mean the Sharer's cache lowers the loss on the training data itself.", ""]
         audit = cache_audit(pooled if pooled.get("cache_delta") else next(
             (b for b in run["benchmarks"].values() if b.get("cache_delta")), {}))
         if audit:
@@ -239,6 +247,37 @@ def render(report: dict, outdir: Path) -> None:
         lines.append(f"- {k}: **{v if isinstance(v, str) else ('PASS' if v else 'FAIL')}**")
     (outdir / "fuser.md").write_text("\n".join(lines) + "\n")
     _plot(report, outdir)
+
+
+def training_log(fuser_id: str | None) -> dict[int, float]:
+    """Per-step training loss of the committed checkpoint with this fuser id (``train_log.jsonl`` beside it)."""
+    for cfg in sorted((ROOT / "checkpoints" / "fuser").glob("*/config.json")) if fuser_id else []:
+        try:
+            if json.loads(cfg.read_text()).get("fuser_id") != fuser_id:
+                continue
+            log = {}
+            for line in (cfg.parent / "train_log.jsonl").read_text().splitlines():
+                x = json.loads(line)
+                log[int(x["step"])] = float(x["loss"])  # a resumed run logs a redone step again: the last counts
+            return log
+        except (OSError, ValueError, KeyError):
+            return {}
+    return {}
+
+
+def training_audit(fuser_id: str | None, control_id: str | None) -> dict | None:
+    """The fuser's training loss minus its matched control's, step by step: the same examples in the same
+    order, so the difference is paired. Below zero: the Sharer's cache helps on the training data itself."""
+    from c2c.bench.stats import bootstrap_mean
+
+    f, c = training_log(fuser_id), training_log(control_id)
+    steps = sorted(set(f) & set(c))
+    if not steps:
+        return None
+    d = [f[s] - c[s] for s in steps]
+    late = d[len(d) // 2:]
+    return {"steps": len(steps), "diff": sum(d) / len(d), "ci95": bootstrap_mean(d, reps=4000),
+            "second_half": {"steps": len(late), "diff": sum(late) / len(late), "ci95": bootstrap_mean(late, reps=4000)}}
 
 
 def cache_audit(summary: dict) -> str:

@@ -174,3 +174,19 @@ def test_unknown_groups_are_refused_before_any_model_loads(tmp_path, capsys):
         rep.main(["--pair", "b", "--kind", "general", "--checkpoint", str(tmp_path / "none"), "--groups", "fused,x",
                   "--results", str(tmp_path)])
     assert e.value.code == 2 and "--groups takes base, fused and/or control" in capsys.readouterr().err
+
+
+def test_the_training_audit_pairs_the_fuser_and_control_losses_step_by_step(tmp_path, monkeypatch):
+    rep = _report()
+    monkeypatch.setattr(rep, "ROOT", tmp_path)
+    for name, fid, losses in (("f", "F1", [2.0, 1.8, 1.6, 1.5]), ("c", "C1", [2.1, 1.9, 1.6, 1.4])):
+        d = tmp_path / "checkpoints" / "fuser" / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"fuser_id": fid}))
+        lines = [{"step": i + 1, "loss": x} for i, x in enumerate(losses)]
+        lines.insert(2, {"step": 3, "loss": 9.0})  # logged before a resume, then redone: the last one counts
+        (d / "train_log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    t = rep.training_audit("F1", "C1")
+    assert t["steps"] == 4 and t["diff"] == pytest.approx((-0.1 - 0.1 + 0.0 + 0.1) / 4)
+    assert t["second_half"] == {"steps": 2, "diff": pytest.approx(0.05), "ci95": pytest.approx((0.0, 0.1))}
+    assert rep.training_audit("F1", "nobody") is None and rep.training_audit(None, "C1") is None
