@@ -306,11 +306,8 @@ def summary(results: Path) -> int:
     ``context_qa_<N>.json`` files in ``results``), the curves, and the task's acceptance."""
     from c2c.bench.results import write
 
-    runs = {}
-    for path in sorted(results.glob("context_qa_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1])
-                       if p.stem.rsplit("_", 1)[1].isdigit() else 0):
-        if path.stem.rsplit("_", 1)[1].isdigit():
-            runs[int(path.stem.rsplit("_", 1)[1])] = json.loads(path.read_text())
+    found = {p.stem.removeprefix("context_qa_"): p for p in results.glob("context_qa_*.json")}
+    runs = {int(n): json.loads(found[n].read_text()) for n in sorted((n for n in found if n.isdigit()), key=int)}
     if not runs:
         print(f"no context_qa_<N>.json in {results}; run benchmarks/context_qa.py first", file=sys.stderr)
         return 2

@@ -85,13 +85,8 @@ def report_status(pair: str, kind: str, meta: dict) -> dict:
     return out
 
 
-def load_meta() -> dict:
-    path = rep.RESULTS / "fuser_records" / "runs.json"
-    return json.loads(path.read_text()) if path.is_file() else {"runs": {}}
-
-
 def status() -> dict:
-    meta = load_meta()
+    meta = rep.load_meta(rep.RESULTS)
     names = list(dict.fromkeys([*TRAIN, *(n for pair in REPORTS.values() for n in pair)]))
     return {"checkpoints": {n: checkpoint(n) for n in names},
             "reports": {f"{p}/{k}": report_status(p, k, meta) for p, k in REPORTS}}
@@ -166,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if not f["complete"]:
             print(f"{pair}/{kind}: waits for {fuser} (step {f['step']}/{f['total'] or '?'})")
             continue
-        if k["complete"] and all(s["complete"] for s in report_status(pair, kind, load_meta()).values()):
+        if k["complete"] and all(s["complete"] for s in report_status(pair, kind, rep.load_meta(rep.RESULTS)).values()):
             continue
         cmd = nice + [sys.executable, "benchmarks/fuser_report.py", "--pair", pair, "--kind", kind,
                       "--checkpoint", _rel(f["path"])]

@@ -91,6 +91,16 @@ def open_for_append(path: Path):
     return open(path, "a")
 
 
+def meta_path(root: Path) -> Path:
+    return root / "fuser_records" / "runs.json"
+
+
+def load_meta(root: Path) -> dict:
+    """``runs.json``: each (pair, kind)'s fuser, control, settings and questions (empty before the first run)."""
+    path = meta_path(root)
+    return json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+
+
 def update_meta(path: Path, key: str, run: dict) -> dict:
     """Write this run's entry into ``runs.json`` under a lock, keeping what other runs wrote."""
     import fcntl
@@ -354,8 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     root = Path(args.results)
-    meta_path = root / "fuser_records" / "runs.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"runs": {}}  # re-read when written
+    meta = load_meta(root)  # re-read when written
     if args.render_only:
         write_all(root, meta)
         return 0
@@ -408,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     for bench in benches:
         qs = subset(load_questions(root_data / BENCHMARKS[bench]), args.limit, args.seed)
         run["questions"][bench] = [q.id for q in qs]
-        meta = update_meta(meta_path, key, run)
+        meta = update_meta(meta_path(root), key, run)
         t0 = time.perf_counter()
         groups = [("base", None, BASE, base_tag), ("fused", args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
         if control is not None:
