@@ -113,6 +113,20 @@ def test_concurrent_runs_keep_each_others_entries(tmp_path):
     assert json.loads(path.read_text())["runs"] == {"b/general": {"fuser_id": "g2"}, "b/task-tuned": {"fuser_id": "t"}}
 
 
+def test_two_passes_of_one_pair_keep_each_others_benchmarks(tmp_path):
+    rep = _report()
+    path = tmp_path / "runs.json"
+    same = {"fuser_id": "g", "limit": 200, "seed": 0, "base_tag": {"hint_tokens": 32}}
+    rep.update_meta(path, "a/general", same | {"questions": {"MMLU val": ["m1"], "ARC-Challenge dev": ["a1"]}})
+    # a --groups fused run, started before the base run wrote ARC, reaches C-Eval
+    rep.update_meta(path, "a/general", same | {"questions": {"MMLU val": ["m1"], "C-Eval val": ["c1"]}})
+    assert json.loads(path.read_text())["runs"]["a/general"]["questions"] == {
+        "MMLU val": ["m1"], "ARC-Challenge dev": ["a1"], "C-Eval val": ["c1"]}
+    # a new checkpoint starts over: the old fuser's benchmarks are not carried into it
+    rep.update_meta(path, "a/general", same | {"fuser_id": "g2", "questions": {"OpenBookQA": ["o1"]}})
+    assert json.loads(path.read_text())["runs"]["a/general"]["questions"] == {"OpenBookQA": ["o1"]}
+
+
 def test_a_benchmark_without_its_control_is_not_complete(tmp_path):
     rep = _report()
     meta = _setup(tmp_path, rep)
