@@ -65,12 +65,24 @@ def checkpoint(name: str) -> dict:
     return best
 
 
+def benchmarks(pair: str, kind: str) -> tuple[str, ...]:
+    """The benchmarks a (pair, kind) report covers: the four pooled ones, and ARC-Easy test where neither its
+    fuser nor its control trained on ARC-Easy (as ``fuser_report.py`` decides by default)."""
+    sources: dict = {}
+    for name in REPORTS[(pair, kind)]:
+        try:
+            sources |= json.loads((CONFIGS / f"{name}.json").read_text()).get("sources", {})
+        except (OSError, ValueError):
+            pass
+    return rep.benchmarks_for(sources)
+
+
 def report_status(pair: str, kind: str, meta: dict) -> dict:
     """Records per benchmark for one (pair, kind), counted as the report counts them (same fuser, control and
     settings), against the questions each benchmark needs."""
     run = meta.get("runs", {}).get(f"{pair}/{kind}")
     out = {}
-    for bench in rep.BENCHMARKS:
+    for bench in benchmarks(pair, kind):
         ids = (run or {}).get("questions", {}).get(bench)
         if not run or ids is None:
             out[bench] = {"base": 0, "fused": 0, "control": 0, "of": None, "complete": False}

@@ -12,7 +12,9 @@ condition by the paired bootstrap of the per-question difference, and **bold** m
 interval lies above zero.
 
 Each benchmark is one fixed random subset (``--limit``, ``--seed``) of a reported split,
-never trained on. A (pair, kind) is the pair's fuser of that training kind: ``general``
+never trained on. The Receiver sits at chance on all four of #16's benchmarks under this
+scoring, so ARC-Easy test, where it does not, is reported beside them for every fuser and
+control that never trained on ARC-Easy (the general ones), and is never pooled. A (pair, kind) is the pair's fuser of that training kind: ``general``
 (instruction data only, the paper's way) or ``task-tuned`` (mostly multiple-choice questions,
 in a chat prompt that lists the options and answered with a label; this report's plain
 ``Question:``/``Answer:`` context, with option texts as continuations, is new to both kinds).
@@ -43,18 +45,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-BENCHMARKS = {  # name -> path under the data root; all four are reported splits, never trained on
+BENCHMARKS = {  # name -> path under the data root; the first four are reported splits, never trained on
     "ARC-Challenge dev": "eval/arc_challenge/ARC-Challenge-Dev.jsonl",
     "OpenBookQA": "eval/openbookqa/test.jsonl",
     "MMLU val": "eval/mmlu/val",
     "C-Eval val": "eval/ceval/val",
+    "ARC-Easy test": "eval/arc_easy/ARC-Easy-Test.jsonl",
 }
+# The four that #16 names, pooled and judged. The Receiver sits at chance on all four under lm-eval scoring, so
+# ARC-Easy, where it does not, is reported beside them, never pooled, and only for a fuser (and control) that
+# never trained on it: the task-tuned fusers drew multiple-choice examples from ARC-Easy.
+POOLED = ("ARC-Challenge dev", "OpenBookQA", "MMLU val", "C-Eval val")
+HELD_OUT_UNLESS_TRAINED = {"ARC-Easy test": "arc_easy"}  # benchmark -> the training source that would spoil it
 BASE = ("receiver", "sharer", "t2t", "t2t_choice")           # independent of the fuser
 FUSED = ("c2c", "c2c_other", "c2c_zero")                     # per fuser checkpoint
 CONTROL = ("control",)                                       # per control checkpoint
 KINDS = ("general", "task-tuned")
 SHOWN = ("receiver", "sharer", "oracle", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
-CHANCE = {"ARC-Challenge dev": 0.25, "OpenBookQA": 0.25, "MMLU val": 0.25, "C-Eval val": 0.25}
+CHANCE = {"ARC-Challenge dev": 0.25, "OpenBookQA": 0.25, "MMLU val": 0.25, "C-Eval val": 0.25, "ARC-Easy test": 0.25}
+
+
+def benchmarks_for(sources: dict | None) -> tuple[str, ...]:
+    """The benchmarks a fuser trained on ``sources`` (its config's ``train.sources``) is reported on: the four
+    pooled ones, plus each held-out one that it (and its control) never trained on."""
+    used = set(sources or {})
+    return POOLED + tuple(b for b, src in HELD_OUT_UNLESS_TRAINED.items() if src not in used)
 
 
 def slug(name: str) -> str:
@@ -150,9 +165,9 @@ def build_report(root: Path, meta: dict) -> dict:
             complete = len(recs) == len(ids) and all(set(BASE + FUSED + CONTROL) <= set(r["cond"]) for r in recs)
             benches[bench] = summarize(recs) | {"complete": complete, "of": len(ids)}
             benches[bench]["receiver_above_chance"] = above_chance(benches[bench], CHANCE[bench])
-            if complete:
+            if complete and bench in POOLED:
                 pooled += recs
-        pooled_s = summarize(pooled) | {"benchmarks": sum(b["complete"] for b in benches.values())}
+        pooled_s = summarize(pooled) | {"benchmarks": sum(b["complete"] for n, b in benches.items() if n in POOLED)}
         pooled_s["receiver_above_chance"] = above_chance(pooled_s, 0.25)
         report["pairs"][key] = {**m, "benchmarks": benches, "pooled": pooled_s,
                                 "training_audit": training_audit(m.get("fuser_id"), m.get("control_id"))}
@@ -169,7 +184,7 @@ def above_chance(summary: dict, chance: float) -> dict[str, bool]:
 def acceptance(report: dict) -> dict:
     """#16's bars for general pair (a), on the pooled four benchmarks (absent until they are complete)."""
     run = report["pairs"].get("a/general")
-    if not run or run["pooled"].get("benchmarks", 0) < len(BENCHMARKS):
+    if not run or run["pooled"].get("benchmarks", 0) < len(POOLED):
         return {"general_pair_a": "not measured yet"}
     p, c = run["pooled"]["paired"], run["pooled"]["conditions"]
     return {"c2c_beats_receiver_by_3_points_and_clears": p["receiver"]["acc"]["diff"] >= 0.03
@@ -193,9 +208,12 @@ def render(report: dict, outdir: Path) -> None:
              "text as the continuation, as lm-eval's ARC and OpenBookQA tasks do (`c2c.bench.harness`; agreement "
              "with lm-eval itself: `lm_eval_agreement.md`). A c2c cell is **bold** only where the paired bootstrap "
              "interval of (c2c − that condition) lies above zero, for the condition named in the paired table. "
-             "Chance is 25% on all four benchmarks: a condition whose interval holds 25% knows nothing measurable "
+             "Chance is 25% on every benchmark: a condition whose interval holds 25% knows nothing measurable "
              "there. † marks a row where the Receiver's own interval holds chance: there a c2c gain over it is a "
-             "gain over a model that knows nothing measurable on the task, and the row means little.", ""]
+             "gain over a model that knows nothing measurable on the task, and the row means little. ‡ marks "
+             "ARC-Easy test, where the Receiver is above chance: reported only for fusers (and controls) that never "
+             "trained on ARC-Easy, and never pooled: the pooled row and the acceptance are over the four named "
+             "benchmarks.", ""]
     for key, run in report["pairs"].items():
         lines += [f"## Pair {run['pair']}, {run['kind']}: {run['sharer']} → {run['receiver']}", "",
                   f"Fuser `{run['fuser_id'][:12]}` (step {run['step']}; {run['checkpoint_name']}), control "
@@ -223,7 +241,8 @@ def render(report: dict, outdir: Path) -> None:
                         paired = s.get("paired", {}).get("receiver")
                     cells.append(_cell(s["conditions"].get(c), paired, metric))
                 n = s["n"] if s.get("complete", True) else f"{s['n']}/{s['of']}"
-                mark = "" if s.get("receiver_above_chance", {}).get(metric, True) else " †"
+                mark = ("" if s.get("receiver_above_chance", {}).get(metric, True) else " †") + (
+                    " ‡" if bench in HELD_OUT_UNLESS_TRAINED else "")
                 lines.append(f"| {bench}{mark} | {n} | " + " | ".join(cells) + " |")
             lines.append("")
         pooled = run["pooled"]
@@ -357,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
                                       "is left for a later run; the benchmark is not complete until then)")
     ap.add_argument("--limit", type=int, default=200, help="questions per benchmark (fixed random subset)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the subset")
-    ap.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated subset of the benchmarks")
+    ap.add_argument("--benchmarks", default="",
+                    help="comma-separated subset of the benchmarks (default: the four pooled ones, plus ARC-Easy "
+                         "test where neither the fuser nor its control trained on ARC-Easy)")
     ap.add_argument("--hint-tokens", type=int, default=32, help="t2t: most tokens the Sharer writes (one or two sentences)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a background job)")
     ap.add_argument("--results", default=str(RESULTS), help="folder of fuser.json, fuser.md and the records")
@@ -378,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     groups_run = {g.strip() for g in args.groups.split(",") if g.strip()}
     if not groups_run or groups_run - {"base", "fused", "control"}:
         ap.error(f"--groups takes base, fused and/or control, not {args.groups!r}")
-    benches = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
-    unknown = [b for b in benches if b not in BENCHMARKS]
+    asked = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    unknown = [b for b in asked if b not in BENCHMARKS]
     if unknown:
         ap.error(f"unknown benchmarks {unknown}; choose from {', '.join(BENCHMARKS)}")
 
@@ -398,6 +419,14 @@ def main(argv: list[str] | None = None) -> int:
         if not control.links[0].meta.is_control:
             ap.error(f"{args.control} is not a control fuser (its Sharer is {control.links[0].sharer_name!r}, "
                      "not the Receiver)")
+    sources = {**link.meta.train.get("sources", {}), **(control.links[0].meta.train.get("sources", {}) if control
+                                                          else {})}
+    allowed = benchmarks_for(sources)
+    spoiled = [b for b in asked if b not in allowed]
+    if spoiled:
+        ap.error(f"{spoiled}: the fuser or its control trained on {HELD_OUT_UNLESS_TRAINED[spoiled[0]]!r}, so its "
+                 "accuracy there is not held out; leave it out of --benchmarks")
+    benches = asked or list(allowed)
     ev = HarnessEvaluator(fused.receiver, sharer=link.sharer, fused=fused, control=control,
                           hint_tokens=args.hint_tokens)
     key = f"{args.pair}/{args.kind}"

@@ -70,3 +70,10 @@ def test_reports_wait_for_their_fuser_and_take_the_control_once_it_is_finished(m
     out = capsys.readouterr().out
     assert "--pair b --kind task-tuned --checkpoint" in out and "--control" in out.split("--kind task-tuned")[1]
     assert "general_control" in out  # b/general: reporting without its control for now
+
+
+def test_arc_easy_is_planned_for_general_fusers_only(monkeypatch, tmp_path):
+    plan = _plan(monkeypatch, tmp_path)
+    assert "ARC-Easy test" in plan.benchmarks("a", "general")
+    assert "ARC-Easy test" not in plan.benchmarks("a", "task-tuned")  # pair_a drew examples from ARC-Easy
+    assert "ARC-Easy test" in plan.report_status("a", "general", {"runs": {}})

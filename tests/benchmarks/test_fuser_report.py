@@ -204,3 +204,27 @@ def test_the_training_audit_pairs_the_fuser_and_control_losses_step_by_step(tmp_
     assert t["steps"] == 4 and t["diff"] == pytest.approx((-0.1 - 0.1 + 0.0 + 0.1) / 4)
     assert t["second_half"] == {"steps": 2, "diff": pytest.approx(0.05), "ci95": pytest.approx((0.0, 0.1))}
     assert rep.training_audit("F1", "nobody") is None and rep.training_audit(None, "C1") is None
+
+
+def test_arc_easy_is_reported_only_where_not_trained_on():
+    rep = _report()
+    assert "ARC-Easy test" in rep.benchmarks_for({"alpaca": 800, "dolly": 700, "lima": 500})
+    assert "ARC-Easy test" not in rep.benchmarks_for({"arc_easy": 420, "lima": 21})
+    assert rep.benchmarks_for(None)[:4] == rep.POOLED
+
+
+def test_the_held_out_benchmark_is_shown_but_never_pooled(tmp_path):
+    rep = _report()
+    meta = _setup(tmp_path, rep)
+    run = meta["runs"]["b/general"]
+    ids = run["questions"]["OpenBookQA"]
+    for group in (None, "general", "general.control"):  # the same records again, as ARC-Easy's
+        src = rep.records_path(tmp_path, "b", "OpenBookQA", group)
+        dst = rep.records_path(tmp_path, "b", "ARC-Easy test", group)
+        dst.write_text(src.read_text())
+    run["questions"]["ARC-Easy test"] = ids
+    report = rep.write_all(tmp_path, meta)
+    r = report["pairs"]["b/general"]
+    assert r["benchmarks"]["ARC-Easy test"]["complete"] and r["benchmarks"]["ARC-Easy test"]["n"] == 60
+    assert r["pooled"]["benchmarks"] == 1 and r["pooled"]["n"] == 60  # OpenBookQA alone
+    assert "| ARC-Easy test † ‡ |" in (tmp_path / "fuser.md").read_text()  # at chance here, and held out
