@@ -337,20 +337,28 @@ def _plot(report: dict, outdir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [(k, r) for k, r in report["pairs"].items() if r["pooled"].get("n")]
-    if not runs:
+    # one panel per run's pooled benchmarks, and one per held-out benchmark it has records on (not pooled)
+    panels = []
+    for key, run in report["pairs"].items():
+        if run["pooled"].get("n"):
+            panels.append((f"pair {run['pair']}, {run['kind']}, pooled (n={run['pooled']['n']})", run["pooled"]))
+        for bench in HELD_OUT_UNLESS_TRAINED:
+            b = run["benchmarks"].get(bench, {})
+            if b.get("n") and b.get("conditions"):
+                panels.append((f"pair {run['pair']}, {run['kind']}, {bench} (n={b['n']}, held out)", b))
+    if not panels:
         return
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.8), squeeze=False)
-    for ax, (key, run) in zip(axes[0], runs):
-        cond = run["pooled"]["conditions"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    for ax, (title, summary) in zip(axes[0], panels):
+        cond = summary["conditions"]
         names = [c for c in SHOWN if c in cond]
         accs = [100 * cond[c]["acc"] for c in names]
         err = [[100 * (cond[c]["acc"] - cond[c]["acc_ci95"][0]) for c in names],
                [100 * (cond[c]["acc_ci95"][1] - cond[c]["acc"]) for c in names]]
         ax.bar(names, accs, yerr=err, capsize=3, color=["C1" if c == "c2c" else "C0" for c in names])
         ax.axhline(25, color="grey", lw=0.8, ls="--")
-        ax.set_ylabel("acc (%), pooled, 95% CI")
-        ax.set_title(f"pair {run['pair']}, {run['kind']} (n={run['pooled']['n']})", fontsize=9)
+        ax.set_ylabel("acc (%), 95% CI")
+        ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", rotation=40, labelsize=7)
     fig.tight_layout()
     fig.savefig(outdir / "fuser.png", dpi=120)
