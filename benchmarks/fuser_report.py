@@ -14,7 +14,8 @@ interval lies above zero.
 Each benchmark is one fixed random subset (``--limit``, ``--seed``) of a reported split,
 never trained on. The Receiver sits at chance on all four of #16's benchmarks under this
 scoring, so ARC-Easy test, where it does not, is reported beside them for every fuser and
-control that never trained on ARC-Easy (the general ones), and is never pooled. A (pair, kind) is the pair's fuser of that training kind: ``general``
+control that never trained on ARC-Easy (the general ones), and is never pooled.
+A (pair, kind) is the pair's fuser of that training kind: ``general``
 (instruction data only, the paper's way) or ``task-tuned`` (mostly multiple-choice questions,
 in a chat prompt that lists the options and answered with a label; this report's plain
 ``Question:``/``Answer:`` context, with option texts as continuations, is new to both kinds).
@@ -62,7 +63,7 @@ FUSED = ("c2c", "c2c_other", "c2c_zero")                     # per fuser checkpo
 CONTROL = ("control",)                                       # per control checkpoint
 KINDS = ("general", "task-tuned")
 SHOWN = ("receiver", "sharer", "oracle", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
-CHANCE = {"ARC-Challenge dev": 0.25, "OpenBookQA": 0.25, "MMLU val": 0.25, "C-Eval val": 0.25, "ARC-Easy test": 0.25}
+CHANCE = dict.fromkeys(BENCHMARKS, 0.25)  # four options each
 
 
 def benchmarks_for(sources: dict | None) -> tuple[str, ...]:
@@ -331,21 +332,27 @@ def cache_audit(summary: dict) -> str:
             "relative to the Receiver cache's): " + "; ".join(parts) + ".")
 
 
-def _plot(report: dict, outdir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # one panel per run's pooled benchmarks, and one per held-out benchmark it has records on (not pooled)
+def plot_panels(report: dict) -> list[tuple[str, dict]]:
+    """(title, summary) per panel of ``fuser.png``: each run's pooled benchmarks, then each held-out benchmark it
+    has records on (shown apart, never pooled)."""
     panels = []
-    for key, run in report["pairs"].items():
+    for run in report["pairs"].values():
         if run["pooled"].get("n"):
             panels.append((f"pair {run['pair']}, {run['kind']}, pooled (n={run['pooled']['n']})", run["pooled"]))
         for bench in HELD_OUT_UNLESS_TRAINED:
             b = run["benchmarks"].get(bench, {})
             if b.get("n") and b.get("conditions"):
                 panels.append((f"pair {run['pair']}, {run['kind']}, {bench} (n={b['n']}, held out)", b))
+    return panels
+
+
+def _plot(report: dict, outdir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = plot_panels(report)
     if not panels:
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
