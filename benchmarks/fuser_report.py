@@ -338,7 +338,9 @@ def plot_panels(report: dict) -> list[tuple[str, dict]]:
     panels = []
     for run in report["pairs"].values():
         if run["pooled"].get("n"):
-            panels.append((f"pair {run['pair']}, {run['kind']}, pooled (n={run['pooled']['n']})", run["pooled"]))
+            p = run["pooled"]
+            panels.append((f"pair {run['pair']}, {run['kind']}, pooled over {p['benchmarks']} of {len(POOLED)} "
+                           f"benchmarks (n={p['n']})", p))
         for bench in HELD_OUT_UNLESS_TRAINED:
             b = run["benchmarks"].get(bench, {})
             if b.get("n") and b.get("conditions"):
@@ -355,8 +357,12 @@ def _plot(report: dict, outdir: Path) -> None:
     panels = plot_panels(report)
     if not panels:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
-    for ax, (title, summary) in zip(axes[0], panels):
+    cols = min(3, len(panels))  # a grid, not one wide strip, once there are many runs
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, summary) in zip(axes.flat, panels):
         cond = summary["conditions"]
         names = [c for c in SHOWN if c in cond]
         accs = [100 * cond[c]["acc"] for c in names]

@@ -229,4 +229,4 @@ def test_the_held_out_benchmark_is_shown_but_never_pooled(tmp_path):
     assert r["pooled"]["benchmarks"] == 1 and r["pooled"]["n"] == 60  # OpenBookQA alone
     assert "| ARC-Easy test † ‡ |" in (tmp_path / "fuser.md").read_text()  # at chance here, and held out
     titles = [t for t, _ in rep.plot_panels(report)]  # the pooled panel, then the held-out one apart
-    assert titles == ["pair b, general, pooled (n=60)", "pair b, general, ARC-Easy test (n=60, held out)"]
+    assert titles == ["pair b, general, pooled over 1 of 4 benchmarks (n=60)", "pair b, general, ARC-Easy test (n=60, held out)"]
