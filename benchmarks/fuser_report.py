@@ -26,10 +26,11 @@ with other models, checkpoints or settings are never mixed in. Every run resumes
 Latency is measured in each pass (base, fused, control) by that pass; run them under the same
 settings (the default: one thread, nice) for the c2c/t2t comparison to mean something.
 
-Usage (CPU, background, one thread; pair (b) takes ~40 min per kind at --limit 200)::
+Usage (CPU, background, one thread; at --limit 200, pair (b)'s base pass, shared by both kinds, takes
+~35-50 min per benchmark, then fused and control ~17 min per benchmark and kind; pair (a) about twice that)::
 
     nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair b --kind general \\
-        --checkpoint ~/.cache/c2c/fuser/runs/general_pair_b --control ~/.cache/c2c/fuser/runs/general_control
+        --checkpoint checkpoints/fuser/general_pair_b --control checkpoints/fuser/general_control
     nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair b --kind task-tuned \\
         --checkpoint checkpoints/fuser/pair_b --control checkpoints/fuser/control
     .venv/bin/python benchmarks/fuser_report.py --render-only
