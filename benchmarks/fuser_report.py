@@ -34,6 +34,7 @@ Usage (CPU, background, one thread; at --limit 200, pair (b)'s base pass, shared
     nice -n 10 .venv/bin/python benchmarks/fuser_report.py --pair b --kind task-tuned \\
         --checkpoint checkpoints/fuser/pair_b --control checkpoints/fuser/control
     .venv/bin/python benchmarks/fuser_report.py --render-only
+    .venv/bin/python benchmarks/fuser_report.py --audit RUN/train_log.jsonl checkpoints/fuser/control_a/train_log.jsonl
 """
 
 from __future__ import annotations
@@ -285,17 +286,22 @@ def render(report: dict, outdir: Path) -> None:
     _plot(report, outdir)
 
 
+def read_train_log(path: Path) -> dict[int, float]:
+    """Per-step training loss from a ``train_log.jsonl`` (a resumed run logs a redone step again: the last counts)."""
+    log = {}
+    for line in path.read_text().splitlines():
+        x = json.loads(line)
+        log[int(x["step"])] = float(x["loss"])
+    return log
+
+
 def training_log(fuser_id: str | None) -> dict[int, float]:
     """Per-step training loss of the committed checkpoint with this fuser id (``train_log.jsonl`` beside it)."""
     for cfg in sorted((ROOT / "checkpoints" / "fuser").glob("*/config.json")) if fuser_id else []:
         try:
             if json.loads(cfg.read_text()).get("fuser_id") != fuser_id:
                 continue
-            log = {}
-            for line in (cfg.parent / "train_log.jsonl").read_text().splitlines():
-                x = json.loads(line)
-                log[int(x["step"])] = float(x["loss"])  # a resumed run logs a redone step again: the last counts
-            return log
+            return read_train_log(cfg.parent / "train_log.jsonl")
         except (OSError, ValueError, KeyError):
             return {}
     return {}
@@ -304,9 +310,14 @@ def training_log(fuser_id: str | None) -> dict[int, float]:
 def training_audit(fuser_id: str | None, control_id: str | None) -> dict | None:
     """The fuser's training loss minus its matched control's, step by step: the same examples in the same
     order, so the difference is paired. Below zero: the Sharer's cache helps on the training data itself."""
+    return loss_audit(training_log(fuser_id), training_log(control_id))
+
+
+def loss_audit(f: dict[int, float], c: dict[int, float]) -> dict | None:
+    """Mean per-step loss difference ``f - c`` over their common steps, with 95% bootstrap intervals
+    (all steps, and the second half); None without a common step."""
     from c2c.bench.stats import bootstrap_mean
 
-    f, c = training_log(fuser_id), training_log(control_id)
     steps = sorted(set(f) & set(c))
     if not steps:
         return None
@@ -409,7 +420,21 @@ def main(argv: list[str] | None = None) -> int:
                          "control (the matched control); e.g. fused,control on a second core while another run "
                          "makes the base records of the same pair")
     ap.add_argument("--render-only", action="store_true", help="only rebuild json, markdown and plot from records")
+    ap.add_argument("--audit", nargs=2, metavar=("FUSER_LOG", "CONTROL_LOG"),
+                    help="only print the training audit (JSON) of two train_log.jsonl files, e.g. a run whose "
+                         "weights were not committed against its matched control's log")
     args = ap.parse_args(argv)
+
+    if args.audit:
+        try:
+            logs = [read_train_log(Path(p)) for p in args.audit]
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--audit needs two train_log.jsonl files (one JSON line per step with 'step' and 'loss'): {e}")
+        audit = loss_audit(*logs)
+        if audit is None:
+            ap.error("--audit: the two logs share no step")
+        print(json.dumps(audit, indent=2))
+        return 0
 
     root = Path(args.results)
     meta = load_meta(root)  # re-read when written

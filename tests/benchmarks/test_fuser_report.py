@@ -206,6 +206,24 @@ def test_the_training_audit_pairs_the_fuser_and_control_losses_step_by_step(tmp_
     assert rep.training_audit("F1", "nobody") is None and rep.training_audit(None, "C1") is None
 
 
+def test_audit_pairs_two_uncommitted_logs_and_refuses_logs_without_a_common_step(tmp_path, capsys):
+    rep = _report()
+    f, c, other = tmp_path / "f.jsonl", tmp_path / "c.jsonl", tmp_path / "o.jsonl"
+    f.write_text("".join(json.dumps({"step": i + 1, "loss": x}) + "\n" for i, x in enumerate([1.0, 0.8, 0.5, 0.4])))
+    c.write_text("".join(json.dumps({"step": i + 1, "loss": x}) + "\n" for i, x in enumerate([1.0, 0.9, 0.7, 0.7])))
+    other.write_text(json.dumps({"step": 9, "loss": 1.0}) + "\n")
+    assert rep.main(["--audit", str(f), str(c)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 4 and out["diff"] == pytest.approx((0.0 - 0.1 - 0.2 - 0.3) / 4)
+    assert out["second_half"]["diff"] == pytest.approx(-0.25) and out["ci95"][1] <= 0.0
+    with pytest.raises(SystemExit) as e:
+        rep.main(["--audit", str(f), str(other)])
+    assert e.value.code == 2 and "share no step" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        rep.main(["--audit", str(f), str(tmp_path / "missing.jsonl")])
+    assert e.value.code == 2 and "two train_log.jsonl files" in capsys.readouterr().err
+
+
 def test_arc_easy_is_reported_only_where_not_trained_on():
     rep = _report()
     assert "ARC-Easy test" in rep.benchmarks_for({"alpaca": 800, "dolly": 700, "lima": 500})
