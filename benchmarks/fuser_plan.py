@@ -35,13 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "fuser"
 COMMITTED = ROOT / "checkpoints" / "fuser"
 MAX_COMMIT_BYTES = 25 * 2 ** 20
-TRAIN = ("general_pair_b", "general_control", "general_pair_a", "control_a", "general_pair_c")
+TRAIN = ("general_pair_b", "general_control", "general_pair_a", "control_a", "general_pair_c", "pair_c")
 REPORTS = {  # (pair, kind) -> (fuser, its matched control): the names of their configs
     ("b", "general"): ("general_pair_b", "general_control"),
     ("b", "task-tuned"): ("pair_b", "control"),
     ("a", "general"): ("general_pair_a", "general_control"),
     ("a", "task-tuned"): ("pair_a", "control_a"),
     ("c", "general"): ("general_pair_c", "general_control"),
+    ("c", "task-tuned"): ("pair_c", "control"),
 }
 
 
