@@ -266,8 +266,11 @@ def render(report: dict, outdir: Path) -> None:
                              if c in cond)
             lines += ["", f"Latency per question (pooled mean, one process, one after another, every condition on the "
                           f"same runtime: transformers, float32, {run.get('threads', 1)} thread, nice; t2t's hint is "
-                          f"not run on llama.cpp here, which decodes faster): {lat}. "
-                          f"c2c/Sharer answer agreement: {100 * pooled.get('c2c_sharer_agreement', 0):.1f}%.", ""]
+                          f"not run on llama.cpp here, which decodes faster): {lat}.", ""]
+            lines += agreement_lines(pooled, "pooled")
+            for bench, b in run["benchmarks"].items():  # the held-out split where the Receiver is above chance
+                if bench in HELD_OUT_UNLESS_TRAINED and b.get("complete"):
+                    lines += agreement_lines(b, bench)
         t = run.get("training_audit")
         if t:
             lines += [f"Training audit (the fuser's loss minus its matched control's on the same batches, per step; "
@@ -284,6 +287,21 @@ def render(report: dict, outdir: Path) -> None:
         lines.append(f"- {k}: **{v if isinstance(v, str) else ('PASS' if v else 'FAIL')}**")
     (outdir / "fuser.md").write_text("\n".join(lines) + "\n")
     _plot(report, outdir)
+
+
+def agreement_lines(summary: dict, where: str) -> list[str]:
+    """Each condition's agreement with the Sharer's choice, and c2c's shift beyond the others' (paired)."""
+    agree, shift = summary.get("sharer_agreement"), summary.get("sharer_agreement_shift", {})
+    if not agree:
+        return []
+    rates = " · ".join(f"{c} {100 * a['rate']:.1f}%" for c, a in agree.items())
+    cells = []
+    for c, d in shift.items():
+        t = f"{100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})"
+        cells.append(f"{c} **{t}**" if d["clears"] else f"{c} {t}")
+    return [f"Agreement with the Sharer's choice ({where}, acc): {rates}. c2c's agreement minus each one's, paired (points; "
+            f"bold where it clears zero): {' · '.join(cells)}. A handoff of what the Sharer read moves c2c toward "
+            "the Sharer beyond the Receiver and the controls; t2t_choice is told the Sharer's option.", ""]
 
 
 def read_train_log(path: Path) -> dict[int, float]:

@@ -61,6 +61,10 @@ def test_a_clear_gain_is_bold_and_pooled(tmp_path):
     md = (tmp_path / "fuser.md").read_text()
     assert "**100.0 (100–100)**" in md and (tmp_path / "fuser.png").is_file()
     assert "1 thread, nice" in md and "): receiver 100 ms · sharer 100 ms" in md  # each record took 0.1 s
+    # the base conditions all pick what the Sharer picks; c2c picks option 0 everywhere, the Sharer's on a quarter
+    assert "Agreement with the Sharer's choice (pooled, acc): receiver 100.0%" in md and "c2c 25.0%" in md
+    shift = run["pooled"]["sharer_agreement_shift"]
+    assert shift["receiver"]["diff"] == -0.75 and not shift["receiver"]["clears"] and "t2t_choice" not in shift
     assert report["acceptance"] == {"general_pair_a": "not measured yet"}
 
 
@@ -245,6 +249,8 @@ def test_the_held_out_benchmark_is_shown_but_never_pooled(tmp_path):
     r = report["pairs"]["b/general"]
     assert r["benchmarks"]["ARC-Easy test"]["complete"] and r["benchmarks"]["ARC-Easy test"]["n"] == 60
     assert r["pooled"]["benchmarks"] == 1 and r["pooled"]["n"] == 60  # OpenBookQA alone
-    assert "| ARC-Easy test † ‡ |" in (tmp_path / "fuser.md").read_text()  # at chance here, and held out
+    md = (tmp_path / "fuser.md").read_text()
+    assert "| ARC-Easy test † ‡ |" in md  # at chance here, and held out
+    assert "Agreement with the Sharer's choice (ARC-Easy test, acc)" in md  # shown apart from the pooled one
     titles = [t for t, _ in rep.plot_panels(report)]  # the pooled panel, then the held-out one apart
     assert titles == ["pair b, general, pooled over 1 of 4 benchmarks (n=60)", "pair b, general, ARC-Easy test (n=60, held out)"]

@@ -122,6 +122,13 @@ def test_summary_intervals_oracle_agreement_and_paired_differences():
     lo, hi = c["c2c"]["acc_ci95"]
     assert lo < 0.5 < hi and hi - lo < 0.2
     assert out["c2c_sharer_agreement"] == 1.0
+    agree, shift = out["sharer_agreement"], out["sharer_agreement_shift"]
+    assert agree["c2c"]["rate"] == 1.0 and agree["receiver"]["rate"] == pytest.approx(0.5)  # same choice half the time
+    assert shift["receiver"]["diff"] == pytest.approx(0.5) and shift["receiver"]["clears"]
+    assert set(shift) == {"receiver"} and "sharer" not in agree  # nothing else to compare; the Sharer agrees with itself
+    same = summarize([r | {"cond": r["cond"] | {"c2c": r["cond"]["receiver"]}} for r in recs])
+    assert same["sharer_agreement_shift"]["receiver"]["diff"] == 0.0  # c2c answering as the Receiver moved nothing
+    assert not same["sharer_agreement_shift"]["receiver"]["clears"]
     assert out["paired"]["receiver"]["acc"]["clears"] and not out["paired"]["sharer"]["acc"]["clears"]
     assert out["paired"]["sharer"]["acc"]["diff"] == 0.0
     assert c["c2c"]["latency_s"] == 2.0 and "latency_s" not in c["oracle"]

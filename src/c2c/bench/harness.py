@@ -27,9 +27,10 @@ The conditions:
 - ``c2c_zero``: the same fuser fed a **zeroed** Sharer cache, real alignment.
 
 A gain that comes from what the Sharer read shows as c2c above both causal controls.
-Derived per question: the oracle ``max(receiver, sharer)`` and c2c/Sharer agreement
-(:func:`summarize`). Each question yields one JSON-able record with every option's
-log-likelihood under every condition, so any number can be recomputed.
+Derived per question: the oracle ``max(receiver, sharer)``, and every condition's agreement with
+the Sharer's choice, with c2c's shift beyond the Receiver's and the controls' (:func:`summarize`).
+Each question yields one JSON-able record with every option's log-likelihood under every
+condition, so any number can be recomputed.
 
 Latency (seconds per question, one after another in this process) is the sum of the steps
 a condition needs; caches two conditions share are computed once and charged to both.
@@ -291,6 +292,28 @@ def summarize(records: Sequence[dict], *, compare_to: str = "c2c") -> dict:
     if deltas:  # mean relative distances between caches (see cache_deltas), over the questions that have them
         out["cache_delta"] = {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(deltas.items())}
     if {"c2c", "sharer"} <= set(present):
-        out["c2c_sharer_agreement"] = float(np.mean([r["cond"]["c2c"]["acc"] == r["cond"]["sharer"]["acc"]
-                                                     for r in records]))
+        out |= sharer_agreement(records, [c for c in present if c != "sharer"])
+    return out
+
+
+def sharer_agreement(records: Sequence[dict], conditions: Sequence[str]) -> dict:
+    """How often each condition picks the Sharer's option (``acc`` choice), with 95% intervals, and
+    c2c's agreement minus each other condition's, paired per question. c2c/Sharer agreement alone
+    says little: two models that often guess, or find the same questions easy, agree without any
+    handoff. Fusion that hands over what the Sharer read moves c2c toward the Sharer beyond the
+    Receiver, its control and the causal controls."""
+    def agrees(c: str) -> np.ndarray:  # (n,) 1 where condition c chose the Sharer's option
+        return np.array([int(r["cond"][c]["acc"] == r["cond"]["sharer"]["acc"]) for r in records], dtype=np.int64)
+
+    per = {c: agrees(c) for c in conditions}
+    out = {"c2c_sharer_agreement": float(per["c2c"].mean()),
+           "sharer_agreement": {c: {"rate": float(x.mean()), "ci95": bootstrap_mean(x, reps=4000)}
+                                for c, x in per.items()},
+           "sharer_agreement_shift": {}}
+    for c, x in per.items():
+        if c in ("c2c", "t2t_choice"):  # t2t_choice is told the Sharer's option: not a baseline for a shift
+            continue
+        d = per["c2c"] - x                                                   # (n,) in {-1, 0, 1}
+        lo, hi = bootstrap_mean(d, reps=4000)
+        out["sharer_agreement_shift"][c] = {"diff": float(d.mean()), "ci95": (lo, hi), "clears": lo > 0}
     return out
