@@ -9,14 +9,40 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch==2.13.0 is pinned in pyproject; a CPU wheel of it lies in /opt/wheels on these machines.
 [ -d /opt/wheels ] && export PIP_FIND_LINKS="${PIP_FIND_LINKS:-/opt/wheels}"
-# llama-cpp-python (the `llama` extra) is built from source, for this CPU family but not with
-# -march=native (which died with an illegal instruction on these machines): the x86 SIMD levels
-# are named instead. A cold build takes about 7 minutes on 2 cores; pip caches the wheel after.
+# llama-cpp-python (the `llama` extra) is built from source once per set of x86 SIMD levels, named
+# from what this CPU reports (/proc/cpuinfo), not with -march=native (which died with an illegal
+# instruction on these machines). The wheel is kept per set of flags, so a machine with other SIMD
+# levels (AVX2 only, or AVX-512) never reuses a build it cannot run: pip's own wheel cache keys a
+# source build by its version alone. A cold build takes about 7 minutes on 2 cores.
 # (AMX flags, GGML_AMX_*, need a CPU with AMX; set CMAKE_ARGS to build with them there.)
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
--DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
+if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo ]; then
+  cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  has() { case "$cpu_flags" in *" $1 "*) echo ON ;; *) echo OFF ;; esac; }
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=$(has avx) -DGGML_AVX2=$(has avx2) -DGGML_FMA=$(has fma) \
+-DGGML_F16C=$(has f16c) -DGGML_AVX512=$(has avx512f) -DGGML_AVX512_VBMI=$(has avx512_vbmi) \
+-DGGML_AVX512_VNNI=$(has avx512_vnni) -DGGML_AVX512_BF16=$(has avx512_bf16) \
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+fi
+export CMAKE_ARGS="${CMAKE_ARGS:-}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-echo "== installing c2c and its pinned dependencies (llama-cpp-python from source: ~7 min the first time)"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-binary llama-cpp-python -e ".[test]"
+LLAMA_PIN=$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
+[ -n "$LLAMA_PIN" ] || { echo "setup: no llama-cpp-python==X.Y.Z pin found in pyproject.toml" >&2; exit 1; }
+LLAMA_KEY=$(printf '%s|%s|%s' "$LLAMA_PIN" "$CMAKE_ARGS" "$(.venv/bin/python -c 'import sys; print(sys.version_info[:2])')" \
+  | sha256sum | cut -c1-16)
+LLAMA_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/c2c/wheels/llama-cpp-$LLAMA_KEY"
+if ! ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  echo "== building llama-cpp-python $LLAMA_PIN for this CPU (once per set of SIMD flags: ~7 min)"
+  echo "   CMAKE_ARGS=$CMAKE_ARGS"
+  rm -rf "$LLAMA_WHEELS.tmp"
+  .venv/bin/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-cache-dir \
+    --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_PIN" -w "$LLAMA_WHEELS.tmp"
+  mv "$LLAMA_WHEELS.tmp" "$LLAMA_WHEELS"
+fi
+if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$LLAMA_KEY" ]; then  # a build for other flags, or none
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+    "$LLAMA_WHEELS"/llama_cpp_python-*.whl
+  echo "$LLAMA_KEY" > .venv/.llama-cpp-build
+fi
+echo "== installing c2c and its pinned dependencies"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 echo "== c2c $(.venv/bin/python -c 'import c2c; print(c2c.__version__)') ready in .venv"

@@ -51,8 +51,19 @@ def test_continuing_a_cache_equals_prefilling_everything(zoo_model, name, backen
     _, head = rt.prefill(ids[:-5])
     assert head.seq_len == len(ids) - 5 and head.keys[0].shape[2] == len(ids) - 5
     rest = rt.generate(ids[-5:], head, max_new_tokens=8, min_new_tokens=8)
-    assert rest.token_ids == whole.token_ids
-    assert rest.cache.token_ids == tuple(ids) + whole.token_ids[:-1]
+    assert rest.cache.token_ids == tuple(ids) + rest.token_ids[:-1]
+    if backend.startswith("transformers"):
+        assert rest.token_ids == whole.token_ids
+        return
+    # llama.cpp sums a 5-token batch in another order than the whole prompt's (its kernels depend on
+    # the batch's size, the context's used cells, and the SIMD level it was built for), so a split
+    # prefill is close, not bit-equal, and a greedy near-tie can flip a later token (seen on an
+    # AVX2-only build at the 7th token). What must hold: the next-token logits after the split match
+    # the whole prefill's (same argmax, within 5% of their largest magnitude), so the first token agrees.
+    full, _ = rt.prefill(ids)            # (vocab,)
+    split, _ = rt.prefill(ids[-5:], head)
+    assert int(full.argmax()) == int(split.argmax()) == whole.token_ids[0] == rest.token_ids[0]
+    assert (full.float() - split.float()).abs().max() < 0.05 * full.float().abs().max()
 
 
 @pytest.mark.parametrize("name, backend", CASES)

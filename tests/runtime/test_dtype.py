@@ -41,7 +41,30 @@ def test_this_machine_reads_its_own_flags():
 
 
 needs_pack = pytest.mark.skipif(not hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-                                or not torch.backends.mkldnn.is_available(), reason="no oneDNN packed linear")
+                                or not torch.backends.mkldnn.is_available() or not dt.cpu_can_pack_bf16(),
+                                reason="no oneDNN packed linear, or a CPU it cannot pack bf16 for "
+                                       "(needs AVX512-BW/VL/DQ or AVX-NE-CONVERT)")
+
+
+def test_bf16_weights_stay_dense_on_a_cpu_onednn_cannot_pack_for(monkeypatch):
+    """An AVX2-only CPU (no AVX512-BW/VL/DQ, no AVX-NE-CONVERT): oneDNN's reorder would raise, so
+    bf16 runs on plain ``F.linear`` instead, and gives the same logits as the dense model."""
+    monkeypatch.setattr(dt, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma", "f16c"}))
+    assert not dt.cpu_can_pack_bf16()
+    rt = zoo.load("tiny-qwen2", dtype="bfloat16")
+    assert rt.packed == 0 and str(rt.dtype) == "torch.bfloat16"
+    assert not any(isinstance(m, hf.PackedLinear) for m in rt.model.modules())
+    dense = zoo.load("tiny-qwen2", dtype="float32")
+    logits, _ = rt.prefill(list(range(3, 40)))      # (vocab,)
+    ref, _ = dense.prefill(list(range(3, 40)))      # (vocab,)
+    cos = torch.nn.functional.cosine_similarity(logits.float(), ref.float(), dim=0)
+    assert torch.isfinite(logits).all() and cos > 0.99  # bf16 rounding only
+    monkeypatch.setattr(dt, "cpu_flags", lambda: frozenset({"avx512bw", "avx512vl"}))  # DQ missing
+    assert not dt.cpu_can_pack_bf16()
+    monkeypatch.setattr(dt, "cpu_flags", lambda: frozenset({"avx512bw", "avx512vl", "avx512dq"}))
+    assert dt.cpu_can_pack_bf16()
+    monkeypatch.setattr(dt, "cpu_flags", lambda: frozenset({"avx2", "avx_ne_convert"}))
+    assert dt.cpu_can_pack_bf16()
 
 
 @needs_pack

@@ -23,6 +23,7 @@ from pathlib import Path
 from c2c.config import DTYPES, settings
 from c2c.errors import ConfigError
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+ONEDNN_BF16_PACK_FLAGS = (("avx512bw", "avx512vl", "avx512dq"), ("avx_ne_convert",))  # any one set suffices
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,6 +37,14 @@ def cpu_flags() -> frozenset[str]:
         if line.startswith("flags"):
             return frozenset(line.split(":", 1)[1].split())
     return frozenset()
+
+
+def cpu_can_pack_bf16() -> bool:
+    """True when oneDNN can reorder bf16 weights into its blocked layout on this CPU (it needs
+    AVX512-BW/VL/DQ or AVX-NE-CONVERT; elsewhere ``mkldnn._reorder_linear_weight`` raises). Plain
+    bf16 ``F.linear`` runs on any CPU, emulated and slower where the CPU has no bf16."""
+    flags = cpu_flags()
+    return any(all(f in flags for f in need) for need in ONEDNN_BF16_PACK_FLAGS)
 
 
 def cpu_has_bf16() -> bool:

@@ -25,6 +25,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from c2c.errors import ModelError, RuntimeUnsupportedError
+from c2c.runtime.dtype import cpu_can_pack_bf16
 from c2c.runtime.kvcache import KVCache
 
 # NOTE: nothing is set for the host process at import: no environment variable, no global
@@ -158,9 +159,10 @@ class PackedLinear(torch.nn.Module):
 
 
 def can_pack(model) -> bool:
-    """bf16 weights on a CPU whose PyTorch build has the oneDNN packed-linear ops."""
+    """bf16 weights on a CPU that oneDNN can pack them for, in a PyTorch build with the packed-linear ops."""
     p = next(model.parameters())
-    return (p.dtype == torch.bfloat16 and p.device.type == "cpu" and torch.backends.mkldnn.is_available()
+    return (p.dtype == torch.bfloat16 and p.device.type == "cpu" and cpu_can_pack_bf16()
+            and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
