@@ -1,6 +1,7 @@
 """One conformance suite for every runtime backend: transformers and llama.cpp, on real zoo models.
 
-Each backend must continue exactly from its own caches, hand a full cache over
+Each backend must continue from its own caches (token-exactly on transformers; on llama.cpp to
+its batch-dependent rounding), hand a full cache over
 through artifact bytes token-identically, keep its caches to itself (the
 fingerprints differ), and refuse what it cannot do with a specific error.
 """
