@@ -306,8 +306,7 @@ def sharer_agreement(records: Sequence[dict], conditions: Sequence[str]) -> dict
         return np.array([int(r["cond"][c]["acc"] == r["cond"]["sharer"]["acc"]) for r in records], dtype=np.int64)
 
     per = {c: agrees(c) for c in conditions}
-    out = {"c2c_sharer_agreement": float(per["c2c"].mean()),
-           "sharer_agreement": {c: {"rate": float(x.mean()), "ci95": bootstrap_mean(x, reps=4000)}
+    out = {"sharer_agreement": {c: {"rate": float(x.mean()), "ci95": bootstrap_mean(x, reps=4000)}
                                 for c, x in per.items()},
            "sharer_agreement_shift": {}}
     for c, x in per.items():
