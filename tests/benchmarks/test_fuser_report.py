@@ -254,3 +254,19 @@ def test_the_held_out_benchmark_is_shown_but_never_pooled(tmp_path):
     assert "Agreement with the Sharer's choice (ARC-Easy test, acc)" in md  # shown apart from the pooled one
     titles = [t for t, _ in rep.plot_panels(report)]  # the pooled panel, then the held-out one apart
     assert titles == ["pair b, general, pooled over 1 of 4 benchmarks (n=60)", "pair b, general, ARC-Easy test (n=60, held out)"]
+
+
+def test_the_agreement_verdict_claims_a_carried_choice_only_where_every_shift_clears():
+    rep = _report()
+    agree = {c: {"rate": 0.6} for c in ("receiver", "c2c", "control", "c2c_other", "c2c_zero")}
+
+    def shift(clears_other: bool) -> dict:
+        return {c: {"diff": 0.05, "ci95": (0.01 if c != "c2c_other" or clears_other else -0.01, 0.09),
+                    "clears": c != "c2c_other" or clears_other}
+                for c in ("receiver", "control", "c2c_other", "c2c_zero")}
+
+    carried = rep.agreement_lines({"sharer_agreement": agree, "sharer_agreement_shift": shift(True)}, "pooled")[0]
+    not_carried = rep.agreement_lines({"sharer_agreement": agree, "sharer_agreement_shift": shift(False)}, "pooled")[0]
+    assert "c2c moves toward the Sharer beyond all of them" in carried
+    assert "does not move toward the Sharer" in not_carried and "c2c_other +5.0 (-1.0, +9.0)" in not_carried
+    assert rep.agreement_lines({}, "pooled") == []
