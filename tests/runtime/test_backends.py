@@ -67,6 +67,29 @@ def test_continuing_a_cache_equals_prefilling_everything(zoo_model, name, backen
     assert (full.float() - split.float()).abs().max() < 0.05 * full.float().abs().max()
 
 
+@pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
+def test_a_llama_cpp_cache_continues_the_same_whatever_the_context_held_before(zoo_model, name):
+    """A cache continued while it is still in llama.cpp's context (the fast path: later cells dropped), right after
+    other work grew that context, or restored from bytes after another conversation: the same head K/V, bit for
+    bit, and the same next-token logits (one 5-token batch at the same positions each time)."""
+    rt = zoo_model(name, backend="llama.cpp")
+    ids = prompt(rt)
+    _, head = rt.prefill(ids[:-5])
+    first, grown = rt.prefill(ids[-5:], head)                      # (vocab,); head still resident
+    again, _ = rt.prefill(ids[-5:], head)                          # resident, 5 stale cells after it
+    rt.generate(rt.encode(" and then"), grown, max_new_tokens=6)   # the context grows past the head
+    after_growth, _ = rt.prefill(ids[-5:], head)
+    rt.generate(rt.encode("Another conversation entirely."), None, max_new_tokens=6)
+    restored, cache = rt.prefill(ids[-5:], head)                   # the head comes back from bytes
+    n = head.seq_len
+    assert cache.token_ids == grown.token_ids
+    assert all(k[:, :, :n].equal(h) for k, h in zip(cache.keys, head.keys))
+    assert all(v[:, :, :n].equal(h) for v, h in zip(cache.values, head.values))
+    for logits in (again, after_growth, restored):
+        assert int(logits.argmax()) == int(first.argmax())
+        assert (logits.float() - first.float()).abs().max() < 1e-3 * first.float().abs().max()
+
+
 @pytest.mark.parametrize("name, backend", CASES)
 def test_a_full_handoff_through_artifact_bytes_is_exact(zoo_model, name, backend):
     """Token-identical to a receiver handed the sender's very tensors, on every backend and dtype; in fp32 also
