@@ -300,13 +300,15 @@ def agreement_lines(summary: dict, where: str) -> list[str]:
         t = f"{100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f})"
         cells.append(f"{c} **{t}**" if d["clears"] else f"{c} {t}")
     beyond = [c for c in ("receiver", "control", "c2c_other", "c2c_zero") if c in shift]
-    carried = bool(beyond) and all(shift[c]["clears"] for c in beyond)
-    verdict = ("c2c moves toward the Sharer beyond all of them, as a handoff of what the Sharer read would"
-               if carried else "c2c does not move toward the Sharer beyond all of them, so this does not show the "
-               "fuser carrying the Sharer's choice over")
+    verdict = ""
+    if beyond:
+        verdict = (f" Against {', '.join(beyond)}: c2c " + (
+            "moves toward the Sharer beyond all of them, as a handoff of what the Sharer read would."
+            if all(shift[c]["clears"] for c in beyond) else
+            "does not move toward the Sharer beyond all of them, so this does not show the fuser carrying the "
+            "Sharer's choice over."))
     return [f"Agreement with the Sharer's choice ({where}, acc): {rates}. c2c's agreement minus each one's, paired (points; "
-            f"bold where it clears zero): {' · '.join(cells)}. Against {', '.join(beyond)}: {verdict}; t2t_choice is "
-            "told the Sharer's option.", ""]
+            f"bold where it clears zero): {' · '.join(cells)}.{verdict} t2t_choice is told the Sharer's option.", ""]
 
 
 def read_train_log(path: Path) -> dict[int, float]:

@@ -270,3 +270,5 @@ def test_the_agreement_verdict_claims_a_carried_choice_only_where_every_shift_cl
     assert "c2c moves toward the Sharer beyond all of them" in carried
     assert "does not move toward the Sharer" in not_carried and "c2c_other +5.0 (-1.0, +9.0)" in not_carried
     assert rep.agreement_lines({}, "pooled") == []
+    bare = rep.agreement_lines({"sharer_agreement": agree, "sharer_agreement_shift": {}}, "pooled")[0]
+    assert "Against" not in bare and "move toward" not in bare  # no shift measured: no verdict
