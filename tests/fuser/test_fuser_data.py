@@ -78,3 +78,16 @@ def test_multiple_choice_response_styles():
     assert D.mc_example(q, "s", "label_text").response == "B. blue"
     with pytest.raises(FuserDataError):
         D.mc_response(q, "essay")
+
+
+def test_held_out_is_what_no_run_drew(data_root):
+    runs = [({"alpaca": 3, "arc_easy": 2, "lima": 1}, 0), ({"alpaca": 2, "dolly": 1}, 5)]
+    def key(e):
+        return e.source, e.messages, e.response
+
+    drawn = {key(e) for counts, seed in runs for e in D.mixture(counts, seed=seed)}
+    rest = D.held_out(["alpaca", "dolly", "lima"], runs)
+    pool = {key(e) for name in ("alpaca", "dolly", "lima") for e in D.load_source(name)}
+    assert not drawn & {key(e) for e in rest}                                   # nothing any run trained on
+    assert {key(e) for e in rest} == pool - drawn and len(rest) == len(pool - drawn) > 0
+    assert D.held_out(["alpaca"], []) == D.load_source("alpaca")                # no run: every example, file order

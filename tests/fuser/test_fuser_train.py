@@ -134,3 +134,19 @@ def test_resume_key_ignores_later_fields_at_their_default(tmp_path):
         d.pop(k)
     assert cfg.resume_key() == sha256_hex(canonical_json(d))  # the key of runs made before the field existed
     assert config(tmp_path, gate_lr_mult=10.0).resume_key() != cfg.resume_key()
+
+
+def test_held_out_losses_of_a_loaded_checkpoint(tiny_rt, tmp_path):
+    trained = trainer(tiny_rt, config(tmp_path, "h", epochs=10.0, lr=3e-2))
+    trained.train()
+    fresh = trainer(tiny_rt, config(tmp_path, "other"))            # the same run's shape, untrained weights
+    before = fresh.held_out_losses()
+    meta = fresh.load_weights(tmp_path / "h")
+    after = fresh.held_out_losses()
+    assert meta.step == 20 and len(after) == len(EXAMPLES)
+    assert after == fresh.held_out_losses()                        # hard gates: no sampling, no drift
+    assert after == trained.held_out_losses()                      # the checkpoint's weights, exactly
+    assert sum(after) < sum(before) - 0.05                         # the trained fuser, not the fresh one
+    control = trainer(tiny_rt, config(tmp_path, "c", sharer=ckpt.SELF))
+    with pytest.raises(FuserCheckpointError, match="another shape or Sharer"):
+        control.load_weights(tmp_path / "h")

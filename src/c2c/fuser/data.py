@@ -243,11 +243,32 @@ def mixture(counts: dict[str, int], *, seed: int, root: str | Path | None = None
     """Up to ``counts[name]`` examples of each source, drawn with ``seed``, then shuffled together."""
     rng = random.Random(seed)
     out: list[Example] = []
-    for name in sorted(counts):
-        pool = load_source(name, root, mc_style)
-        out.extend(rng.sample(pool, min(counts[name], len(pool))))
+    for name, pool, picked in _draws(counts, rng, root, mc_style):
+        out.extend(pool[i] for i in picked)
     rng.shuffle(out)
     return out
+
+
+def held_out(sources: Sequence[str], runs: Sequence[tuple[dict[str, int], int]], *,
+             root: str | Path | None = None) -> list[Example]:
+    """The examples of ``sources`` that no run drew: each run is ``(counts, seed)`` as given to
+    :func:`mixture`. In source order (sorted names), then file order; nothing is shuffled."""
+    taken: dict[str, set[int]] = {}
+    for counts, seed in runs:
+        for name, _, picked in _draws(counts, random.Random(seed), root, "label"):
+            taken.setdefault(name, set()).update(picked)
+    out: list[Example] = []
+    for name in sorted(set(sources)):
+        pool = load_source(name, root)
+        out.extend(e for i, e in enumerate(pool) if i not in taken.get(name, ()))
+    return out
+
+
+def _draws(counts: dict[str, int], rng: random.Random, root: str | Path | None, mc_style: str):
+    """``(name, pool, drawn indices)`` per source, in sorted order, advancing ``rng`` as :func:`mixture` does."""
+    for name in sorted(counts):
+        pool = load_source(name, root, mc_style)
+        yield name, pool, rng.sample(range(len(pool)), min(counts[name], len(pool)))
 
 
 def iter_nonempty(examples: Iterable[Example]) -> Iterable[Example]:

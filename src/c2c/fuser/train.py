@@ -264,6 +264,27 @@ class Trainer:
         target = torch.tensor(t.tail[t.n_prompt:], device=logits.device)  # (R,)
         return F.cross_entropy(logits[t.n_prompt - 1: -1], target)
 
+    def held_out_losses(self) -> list[float]:
+        """Each example's loss with the current weights and hard gates (as at inference), no grad, in data order:
+        the held-out loss when the examples were never trained on."""
+        self.fuser.eval()
+        out = []
+        with torch.no_grad():
+            for i in tqdm(range(len(self.tokens)), desc=f"held-out loss {self.cfg.name}", unit="ex",
+                          disable=not self.progress):
+                out.append(float(self.example_loss(i, None)))
+        return out
+
+    def load_weights(self, path: str | Path) -> ckpt.FuserMeta:
+        """Put a checkpoint's weights into this run's fuser; it must have this run's shape and Sharer."""
+        fuser, meta = ckpt.load(path, device=self.device)
+        if meta.fuser != self.fcfg or meta.sharer.get("name") != self.sharer_record.get("name"):
+            raise FuserCheckpointError(f"{path} holds a fuser for {meta.sharer.get('name')} with another shape or "
+                                       f"Sharer than this run ({self.sharer_record.get('name')}); build the run from "
+                                       "that checkpoint's own training config")
+        self.fuser.load_state_dict(fuser.state_dict())
+        return meta
+
     # --------------------------------------------------------------- loop
     def train(self, until: int | None = None) -> TrainState:
         """Train to step ``until`` (default: the end of the schedule), saving as it goes."""

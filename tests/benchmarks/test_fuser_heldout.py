@@ -1,0 +1,64 @@
+"""The held-out fuser audit: the learning-curve slope and its verdict, and fuser/control losses paired by example."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ho():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # it reads training logs with fuser_report's reader
+    spec = importlib.util.spec_from_file_location("fuser_heldout", ROOT / "benchmarks" / "fuser_heldout.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _log(path: Path, losses) -> Path:
+    path.write_text("".join(json.dumps({"step": i + 1, "loss": x}) + "\n" for i, x in enumerate(losses)))
+    return path
+
+
+def _curve(ho, tmp_path, gap):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    control = 2.0 + 0.05 * rng.standard_normal(200)
+    fuser = control + np.array([gap(i) for i in range(200)]) + 0.002 * rng.standard_normal(200)
+    return ho.gap_curve(_log(tmp_path / "f.jsonl", fuser), _log(tmp_path / "c.jsonl", control))
+
+
+def test_a_gap_that_falls_with_data_is_called_so(ho, tmp_path):
+    c = _curve(ho, tmp_path, lambda i: 0.03 - 0.0003 * i)           # +0.03 down to -0.03
+    assert c["slope_per_100_steps"] == pytest.approx(-0.03, abs=0.003) and c["slope_ci95"][1] < 0
+    assert c["quarters"][0]["ci95"][0] > 0 and c["quarters"][-1]["ci95"][1] < 0
+    assert ho.verdict(c) == "falls with data; below the control in the last quarter"
+
+
+def test_a_flat_gap_is_not_called_a_trend(ho, tmp_path):
+    c = _curve(ho, tmp_path, lambda i: 0.01)
+    lo, hi = c["slope_ci95"]
+    assert lo < 0 < hi
+    assert ho.verdict(c) == "flat; above the control in the last quarter"
+    assert ho.verdict(None) == "no log"
+
+
+def test_losses_are_paired_by_example_and_skipped_ones_left_out(ho):
+    ids = ["e1", "e2", "e3", "e4"]
+    recs = [{"checkpoint": "general_pair_b", "fuser_id": "f", "example": i, "loss": x}
+            for i, x in zip(ids, [1.0, 2.0, None, 4.0])]
+    recs += [{"checkpoint": "general_control", "fuser_id": "c", "example": i, "loss": x}
+             for i, x in zip(ids, [1.5, 2.5, 3.0, 4.5])]
+    rows = {r["fuser"]: r for r in ho.build(recs, ids, pool=10, limit=4, seed=0)["pairs"]}
+    b = rows["general_pair_b"]
+    assert b["n"] == 3 and b["diff"] == pytest.approx(-0.5) and b["diff_ci95"][1] < 0   # e3: no fuser loss
+    assert b["control_loss"] == pytest.approx((1.5 + 2.5 + 4.5) / 3)
+    assert rows["general_pair_a"]["n"] == 0                                             # no records: not shown
+    md = ho.render(ho.build(recs, ids, pool=10, limit=4, seed=0))
+    assert "**-0.5000" in md                                                            # it clears zero: bold
