@@ -82,12 +82,14 @@ def read_records(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
 
 
-def checkpoint_losses(name: str, examples, receiver, sharers: dict, progress: bool) -> tuple[str, dict[str, float]]:
-    """Per-example held-out loss of the committed checkpoint ``name``: (fuser id, {example id: loss})."""
+def checkpoint_losses(name: str, examples, receiver, sharers: dict, progress: bool,
+                      path: Path | None = None) -> tuple[str, dict[str, float | None]]:
+    """Per-example held-out loss of the checkpoint at ``path`` (default: the committed ``name``):
+    (fuser id, {example id: loss, or None where the context is too long to train on})."""
     from c2c.fuser import checkpoint as ckpt
     from c2c.fuser.train import Trainer, TrainConfig
 
-    path = COMMITTED / name
+    path = path or COMMITTED / name
     meta = ckpt.read_meta(path)
     known = {f.name for f in fields(TrainConfig)}
     cfg = TrainConfig.from_dict({k: v for k, v in meta.train.items() if k in known})
@@ -189,7 +191,8 @@ def render(report: dict) -> str:
     h = report["held_out"]
     lines = ["# Held-out loss and learning curves of the fusers against their matched controls", "",
              f"Held-out set: {h['examples']} instruction examples ({', '.join(h['sources'])}) drawn with seed "
-             f"{h['seed']} from the {h['pool']} that no committed fuser or control trained on. Loss: mean next-token "
+             f"{h['seed']} from the {h['pool']} that no committed fuser or control trained on; n counts those whose context fits the "
+             "fuser's 256 tokens (the others are never trained on either). Loss: mean next-token "
              "cross-entropy of the response (at most 48 tokens), hard gates as at inference. Differences are fuser "
              "minus control, paired; 95% bootstrap intervals; **bold** where the interval clears zero.", "",
              "| fuser | n | fuser loss | control loss | fuser - control (held out) | training gap, 1st quarter | "
@@ -246,7 +249,7 @@ def plot(report: dict, out: Path) -> None:
     a2.set_yticks(y, [r["label"] for r in rows], fontsize=8)
     a2.axvline(0, color="grey", lw=0.8, ls="--")
     a2.set_xlabel("held-out loss, fuser - control (95% CI)")
-    a2.set_title(f"Held out: {report['held_out']['examples']} unseen instruction examples", fontsize=9)
+    a2.set_title(f"Held out: {max(r['n'] for r in rows)} unseen instruction examples", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -258,11 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the subset")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a background job)")
     ap.add_argument("--results", default=str(RESULTS), help="folder of the outputs")
+    ap.add_argument("--kinds", default="general,task-tuned",
+                    help="which fusers to measure (with their controls): general, task-tuned or both (default)")
     ap.add_argument("--render-only", action="store_true", help="only rebuild json, markdown and plot from records")
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     args = ap.parse_args(argv)
     if args.limit < 1:
         ap.error("--limit must be at least 1")
+    kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    if not kinds or kinds - {"general", "task-tuned"}:
+        ap.error(f"--kinds takes general and/or task-tuned, not {args.kinds!r}")
 
     from c2c._io import write_atomic
     from c2c.bench import results
@@ -277,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         from c2c.runtime import zoo
 
         torch.set_num_threads(args.threads)
-        names = sorted({n for _, f, c, _, _ in PAIRS for n in (f, c)})
+        names = sorted({n for label, f, c, _, _ in PAIRS if label.split(" ")[0] in kinds for n in (f, c)})
         from c2c.fuser import checkpoint as ckpt
 
         metas = {n: ckpt.read_meta(COMMITTED / n) for n in names}

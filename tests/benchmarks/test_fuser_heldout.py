@@ -62,3 +62,37 @@ def test_losses_are_paired_by_example_and_skipped_ones_left_out(ho):
     assert rows["general_pair_a"]["n"] == 0                                             # no records: not shown
     md = ho.render(ho.build(recs, ids, pool=10, limit=4, seed=0))
     assert "**-0.5000" in md                                                            # it clears zero: bold
+
+
+@pytest.fixture(scope="module")
+def more(ho):
+    spec = importlib.util.spec_from_file_location("fuser_more_data", ROOT / "benchmarks" / "fuser_more_data.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _recs(name, losses):
+    return [{"checkpoint": name, "fuser_id": name, "example": f"e{i}", "loss": x} for i, x in enumerate(losses)]
+
+
+@pytest.mark.parametrize("after_gap,verdict", [
+    (-0.2, "moves the fuser's held-out loss below its control's"),
+    (0.05, "lowers the fuser's held-out gap to its control, but not below"),
+    (0.2, "does not measurably change"),
+    (0.5, "widens"),
+])
+def test_more_data_verdict_follows_the_paired_change(more, tmp_path, after_gap, verdict):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    control = 2 + rng.standard_normal(80)
+    noise = 0.01 * rng.standard_normal(80)
+    before = _recs("general_pair_a", control + 0.2 + noise) + _recs("general_control", control)
+    after = _recs("general_pair_a_more", control + after_gap + noise) + _recs("general_control_more", control)
+    logs = (_log(tmp_path / "f.jsonl", [1.0, 1.1, 0.9]), _log(tmp_path / "c.jsonl", [1.0, 1.0, 1.0]))
+    rep = more.build(after, [f"e{i}" for i in range(80)], before, trained=(1900, 600), logs=logs)
+    assert rep["held_out"] == 80 and rep["committed"]["diff"] == pytest.approx(0.2, abs=0.01)
+    assert rep["change"]["diff"] == pytest.approx(after_gap - 0.2, abs=1e-9)
+    assert verdict in rep["verdict"] and rep["steps"] == 3
+    assert "Verdict: the extra data" in more.render(rep)
