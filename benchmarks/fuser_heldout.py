@@ -33,7 +33,7 @@ import json
 import random
 import sys
 import tempfile
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,8 +91,7 @@ def checkpoint_losses(name: str, examples, receiver, sharers: dict, progress: bo
 
     path = path or COMMITTED / name
     meta = ckpt.read_meta(path)
-    known = {f.name for f in fields(TrainConfig)}
-    cfg = TrainConfig.from_dict({k: v for k, v in meta.train.items() if k in known})
+    cfg = TrainConfig.from_checkpoint(meta)
     with tempfile.TemporaryDirectory() as tmp:  # a run folder that holds no state: nothing resumes, nothing kept
         cfg = replace(cfg, out_dir=tmp, device="cpu")
         tr = Trainer(cfg, receiver=receiver, sharer=sharers.get(cfg.sharer), examples=examples, progress=progress)
@@ -187,21 +186,24 @@ def _pm(v: float, ci) -> str:
     return f"{v:+.4f} ({ci[0]:+.4f}, {ci[1]:+.4f})"
 
 
+def bold(v: float, ci) -> str:
+    """``v (lo, hi)``, in bold where the interval clears zero."""
+    t = _pm(v, ci)
+    return f"**{t}**" if ci[0] > 0 or ci[1] < 0 else t
+
+
 def render(report: dict) -> str:
     h = report["held_out"]
     lines = ["# Held-out loss and learning curves of the fusers against their matched controls", "",
              f"Held-out set: {h['examples']} instruction examples ({', '.join(h['sources'])}) drawn with seed "
-             f"{h['seed']} from the {h['pool']} that no committed fuser or control trained on; n counts those whose context fits the "
-             "fuser's 256 tokens (the others are never trained on either). Loss: mean next-token "
+             f"{h['seed']} from the {h['pool']} that no committed fuser or control trained on; n counts those whose "
+             "context fits the fuser's 256 tokens (the others are never trained on either). Loss: mean next-token "
              "cross-entropy of the response (at most 48 tokens), hard gates as at inference. Differences are fuser "
              "minus control, paired; 95% bootstrap intervals; **bold** where the interval clears zero.", "",
              "| fuser | n | fuser loss | control loss | fuser - control (held out) | training gap, 1st quarter | "
              "last quarter | slope per 100 steps | learning curve |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in report["pairs"]:
-        def bold(v, ci):
-            t = _pm(v, ci)
-            return f"**{t}**" if ci[0] > 0 or ci[1] < 0 else t
         cells = [f"{r['label']} (`{r['fuser']}` vs `{r['control']}`)", str(r["n"])]
         if r["n"]:
             cells += [f"{r['fuser_loss']:.4f}", f"{r['control_loss']:.4f}", bold(r["diff"], r["diff_ci95"])]

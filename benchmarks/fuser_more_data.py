@@ -24,7 +24,7 @@ import json
 import shutil
 import sys
 from collections import Counter
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import fuser_heldout as ho
@@ -46,9 +46,7 @@ def continued_config(name: str, examples):
     from c2c.fuser import checkpoint as ckpt
     from c2c.fuser.train import TrainConfig
 
-    train = ckpt.read_meta(ho.COMMITTED / name).train
-    known = {f.name for f in fields(TrainConfig)}
-    cfg = TrainConfig.from_dict({k: v for k, v in train.items() if k in known})
+    cfg = TrainConfig.from_checkpoint(ckpt.read_meta(ho.COMMITTED / name))
     counts = Counter(e.source for e in examples)  # what the run trains on (passed in, not drawn by mixture)
     return replace(cfg, name=f"{name}_more", out_dir=f"runs/{name}_more", sources=dict(sorted(counts.items())),
                    **CONTINUE)
@@ -83,15 +81,12 @@ def render(report: dict) -> str:
              "| | examples trained on | fuser loss | control loss | fuser - control |", "|---|---:|---:|---:|---:|"]
     for key, label in (("committed", "committed"), ("continued", "continued")):
         r = report[key]
-        t = ho._pm(r["diff"], r["diff_ci95"])
-        t = f"**{t}**" if r["diff_ci95"][0] > 0 or r["diff_ci95"][1] < 0 else t
-        lines.append(f"| {label} | {r['examples']} | {r['fuser_loss']:.4f} | {r['control_loss']:.4f} | {t} |")
-    ch = report["change"]
-    t = ho._pm(ch["diff"], ch["ci95"])
+        lines.append(f"| {label} | {r['examples']} | {r['fuser_loss']:.4f} | {r['control_loss']:.4f} | "
+                     f"{ho.bold(r['diff'], r['diff_ci95'])} |")
+    ch, tg = report["change"], report["training_gap"]
     lines += ["", f"Change of the gap with the extra data (continued minus committed, paired per example): "
-              f"{'**' + t + '**' if ch['ci95'][0] > 0 or ch['ci95'][1] < 0 else t}. "
-              f"Training gap over the continuation (fuser minus control, same batches): "
-              f"{ho._pm(report['training_gap']['diff'], report['training_gap']['ci95'])}.", "",
+              f"{ho.bold(ch['diff'], ch['ci95'])}. Training gap over the continuation (fuser minus control, same "
+              f"batches): {ho._pm(tg['diff'], tg['ci95']) if tg else 'no log'}.", "",
               f"Verdict: {report['verdict']}", "",
               "Reproduce: `nice -n 10 .venv/bin/python benchmarks/fuser_more_data.py` (records in "
               "`fuser_more_data.jsonl`; `--render-only` rebuilds from them).", ""]
@@ -117,14 +112,15 @@ def build(records: list[dict], sample_ids: list[str], heldout_records: list[dict
     for key, (f, c) in (("committed", before), ("continued", after)):
         fv, cv = np.array([f[i] for i in ids]), np.array([c[i] for i in ids])
         gaps[key] = fv - cv
-        out[key] = {"examples": trained[0] + (trained[1] if key == "continued" else 0), "fuser_loss": float(fv.mean()), "control_loss": float(cv.mean()), "diff": float(gaps[key].mean()),
-                    "diff_ci95": bootstrap_mean(gaps[key], reps=4000)}
+        out[key] = {"examples": trained[0] + (trained[1] if key == "continued" else 0),
+                    "fuser_loss": float(fv.mean()), "control_loss": float(cv.mean()),
+                    "diff": float(gaps[key].mean()), "diff_ci95": bootstrap_mean(gaps[key], reps=4000)}
     ch = gaps["continued"] - gaps["committed"]
     out["change"] = {"diff": float(ch.mean()), "ci95": bootstrap_mean(ch, reps=4000)}
     f, c = (read_train_log(p) for p in logs)
     audit = loss_audit(f, c)
     out["steps"] = audit["steps"] if audit else 0
-    out["training_gap"] = {"diff": audit["diff"], "ci95": audit["ci95"]} if audit else {"diff": 0.0, "ci95": [0, 0]}
+    out["training_gap"] = {"diff": audit["diff"], "ci95": audit["ci95"]} if audit else None
     lo, hi = out["change"]["ci95"]
     below = out["continued"]["diff_ci95"][1] < 0
     out["verdict"] = (
@@ -146,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from c2c._io import write_atomic
     from c2c.bench import results
+    from c2c.fuser import checkpoint as ckpt
 
     out = Path(args.results) / "fuser_more_data"
     recs_path = out.with_suffix(".jsonl")
@@ -155,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     runs = [continued_config(n, cont).out_path() for n in PAIR]
     if not args.render_only:
         import torch
-        from c2c.fuser import checkpoint as ckpt
         from c2c.runtime import zoo
 
         torch.set_num_threads(args.threads)
@@ -173,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
             recs_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(recs_path, "".join(json.dumps(r) + "\n" for r in records).encode(), durable=False)
     heldout = ho.read_records(Path(args.results) / "fuser_heldout.jsonl")
-    from c2c.fuser import checkpoint as ckpt
-
     added = {r.get("trained_on") for r in records if r["checkpoint"] == f"{PAIR[0]}_more"}
     trained = (ckpt.read_meta(ho.COMMITTED / PAIR[0]).train["examples"], max(added - {None}, default=0))
     report = build(records, [ho.example_id(e) for e in sample], heldout, trained,

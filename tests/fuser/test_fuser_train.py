@@ -139,6 +139,7 @@ def test_resume_key_ignores_later_fields_at_their_default(tmp_path):
 def test_held_out_losses_of_a_loaded_checkpoint(tiny_rt, tmp_path):
     trained = trainer(tiny_rt, config(tmp_path, "h", epochs=10.0, lr=3e-2))
     trained.train()
+    assert TrainConfig.from_checkpoint(ckpt.read_meta(tmp_path / "h")) == trained.cfg  # its recipe, back again
     fresh = trainer(tiny_rt, config(tmp_path, "other"))            # the same run's shape, untrained weights
     before = fresh.held_out_losses()
     meta = fresh.load_weights(tmp_path / "h")

@@ -104,6 +104,12 @@ class TrainConfig:
             raise ConfigError("grad_accum >= 1, epochs > 0, tau > 0 and a non-empty sources map are required")
         return cfg
 
+    @classmethod
+    def from_checkpoint(cls, meta: ckpt.FuserMeta) -> "TrainConfig":
+        """The config a checkpoint was trained with (its ``train`` record, less the run's own facts)."""
+        known = {f.name for f in fields(cls)}
+        return cls.from_dict({k: v for k, v in meta.train.items() if k in known})
+
     def to_dict(self) -> dict:
         return asdict(self)
 
