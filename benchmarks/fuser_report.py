@@ -24,7 +24,8 @@ pair and benchmark, tagged with the two models' weight digests and the hint leng
 others per kind, tagged with the fuser's id, and the control's with its id: records made
 with other models, checkpoints or settings are never mixed in. Every run resumes from them.
 Latency is measured in each pass (base, fused, control) by that pass; run them under the same
-settings (the default: one thread, nice) for the c2c/t2t comparison to mean something.
+settings (the default: one thread, nice) for the c2c/t2t comparison to mean something;
+``benchmarks/fuser_latency.py`` checks that by timing every condition in one process on the same questions.
 
 Usage (CPU, background, one thread; at --limit 200, pair (b)'s base pass, shared by both kinds, takes
 ~35-50 min per benchmark, then fused and control ~17 min per benchmark and kind; pair (a) about twice that)::
