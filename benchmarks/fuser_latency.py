@@ -17,7 +17,7 @@ rerun doubles as a reproducibility audit of the records.
 Writes ``benchmarks/results/fuser_latency.{json,md}`` and the timings ``fuser_latency.jsonl``
 (one line per question and (pair, kind); a rerun of a (pair, kind) replaces its lines).
 
-Usage (CPU, one thread, nothing else running; pair (c) ~13 min at 10 per benchmark, pair (a) ~30 min)::
+Usage (CPU, one thread, nothing else running; pair (c) ~16 min at 10 per benchmark, pair (a) ~15 min at 5)::
 
     nice -n 10 .venv/bin/python benchmarks/fuser_latency.py --pair c --kind task-tuned \\
         --checkpoint checkpoints/fuser/pair_c --control checkpoints/fuser/control
@@ -32,21 +32,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from fuser_report import (BASE, CONTROL, FUSED, POOLED, RESULTS, BENCHMARKS, load_meta, read_records,
-                          records_path)
+from fuser_report import BASE, BENCHMARKS, CONTROL, FUSED, POOLED, RESULTS, load_meta, run_records
 
 CONDITIONS = BASE + FUSED + CONTROL
-
-
-def report_records(root: Path, run: dict, bench: str) -> dict[str, dict]:
-    """The committed records of one (pair, kind) on one benchmark, every condition merged per question id."""
-    groups = ((None, run["base_tag"]), (run["kind"], {"fuser_id": run["fuser_id"]}),
-              (f"{run['kind']}.control", {"control_id": run["control_id"]}))
-    merged: dict[str, dict] = {}
-    for group, tag in groups:
-        for qid, rec in read_records(records_path(root, run["pair"], bench, group), tag).items():
-            merged.setdefault(qid, {"id": qid, "cond": {}})["cond"].update(rec["cond"])
-    return merged
 
 
 def compare(here: list[dict], report: dict[str, dict]) -> dict:
@@ -86,7 +74,7 @@ def write_all(root: Path) -> dict:
         run = meta["runs"][key]
         report = {}  # ids are unique within a benchmark only
         for bench in {r["bench"] for r in recs}:
-            report |= {f"{bench}:{qid}": r for qid, r in report_records(root, run, bench).items()}
+            report |= {f"{bench}:{r['id']}": r for r in run_records(root, run, bench)}
         recs = [r | {"id": f"{r['bench']}:{r['id']}"} for r in recs]
         out["runs"][key] = compare(recs, report) | {"threads": recs[0]["threads"], "fuser_id": run["fuser_id"]}
     (root / "fuser_latency.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
@@ -135,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from c2c.bench.harness import HarnessEvaluator
+    from tqdm import tqdm
+
+    from c2c.bench.harness import HarnessEvaluator, other_question
     from c2c.fuser.data import data_root, load_questions, subset
     from c2c.fuser.infer import FusedReceiver
 
@@ -146,13 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{args.checkpoint} and {args.control} are not the checkpoints of {key}'s report")
     ev = HarnessEvaluator(fused.receiver, sharer=fused.links[0].sharer, fused=fused, control=control,
                           hint_tokens=run["hint_tokens"])
-    from tqdm import tqdm
-
     asked = []
     for bench in POOLED:
         qs = subset(load_questions(data_root() / BENCHMARKS[bench]), run["limit"], run["seed"])
-        # c2c_other: each question's "other" is the one half the subset away, as in the report
-        asked += [(bench, q, qs[(i + len(qs) // 2) % len(qs)]) for i, q in enumerate(qs[:args.per_benchmark])]
+        # c2c_other is fed the same other question as in the report, which asked the whole subset
+        asked += [(bench, q, other_question(qs, i)) for i, q in enumerate(qs[:args.per_benchmark])]
     fresh = []
     for bench, q, other in tqdm(asked, desc=key, unit="q"):
         rec = ev.ask(q, CONDITIONS, other=other)

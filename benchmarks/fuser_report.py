@@ -152,20 +152,26 @@ def joined(base: dict[str, dict], fused: dict[str, dict], control: dict[str, dic
     return out
 
 
+def run_records(root: Path, m: dict, bench: str) -> list[dict]:
+    """One (pair, kind)'s records on one benchmark (``m``: its ``runs.json`` entry), the three passes joined per
+    question, in the subset's order; only records made with its models, fuser, control and settings."""
+    pair, kind = m["pair"], m["kind"]
+    control = read_records(records_path(root, pair, bench, f"{kind}.control"),
+                           {"control_id": m["control_id"]}) if m.get("control_id") else {}
+    return joined(read_records(records_path(root, pair, bench, None), m.get("base_tag")),
+                  read_records(records_path(root, pair, bench, kind), {"fuser_id": m["fuser_id"]}),
+                  control, m["questions"][bench])
+
+
 def build_report(root: Path, meta: dict) -> dict:
     """Summaries per (pair, kind) and benchmark from the records, pooled over complete benchmarks."""
     from c2c.bench.harness import summarize
 
     report = {"pairs": {}}
     for key, m in sorted(meta.get("runs", {}).items()):
-        pair, kind = m["pair"], m["kind"]
         benches, pooled = {}, []
         for bench, ids in m["questions"].items():
-            control = read_records(records_path(root, pair, bench, f"{kind}.control"),
-                                   {"control_id": m["control_id"]}) if m.get("control_id") else {}
-            recs = joined(read_records(records_path(root, pair, bench, None), m.get("base_tag")),
-                          read_records(records_path(root, pair, bench, kind), {"fuser_id": m["fuser_id"]}),
-                          control, ids)
+            recs = run_records(root, m, bench)
             complete = len(recs) == len(ids) and all(set(BASE + FUSED + CONTROL) <= set(r["cond"]) for r in recs)
             benches[bench] = summarize(recs) | {"complete": complete, "of": len(ids)}
             benches[bench]["receiver_above_chance"] = above_chance(benches[bench], CHANCE[bench])

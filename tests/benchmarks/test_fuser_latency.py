@@ -47,17 +47,18 @@ def test_compare_refuses_questions_the_report_lacks(lat):
 
 def test_render_merges_the_three_passes_by_their_tags(lat, tmp_path):
     """Records with another fuser's id are ignored; the markdown names the ratio of every condition."""
-    run = {"pair": "z", "kind": "general", "fuser_id": "F", "control_id": "C", "base_tag": {"b": 1}}
+    bench = "OpenBookQA"
+    run = {"pair": "z", "kind": "general", "fuser_id": "F", "control_id": "C", "base_tag": {"b": 1},
+           "questions": {bench: ["q1"]}}
     (tmp_path / "fuser_records").mkdir()
     (tmp_path / "fuser_records" / "runs.json").write_text(json.dumps({"runs": {"z/general": run}}))
-    bench = "OpenBookQA"
 
     def write(group, recs):
-        p = lat.records_path(tmp_path, "z", bench, group)
+        p = sys.modules["fuser_report"].records_path(tmp_path, "z", bench, group)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("".join(json.dumps(r) + "\n" for r in recs))
 
-    write(None, [{"id": "q1", "b": 1, "cond": {"t2t": _cond(8.0)}}])
+    write(None, [{"id": "q1", "answer": 0, "b": 1, "cond": {"t2t": _cond(8.0)}}])
     write("general", [{"id": "q1", "fuser_id": "OTHER", "cond": {"c2c": _cond(99.0)}},
                       {"id": "q1", "fuser_id": "F", "cond": {"c2c": _cond(2.0)}}])
     write("general.control", [{"id": "q1", "control_id": "C", "cond": {"control": _cond(1.0)}}])

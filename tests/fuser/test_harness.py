@@ -6,7 +6,7 @@ import pytest
 from c2c.errors import ConfigError
 from c2c.fuser.data import Question
 from c2c.bench.stats import bootstrap_mean
-from c2c.bench.harness import CONDITIONS, HarnessEvaluator, plain, proportional_index, summarize
+from c2c.bench.harness import CONDITIONS, HarnessEvaluator, other_question, plain, proportional_index, summarize
 from c2c.fuser.infer import FusedReceiver
 from c2c.mc import lm_eval_context, score_options
 
@@ -83,6 +83,18 @@ def test_mismatched_parts_are_refused(make_link, tiny_rt):
         HarnessEvaluator(r, sharer=other, fused=FusedReceiver(r, [make_link(r, s)]))
     with pytest.raises(ConfigError, match="control link"):
         HarnessEvaluator(r, sharer=s, control=FusedReceiver(r, [make_link(r, s)]))
+
+
+def test_the_other_question_is_half_the_list_away_and_never_itself():
+    assert [other_question(QUESTIONS, i).id for i in range(3)] == ["q1", "q2", "q0"]
+    assert other_question(QUESTIONS[:1], 0) is None
+
+
+def test_evaluate_feeds_c2c_other_the_other_question(make_link, tiny_rt):
+    r, s = tiny_rt("qwen2"), tiny_rt("gemma3")
+    ev = HarnessEvaluator(r, sharer=s, fused=FusedReceiver(r, [make_link(r, s)]))
+    recs = ev.evaluate(QUESTIONS, ["c2c_other"], progress=False)
+    assert [rec["other_id"] for rec in recs] == [other_question(QUESTIONS, i).id for i in range(3)]
 
 
 def test_the_causal_controls_feed_other_and_zero_caches_through_the_same_fuser(make_link, tiny_rt):

@@ -115,8 +115,7 @@ class HarnessEvaluator:
             rec = prior.get(q.id)
             missing = [c for c in conditions if rec is None or c not in rec["cond"]]
             if missing:
-                other = questions[(i + len(questions) // 2) % len(questions)] if len(questions) > 1 else None
-                new = self.ask(q, missing, other=other)
+                new = self.ask(q, missing, other=other_question(questions, i))
                 rec = new if rec is None else rec | {k: v for k, v in new.items() if k not in ("cond", "delta")} | {
                     "cond": rec["cond"] | new["cond"]} | (
                     {"delta": rec.get("delta", {}) | new["delta"]} if "delta" in new else {})
@@ -209,6 +208,12 @@ class HarnessEvaluator:
             put(c, scores, took)
         rec["delta"] = cache_deltas(r_cache, made)
         return rec
+
+
+def other_question(questions: Sequence[Question], i: int) -> Question | None:
+    """The question whose Sharer cache ``c2c_other`` feeds for question ``i``: the one half the list away
+    (None for a list of one)."""
+    return questions[(i + len(questions) // 2) % len(questions)] if len(questions) > 1 else None
 
 
 def stem_hint_messages(q: Question) -> list[dict]:
