@@ -24,7 +24,8 @@ def fingerprint(num_layers: int = LAYERS, kv_heads: int = KV_HEADS, head_dim: in
 
 
 def make_artifact(seed: int, *, seq: int = 8, parents: Sequence[str] = (), agent: str = "tester",
-                  num_layers: int = LAYERS, kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM) -> Artifact:
+                  num_layers: int = LAYERS, kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM,
+                  domain: str | None = None) -> Artifact:
     """A valid artifact whose bytes (and so id) differ for every ``seed``."""
     g = torch.Generator().manual_seed(seed)
     tokens = [int(t) for t in torch.randint(0, 32000, (seq,), generator=g)]
@@ -33,7 +34,8 @@ def make_artifact(seed: int, *, seq: int = 8, parents: Sequence[str] = (), agent
     values = tuple(torch.randn(1, kv_heads, seq, head_dim, generator=g) for _ in range(num_layers))
     cache = KVCache(keys=keys, values=values, token_ids=tuple(tokens))
     return Artifact.build(cache, fingerprint=fingerprint(num_layers, kv_heads, head_dim),
-                          prefix=PrefixRef.of(tokens[: min(4, seq)]), producer={"agent": agent},
+                          prefix=PrefixRef.of(tokens[: min(4, seq)]),
+                          producer={"agent": agent, **({"domain": domain} if domain else {})},
                           parents=tuple(parents), labels={"seed": str(seed)})
 
 
@@ -79,7 +81,7 @@ def leftovers(store) -> int:
     from c2c.store.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        referenced = {r.commit.blob for r in store.log()}
+        referenced = {row[0] for row in store._read("SELECT blob FROM commits")}  # every domain's
         orphans = [p for p in (store.root / "blobs").glob("??/*") if p.name not in referenced]
         return len(list((store.root / "tmp").iterdir())) + len(orphans)
     assert isinstance(store, RedisStore)

@@ -369,3 +369,81 @@ def test_summary_strings_of_exactly_the_bound_are_stored(store, monkeypatch):
     _summary_with(monkeypatch, note="n" * MAX_SUMMARY_STRING_CHARS)
     c = store.put(artifact_bytes(1), stream="a")
     assert store.show(c.id).commit.summary["labels"] == {"note": "n" * MAX_SUMMARY_STRING_CHARS}
+
+
+# ------------------------------------------------------------------ trust domains
+def _other(store, tag: str = "b"):
+    """A second trust domain of the same store (named after the test's own, so Redis tests stay apart)."""
+    return store.in_domain(f"{store.domain}-{tag}")
+
+
+def test_a_stream_is_domain_and_name(store):
+    red, blue = store, _other(store)
+    r1 = red.put(artifact_bytes(1), stream="findings")
+    b1 = blue.put(artifact_bytes(2), stream="findings")  # the same name in another domain: another stream
+    b2 = blue.put(artifact_bytes(3), stream="findings")
+    assert (r1.version, b1.version, b2.version) == (1, 1, 2)
+    assert not red.show(r1.id).stale and red.show(r1.id).superseded_by is None  # blue never supersedes red
+    assert red.latest("findings").id == r1.id and blue.latest("findings").id == b2.id
+    assert [r.id for r in red.log()] == [r1.id] and [r.id for r in blue.log("findings")] == [b2.id, b1.id]
+    assert red.streams() == ["findings"] and blue.streams() == ["findings"]
+
+
+def test_a_domain_sees_nothing_of_another(store):
+    red, blue = store, _other(store)
+    r = red.put(artifact_bytes(1), stream="a")
+    for call in (lambda: blue.show(r.id), lambda: blue.get(r.id), lambda: blue.children(r.id),
+                 lambda: blue.invalidate(r.id, reason="x"), lambda: blue.resolve(r.id[:8])):
+        with pytest.raises(CommitNotFoundError):
+            call()
+    with pytest.raises(CommitNotFoundError):  # parents never cross domains
+        blue.put(artifact_bytes(2), stream="b", parents=[r.id])
+    assert blue.log() == [] and blue.streams() == [] and leftovers(blue) == 0
+    assert blue.delete_leaf(r.id) is False and red.show(r.id).id == r.id
+
+
+def test_invalidation_and_events_stay_in_their_domain(store):
+    red, blue = store, _other(store)
+    a, b = chain(red, 2)
+    x = blue.put(artifact_bytes(9), stream="x")
+    red.invalidate(a.id, reason="red's own reason")
+    assert blue.events() == [] and not blue.show(x.id).stale
+    assert [e.commit for e in red.events()] == [a.id, b.id]
+    blue.invalidate(x.id, reason="blue's")
+    assert [e.commit for e in blue.events()] == [x.id]  # blue's cursor starts from blue's first event
+    assert [e.commit for e in red.events(red.events()[-1].seq)] == []
+
+
+def test_the_same_bytes_in_two_domains_are_two_commits(store):
+    red, blue = store, _other(store)
+    data = artifact_bytes(5)
+    r, b = red.put(data, stream="a"), blue.put(data, stream="z")
+    assert r.id == b.id and (r.stream, b.stream) == ("a", "z")
+    assert red.delete_leaf(r.id) is True
+    with pytest.raises(CommitNotFoundError):
+        red.show(r.id)
+    assert blue.get(b.id).data == data  # the blob another domain still uses is kept
+
+
+def test_a_grant_is_a_pointer_in_the_readers_domain_only(store):
+    red, blue, green = store, _other(store, "b"), _other(store, "g")
+    r = red.put(artifact_bytes(1), stream="a")
+    assert blue.granted(r.id) is None
+    red.grant(r.id, [blue.domain])
+    assert blue.granted(r.id) == red.domain and green.granted(r.id) is None and red.granted(r.id) is None
+    with pytest.raises(CommitNotFoundError):  # a grant lets blue find it; it does not put it in blue's domain
+        blue.show(r.id)
+    assert blue.in_domain(blue.granted(r.id)).get(r.id).data == red.get(r.id).data
+    with pytest.raises(CommitNotFoundError):  # only a domain's own commits can be granted
+        blue.grant(r.id, [green.domain])
+    with pytest.raises(ConfigError):
+        red.grant(r.id, ["not a domain"])
+
+
+def test_a_domain_handle_shares_the_connection_and_leaves_it_open(store):
+    blue = _other(store)
+    assert blue.domain != store.domain and store.in_domain(store.domain) is store
+    blue.close()  # a view: the store stays usable
+    assert store.put(artifact_bytes(1), stream="a").version == 1
+    with pytest.raises(ConfigError):
+        store.in_domain("bad domain!")

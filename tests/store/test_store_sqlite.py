@@ -115,3 +115,71 @@ def test_an_existing_directory_is_never_chmodded(tmp_path, lax_umask):
     assert stat.S_IMODE(shared.stat().st_mode) == 0o755
     assert stat.S_IMODE((existing / "blobs" / c.blob[:2]).stat().st_mode) == 0o700
     assert stat.S_IMODE((shared / "dag.png").stat().st_mode) == 0o600
+
+
+# The layout of schema version 1 (before trust domains), as c2c wrote it.
+V1_SCHEMA = """
+CREATE TABLE commits (
+    id TEXT PRIMARY KEY, stream TEXT NOT NULL, version INTEGER NOT NULL, parents TEXT NOT NULL,
+    blob TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL, summary TEXT NOT NULL,
+    seq INTEGER NOT NULL UNIQUE,
+    stale_root TEXT, stale_cause TEXT, stale_reason TEXT, stale_chain TEXT, stale_at REAL,
+    superseded_by TEXT,
+    UNIQUE (stream, version)
+);
+CREATE TABLE edges (parent TEXT NOT NULL, child TEXT NOT NULL, PRIMARY KEY (parent, child)) WITHOUT ROWID;
+CREATE INDEX edges_child ON edges (child);
+CREATE INDEX commits_blob ON commits (blob);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, commit_id TEXT NOT NULL, root TEXT NOT NULL,
+    reason TEXT NOT NULL, chain TEXT NOT NULL, at REAL NOT NULL
+)
+"""
+
+
+def _as_version_1(root) -> None:
+    """Rewrite a store's database in the version-1 layout (one namespace), keeping every row."""
+    db = sqlite3.connect(root / "store.sqlite3", isolation_level=None)
+    db.execute("BEGIN")
+    for t in ("commits", "edges", "events", "shares"):
+        db.execute(f"ALTER TABLE {t} RENAME TO {t}_v2")
+    for idx in ("edges_child", "commits_blob", "commits_seq"):
+        db.execute(f"DROP INDEX IF EXISTS {idx}")
+    for statement in V1_SCHEMA.split(";"):
+        db.execute(statement)
+    cols = ("id, stream, version, parents, blob, size, created, summary, seq, stale_root, stale_cause, "
+            "stale_reason, stale_chain, stale_at, superseded_by")
+    db.execute(f"INSERT INTO commits ({cols}) SELECT {cols} FROM commits_v2")
+    db.execute("INSERT INTO edges SELECT parent, child FROM edges_v2")
+    db.execute("INSERT INTO events (commit_id, root, reason, chain, at) SELECT commit_id, root, reason, chain, at "
+               "FROM events_v2 ORDER BY seq")
+    for t in ("commits", "edges", "events", "shares"):
+        db.execute(f"DROP TABLE {t}_v2")
+    db.execute("PRAGMA user_version = 1")
+    db.execute("COMMIT")
+    db.close()
+
+
+def test_a_version_1_store_migrates_each_commit_to_its_producers_domain(tmp_path):
+    root = tmp_path / "store"
+    with open_store(f"sqlite:///{root}") as old:  # what one namespace held: two tenants, one stream name
+        first = artifact_bytes(1, domain="research")
+        r1 = old.put(first, stream="analyst")
+        o1 = old.put(artifact_bytes(2, domain="other"), stream="analyst")          # superseded r1, back then
+        r2 = old.put(artifact_bytes(3, domain="research", parents=[r1.id]), stream="writer")
+        d1 = old.put(artifact_bytes(4), stream="plain")                            # no producer domain
+        old.invalidate(o1.id, reason="other's reason")
+    _as_version_1(root)
+    with open_store(f"sqlite:///{root}") as store:
+        assert sqlite3.connect(root / "store.sqlite3").execute("PRAGMA user_version").fetchone()[0] == 2
+        research, other = store.in_domain("research"), store.in_domain("other")
+        assert [r.id for r in research.log()] == [r2.id, r1.id] and research.children(r1.id) == (r2.id,)
+        assert [r.id for r in other.log()] == [o1.id] and [r.id for r in store.log()] == [d1.id]
+        assert research.get(r1.id, allow_stale=True).data == first
+        assert research.streams() == ["analyst", "writer"] and other.streams() == ["analyst"]
+        # events follow their commit's domain, numbered from 1 in each
+        assert [(e.seq, e.commit) for e in other.events()] == [("1", o1.id)]
+        assert research.events() != [] and all(e.commit in (r1.id, r2.id) for e in research.events())
+        # and the domains are apart from now on
+        nxt = research.put(artifact_bytes(5, domain="research"), stream="analyst")
+        assert nxt.version == 2 and not other.show(o1.id).superseded_by

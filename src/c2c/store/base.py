@@ -24,6 +24,16 @@ to itself, and a reason; every marking is also appended to an event log that
 subscribers read with :meth:`Store.events` from a cursor, so a consumer that
 was down catches up.
 
+**Trust domains.** Every store handle works in one trust domain (``store.domain``;
+``?domain=`` in the URL, default ``default``) and :meth:`Store.in_domain` gives a
+handle on another one over the same connection. A commit is ``(domain, id)`` and a
+stream is ``(domain, stream)``: publishing onto a name another domain uses is just
+another stream, and supersession, invalidation, parents, events, GC and listings
+never cross domains. A domain reads another domain's commit only where its
+owner granted it (:meth:`Store.grant`); the grant is a pointer in the reader's
+domain (:meth:`Store.granted`), and the server checks it against the owner's signed
+share list before it reads anything.
+
 A consumer chooses: ``get(id)`` raises :class:`StaleCommitError` on a stale
 commit, ``latest(stream)`` names the newest version to re-pull, and
 ``get(id, allow_stale=True)`` returns the record flagged ``stale`` so the caller
@@ -257,7 +267,7 @@ def stale_error(record: CommitRecord):
 
 
 class Store(ABC):
-    """Versioned, append-only commit store. Open one with :func:`c2c.store.open_store`.
+    """Versioned, append-only commit store, in one trust domain. Open one with :func:`c2c.store.open_store`.
 
     Every backend passes ``tests/store/test_conformance.py``. Methods raise
     :class:`CommitNotFoundError` for unknown ids, :class:`StoreWriteError` when a
@@ -266,6 +276,30 @@ class Store(ABC):
     """
 
     url: str
+    domain: str
+
+    @abstractmethod
+    def in_domain(self, domain: str) -> "Store":
+        """A handle on trust domain ``domain`` of the same store (sharing this one's connection).
+
+        Closing it leaves this handle open; closing this one closes both.
+
+        Raises:
+            ConfigError: ``domain`` is not a valid trust-domain name.
+        """
+
+    @abstractmethod
+    def grant(self, commit_id: str, domains: Sequence[str]) -> None:
+        """Let each of ``domains`` find ``commit_id`` of this domain (:meth:`granted` there).
+
+        Raises:
+            CommitNotFoundError: this domain has no such commit.
+            ConfigError: a domain name is not valid.
+        """
+
+    @abstractmethod
+    def granted(self, commit_id: str) -> str | None:
+        """The domain that granted this domain ``commit_id``, or None."""
 
     # ----------------------------------------------------------------- writing
     @abstractmethod

@@ -46,12 +46,12 @@ runs out, puts fail with :class:`StoreWriteError` and leave nothing behind.
 
 from __future__ import annotations
 
+import copy
 import json
-import re
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
@@ -65,8 +65,8 @@ from c2c.store import redis_lua, resp
 from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
                             check_id, check_reason, check_stream, invalidated_reason, stale_error)
 from c2c.store.ingest import HashingBuffer, hash_while_reading, prepare_put
+from c2c.trust.keys import check_domain
 
-_DOMAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events", "connect_timeout_s", "socket_timeout_s", "cluster"}
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 READ_GROUP = 2      # chunks per pipelined round trip when reading a blob
@@ -77,9 +77,7 @@ _RETRIES = 1000     # script runs that may be told "read again" in a row (each m
 
 def key_prefix(domain: str) -> str:
     """Every key of ``domain`` starts with this; ``{domain}`` is the Redis Cluster hash tag."""
-    if not isinstance(domain, str) or not _DOMAIN.fullmatch(domain):
-        raise ConfigError(f"trust domain {domain!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
-    return f"c2c:{{{domain}}}:"
+    return f"c2c:{{{check_domain(domain)}}}:"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +147,9 @@ class RedisStore(Store):
     def __init__(self, config: RedisConfig):
         self.config = config
         self.url = config.url
+        self.domain = config.domain
         self.prefix = key_prefix(config.domain)
+        self._owner = True
         self._direct_reads = True  # blobs via c2c.store.resp; the pipelined path stays for redirects (and tests)
         # a refused or reset connection (a restarting server) is retried twice; a timeout is not,
         # so a silent server fails after one socket_timeout_s
@@ -177,7 +177,30 @@ class RedisStore(Store):
         return cls(RedisConfig.from_url(url))
 
     def close(self) -> None:
-        self._r.close()
+        if self._owner:
+            self._r.close()
+
+    def in_domain(self, domain: str) -> "RedisStore":
+        if domain == self.domain:
+            return self
+        view = copy.copy(self)  # the same connection pool and scripts; another key prefix
+        view.config = replace(self.config, domain=domain)
+        view.url, view.domain, view.prefix, view._owner = view.config.url, domain, key_prefix(domain), False
+        return view
+
+    def grant(self, commit_id: str, domains: Sequence[str]) -> None:
+        cid = check_id(commit_id)
+        targets = sorted({check_domain(d) for d in domains} - {self.domain})
+        self._hash(cid)  # this domain's own commit
+        with self._errors(writing=True):
+            for d in targets:  # one key per domain: each write stays in its domain's hash slot
+                self._r.hset(f"{key_prefix(d)}granted", cid, self.domain)
+
+    def granted(self, commit_id: str) -> str | None:
+        cid = check_id(commit_id)
+        with self._errors(writing=False):
+            owner = self._r.hget(f"{self.prefix}granted", cid)
+        return None if owner is None else _s(owner)
 
     # ------------------------------------------------------------ redis plumbing
     @contextmanager

@@ -40,6 +40,12 @@ Key layout under the domain prefix ``P = "c2c:{<domain>}:"``::
     P walk:<root>       list    the invalidation walk below <root>: JSON [id, chain, sscan cursor, spared id]
                                 per commit marked but whose children are not all seen yet
     P walks             zset    root -> lease deadline (unix s) of each walk in progress
+    P granted           hash    id -> the domain that shared its commit <id> with this one (Store.grant)
+
+A domain's keys never name another domain's commits, except ``granted``, a pointer
+the reader checks against the owner's signed share list before reading anything.
+Stream identity was (domain, stream) from the first layout, so Redis stores need no
+migration for it.
 
 Every script takes ``ARGV[1] = max events kept`` and ``ARGV[2] = walk lease (s)``.
 """

@@ -32,6 +32,7 @@ as a shared parent the user pointed at, is never ``chmod``-ed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import sqlite3
@@ -40,7 +41,7 @@ import time
 import uuid
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 from urllib.parse import parse_qs
@@ -51,29 +52,65 @@ from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRec
                             check_id, check_reason, check_stream, invalidated_reason, stale_error,
                             stale_reason_for, superseded_reason)
 from c2c.store.ingest import HashingBuffer, prepare_put
+from c2c.trust.keys import check_domain
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHUNK = 8 << 20  # bytes per read/write call on blob files
 
+# Version 2: every row belongs to a trust domain. A commit is (domain, id), a stream is
+# (domain, stream), and an edge, an event (numbered per domain) and a share grant live in one
+# domain; blobs stay content-addressed across domains (a blob is freed when no commit of any
+# domain uses it).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS commits (
-    id TEXT PRIMARY KEY, stream TEXT NOT NULL, version INTEGER NOT NULL, parents TEXT NOT NULL,
-    blob TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL, summary TEXT NOT NULL,
-    seq INTEGER NOT NULL UNIQUE,
+    domain TEXT NOT NULL, id TEXT NOT NULL, stream TEXT NOT NULL, version INTEGER NOT NULL,
+    parents TEXT NOT NULL, blob TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL,
+    summary TEXT NOT NULL, seq INTEGER NOT NULL UNIQUE,
     stale_root TEXT, stale_cause TEXT, stale_reason TEXT, stale_chain TEXT, stale_at REAL,
     superseded_by TEXT,
-    UNIQUE (stream, version)
+    PRIMARY KEY (domain, id),
+    UNIQUE (domain, stream, version)
 );
 CREATE TABLE IF NOT EXISTS edges (
-    parent TEXT NOT NULL, child TEXT NOT NULL, PRIMARY KEY (parent, child)
+    domain TEXT NOT NULL, parent TEXT NOT NULL, child TEXT NOT NULL, PRIMARY KEY (domain, parent, child)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS edges_child ON edges (child);
+CREATE INDEX IF NOT EXISTS edges_child ON edges (domain, child);
 CREATE INDEX IF NOT EXISTS commits_blob ON commits (blob);
+CREATE INDEX IF NOT EXISTS commits_seq ON commits (domain, seq);
 CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, commit_id TEXT NOT NULL, root TEXT NOT NULL,
-    reason TEXT NOT NULL, chain TEXT NOT NULL, at REAL NOT NULL
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, domain TEXT NOT NULL, dseq INTEGER NOT NULL,
+    commit_id TEXT NOT NULL, root TEXT NOT NULL, reason TEXT NOT NULL, chain TEXT NOT NULL, at REAL NOT NULL,
+    UNIQUE (domain, dseq)
 );
+CREATE TABLE IF NOT EXISTS shares (
+    domain TEXT NOT NULL, commit_id TEXT NOT NULL, owner TEXT NOT NULL, PRIMARY KEY (domain, commit_id)
+) WITHOUT ROWID;
 """
+
+# Version 1 -> 2: each commit goes to the domain its header's producer names (else "default"),
+# with its edges and events; event cursors are renumbered per domain.
+_MIGRATE_1_2 = """
+ALTER TABLE commits RENAME TO commits_v1;
+ALTER TABLE edges RENAME TO edges_v1;
+ALTER TABLE events RENAME TO events_v1;
+DROP INDEX IF EXISTS edges_child;
+DROP INDEX IF EXISTS commits_blob;
+{schema}
+INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, seq, stale_root,
+                     stale_cause, stale_reason, stale_chain, stale_at, superseded_by)
+    SELECT {domain_of}, id, stream, version, parents, blob, size, created, summary, seq, stale_root, stale_cause,
+           stale_reason, stale_chain, stale_at, superseded_by FROM commits_v1;
+INSERT INTO edges (domain, parent, child)
+    SELECT c.domain, e.parent, e.child FROM edges_v1 e JOIN commits c ON c.id = e.child;
+INSERT INTO events (seq, domain, dseq, commit_id, root, reason, chain, at)
+    SELECT v.seq, c.domain, ROW_NUMBER() OVER (PARTITION BY c.domain ORDER BY v.seq), v.commit_id, v.root,
+           v.reason, v.chain, v.at FROM events_v1 v JOIN commits c ON c.id = v.commit_id;
+DROP TABLE commits_v1;
+DROP TABLE edges_v1;
+DROP TABLE events_v1
+"""
+_V1_DOMAIN = ("CASE WHEN json_valid(summary) AND json_type(summary, '$.producer.domain') = 'text' "
+              "THEN json_extract(summary, '$.producer.domain') ELSE 'default' END")
 
 _COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
             "stale_reason, stale_chain, superseded_by")
@@ -81,7 +118,8 @@ _COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
 
 @dataclass(frozen=True, kw_only=True)
 class SQLiteConfig:
-    """Where and how durably: ``sqlite:////ABS/PATH?synchronous=FULL&busy_timeout_s=30``.
+    """Where, in which trust domain and how durably:
+    ``sqlite:////ABS/PATH?domain=research&synchronous=FULL&busy_timeout_s=30``.
 
     ``sqlite:////abs/dir`` (four slashes) is the absolute ``/abs/dir``; ``sqlite:///rel/dir``
     (three) is ``rel/dir`` under the working directory, refused as ambiguous when ``/rel``
@@ -91,6 +129,7 @@ class SQLiteConfig:
     root: Path
     synchronous: str = "FULL"       # NOTE: NORMAL survives process crashes but may lose the last commits on power loss
     busy_timeout_s: float = 30.0
+    domain: str = "default"
 
     @classmethod
     def from_url(cls, url: str) -> "SQLiteConfig":
@@ -111,9 +150,10 @@ class SQLiteConfig:
                               f"/{first} is also a top-level directory; write sqlite:////{path} for the "
                               f"absolute path or sqlite:///./{path} for a relative one")
         q = {k: v[-1] for k, v in parse_qs(query).items()}
-        unknown = set(q) - {"synchronous", "busy_timeout_s"}
+        unknown = set(q) - {"synchronous", "busy_timeout_s", "domain"}
         if unknown:
-            raise ConfigError(f"unknown sqlite store options {sorted(unknown)}; known: synchronous, busy_timeout_s")
+            raise ConfigError(f"unknown sqlite store options {sorted(unknown)}; known: domain, synchronous, "
+                              "busy_timeout_s")
         sync = q.get("synchronous", "FULL").upper()
         if sync not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigError(f"synchronous={sync!r}; use FULL, EXTRA or NORMAL")
@@ -121,12 +161,14 @@ class SQLiteConfig:
             timeout = float(q.get("busy_timeout_s", 30.0))
         except ValueError:
             raise ConfigError("busy_timeout_s must be a number of seconds") from None
-        return cls(root=Path(path).expanduser(), synchronous=sync, busy_timeout_s=timeout)
+        return cls(root=Path(path).expanduser(), synchronous=sync, busy_timeout_s=timeout,
+                   domain=check_domain(q.get("domain", "default")))
 
     @property
     def url(self) -> str:
-        """A URL that parses back to ``root``: ``sqlite:////abs`` or ``sqlite:///./rel``."""
-        return f"sqlite:///{self.root}" if self.root.is_absolute() else f"sqlite:///./{self.root}"
+        """A URL that parses back to ``root`` and the domain: ``sqlite:////abs`` or ``sqlite:///./rel``."""
+        base = f"sqlite:///{self.root}" if self.root.is_absolute() else f"sqlite:///./{self.root}"
+        return base if self.domain == "default" else f"{base}?domain={self.domain}"
 
 
 class SQLiteStore(Store):
@@ -136,6 +178,8 @@ class SQLiteStore(Store):
         self.config = config
         self.url = config.url
         self.root = config.root
+        self.domain = config.domain
+        self._owner = True
         self._lock = threading.RLock()
         try:
             for d in (self.root, self.root / "blobs", self.root / "tmp"):
@@ -156,13 +200,17 @@ class SQLiteStore(Store):
             self._db.execute(f"PRAGMA synchronous = {config.synchronous}")
             with self._tx() as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, SCHEMA_VERSION):
-                    raise StoreError(f"store schema version {version}; this build reads {SCHEMA_VERSION}")
-                if version == 0:
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            db.execute(statement)
-                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                if version not in (0, 1, SCHEMA_VERSION):
+                    raise StoreError(f"store schema version {version}; this build reads 1 (migrated on open) "
+                                     f"and {SCHEMA_VERSION}: use a newer c2c")
+                if version == 1:
+                    script = _MIGRATE_1_2.format(schema=_SCHEMA, domain_of=_V1_DOMAIN)
+                else:
+                    script = _SCHEMA if version == 0 else ""
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except OSError as e:
             raise StoreWriteError(f"cannot create the store at {self.root}: {e.strerror or e}") from e
         except sqlite3.Error as e:
@@ -173,8 +221,31 @@ class SQLiteStore(Store):
         return cls(SQLiteConfig.from_url(url))
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        if self._owner:
+            with self._lock:
+                self._db.close()
+
+    def in_domain(self, domain: str) -> "SQLiteStore":
+        if domain == self.domain:
+            return self
+        view = copy.copy(self)  # the same connection and lock; only the domain differs
+        view.config = replace(self.config, domain=check_domain(domain))
+        view.url, view.domain, view._owner = view.config.url, domain, False
+        return view
+
+    def grant(self, commit_id: str, domains: Sequence[str]) -> None:
+        cid = check_id(commit_id)
+        targets = sorted({check_domain(d) for d in domains} - {self.domain})
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM commits WHERE domain = ? AND id = ?", (self.domain, cid)).fetchone() is None:
+                raise CommitNotFoundError(f"no commit {cid[:12]} in domain {self.domain!r} of store {self.url}")
+            db.executemany("INSERT OR REPLACE INTO shares (domain, commit_id, owner) VALUES (?, ?, ?)",
+                           [(d, cid, self.domain) for d in targets])
+
+    def granted(self, commit_id: str) -> str | None:
+        rows = self._read("SELECT owner FROM shares WHERE domain = ? AND commit_id = ?",
+                          (self.domain, check_id(commit_id)))
+        return rows[0][0] if rows else None
 
     # ------------------------------------------------------------ sqlite plumbing
     @contextmanager
@@ -281,37 +352,39 @@ class SQLiteStore(Store):
                                                     discard=_unlink)
         try:
             for p in all_parents:  # checked again inside the transaction; this spares an orphan blob
-                if not self._read("SELECT 1 FROM commits WHERE id = ?", (p,)):
+                if not self._read("SELECT 1 FROM commits WHERE domain = ? AND id = ?", (self.domain, p)):
                     raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
             self._publish_blob(tmp, ing.blob)
         finally:
             _unlink(tmp)  # no-op after a rename
         with self._tx() as db:
-            row = db.execute(f"SELECT {_COLUMNS} FROM commits WHERE id = ?", (ing.id,)).fetchone()
+            d = self.domain
+            row = db.execute(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? AND id = ?", (d, ing.id)).fetchone()
             if row:
                 return self._record(row).commit
             inherited = None
             for p in all_parents:
-                prow = db.execute("SELECT stale_root, stale_cause, stale_chain FROM commits WHERE id = ?",
-                                  (p,)).fetchone()
+                prow = db.execute("SELECT stale_root, stale_cause, stale_chain FROM commits WHERE domain = ? AND id = ?",
+                                  (d, p)).fetchone()
                 if prow is None:
                     raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
                 if inherited is None and prow[0] is not None:
                     inherited = prow
             now = time.time()
-            head = db.execute("SELECT id, version FROM commits WHERE stream = ? ORDER BY version DESC LIMIT 1",
-                              (stream,)).fetchone()
+            head = db.execute("SELECT id, version FROM commits WHERE domain = ? AND stream = ? "
+                              "ORDER BY version DESC LIMIT 1", (d, stream)).fetchone()
             version = head[1] + 1 if head else 1
             events: list[StaleEvent] = []
             if head:
-                db.execute("UPDATE commits SET superseded_by = ? WHERE id = ?", (ing.id, head[0]))
+                db.execute("UPDATE commits SET superseded_by = ? WHERE domain = ? AND id = ?", (ing.id, d, head[0]))
                 self._invalidate_in(db, head[0], superseded_reason(ing.id, stream, version), now, events)
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
-            db.execute(f"INSERT INTO commits (id, stream, version, parents, blob, size, created, summary, seq) "
-                       f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (ing.id, stream, version, json.dumps(all_parents), ing.blob, ing.size, now,
+            db.execute(f"INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, "
+                       f"seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (d, ing.id, stream, version, json.dumps(all_parents), ing.blob, ing.size, now,
                         json.dumps(ing.summary, sort_keys=True), seq))
-            db.executemany("INSERT INTO edges (parent, child) VALUES (?, ?)", [(p, ing.id) for p in all_parents])
+            db.executemany("INSERT INTO edges (domain, parent, child) VALUES (?, ?, ?)",
+                           [(d, p, ing.id) for p in all_parents])
             if inherited is not None:
                 root, cause, chain = inherited[0], inherited[1], json.loads(inherited[2]) + [ing.id]
                 self._mark(db, ing.id, root, cause, stale_reason_for(root, cause, len(chain) - 1),
@@ -324,7 +397,7 @@ class SQLiteStore(Store):
         cause = invalidated_reason(check_reason(reason))
         events: list[StaleEvent] = []
         with self._tx() as db:
-            if db.execute("SELECT 1 FROM commits WHERE id = ?", (cid,)).fetchone() is None:
+            if db.execute("SELECT 1 FROM commits WHERE domain = ? AND id = ?", (self.domain, cid)).fetchone() is None:
                 raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
             self._invalidate_in(db, cid, cause, time.time(), events)
         return events
@@ -332,35 +405,38 @@ class SQLiteStore(Store):
     def _invalidate_in(self, db: sqlite3.Connection, root: str, cause: str, now: float,
                        events: list[StaleEvent]) -> None:
         """Mark ``root`` stale with ``cause`` and every fresh transitive dependent after it (BFS)."""
-        if db.execute("SELECT stale_reason FROM commits WHERE id = ?", (root,)).fetchone()[0] is not None:
+        d = self.domain
+        if db.execute("SELECT stale_reason FROM commits WHERE domain = ? AND id = ?",
+                      (d, root)).fetchone()[0] is not None:
             return  # already stale: so is everything below it
         self._mark(db, root, root, cause, cause, (root,), now, events)
         queue = deque([(root, (root,))])
         while queue:
             node, chain = queue.popleft()
-            kids = db.execute("SELECT e.child FROM edges e JOIN commits c ON c.id = e.child "
-                              "WHERE e.parent = ? AND c.stale_reason IS NULL", (node,)).fetchall()
+            kids = db.execute("SELECT e.child FROM edges e JOIN commits c ON c.domain = e.domain AND c.id = e.child "
+                              "WHERE e.domain = ? AND e.parent = ? AND c.stale_reason IS NULL", (d, node)).fetchall()
             for (kid,) in kids:
                 kchain = chain + (kid,)
                 self._mark(db, kid, root, cause, stale_reason_for(root, cause, len(kchain) - 1), kchain, now,
                            events)
                 queue.append((kid, kchain))
 
-    @staticmethod
-    def _mark(db: sqlite3.Connection, cid: str, root: str, cause: str, reason: str, chain: tuple, now: float,
+    def _mark(self, db: sqlite3.Connection, cid: str, root: str, cause: str, reason: str, chain: tuple, now: float,
               events: list[StaleEvent]) -> None:
-        chain_json = json.dumps(list(chain))
+        d, chain_json = self.domain, json.dumps(list(chain))
         db.execute("UPDATE commits SET stale_root = ?, stale_cause = ?, stale_reason = ?, stale_chain = ?, "
-                   "stale_at = ? WHERE id = ?", (root, cause, reason, chain_json, now, cid))
-        cur = db.execute("INSERT INTO events (commit_id, root, reason, chain, at) VALUES (?, ?, ?, ?, ?)",
-                         (cid, root, reason, chain_json, now))
-        events.append(StaleEvent(seq=str(cur.lastrowid), commit=CommitId(cid), root=CommitId(root),
+                   "stale_at = ? WHERE domain = ? AND id = ?", (root, cause, reason, chain_json, now, d, cid))
+        # events are numbered per domain, so a cursor tells nothing of other domains' traffic
+        dseq = db.execute("SELECT COALESCE(MAX(dseq), 0) + 1 FROM events WHERE domain = ?", (d,)).fetchone()[0]
+        db.execute("INSERT INTO events (domain, dseq, commit_id, root, reason, chain, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (d, dseq, cid, root, reason, chain_json, now))
+        events.append(StaleEvent(seq=str(dseq), commit=CommitId(cid), root=CommitId(root),
                                  reason=reason, chain=tuple(chain), at=now))
 
     # ------------------------------------------------------------------- reading
     def show(self, commit_id: str) -> CommitRecord:
         cid = check_id(commit_id)
-        rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE id = ?", (cid,))
+        rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? AND id = ?", (self.domain, cid))
         if not rows:
             raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
         return self._record(rows[0])
@@ -375,8 +451,8 @@ class SQLiteStore(Store):
 
     def latest(self, stream: str) -> CommitRecord:
         check_stream(stream)
-        rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE stream = ? ORDER BY version DESC LIMIT 1",
-                          (stream,))
+        rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? AND stream = ? "
+                          "ORDER BY version DESC LIMIT 1", (self.domain, stream))
         if not rows:
             raise CommitNotFoundError(f"stream {stream!r} has no commits in store {self.url}")
         return self._record(rows[0])
@@ -384,27 +460,29 @@ class SQLiteStore(Store):
     def log(self, stream: str | None = None, *, limit: int | None = None) -> list[CommitRecord]:
         lim = -1 if limit is None else int(limit)
         if stream is None:
-            rows = self._read(f"SELECT {_COLUMNS} FROM commits ORDER BY seq DESC LIMIT ?", (lim,))
+            rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? ORDER BY seq DESC LIMIT ?",
+                              (self.domain, lim))
         else:
-            rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE stream = ? ORDER BY version DESC LIMIT ?",
-                              (check_stream(stream), lim))
+            rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? AND stream = ? "
+                              "ORDER BY version DESC LIMIT ?", (self.domain, check_stream(stream), lim))
         return [self._record(r) for r in rows]
 
     def children(self, commit_id: str) -> tuple[CommitId, ...]:
         cid = check_id(commit_id)
         self.show(cid)
-        return tuple(CommitId(r[0]) for r in self._read("SELECT child FROM edges WHERE parent = ? ORDER BY child",
-                                                        (cid,)))
+        return tuple(CommitId(r[0]) for r in self._read(
+            "SELECT child FROM edges WHERE domain = ? AND parent = ? ORDER BY child", (self.domain, cid)))
 
     def streams(self) -> list[str]:
-        return [r[0] for r in self._read("SELECT DISTINCT stream FROM commits ORDER BY stream")]
+        return [r[0] for r in self._read("SELECT DISTINCT stream FROM commits WHERE domain = ? ORDER BY stream",
+                                         (self.domain,))]
 
     def resolve(self, prefix: str) -> CommitId:
         p = prefix.strip().lower()
         if len(p) < 4 or any(c not in "0123456789abcdef" for c in p):
             raise ConfigError(f"{prefix!r} is not a commit id or an id prefix of at least 4 hex chars")
-        rows = self._read("SELECT id FROM commits WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",
-                          (p, p + "g"))
+        rows = self._read("SELECT id FROM commits WHERE domain = ? AND id >= ? AND id < ? ORDER BY id LIMIT 2",
+                          (self.domain, p, p + "g"))
         if not rows:
             raise CommitNotFoundError(f"no commit id starts with {p} in store {self.url}")
         if len(rows) > 1:
@@ -418,8 +496,8 @@ class SQLiteStore(Store):
             raise ConfigError(f"event cursor {after!r} is not one this sqlite store issued") from None
         deadline = time.monotonic() + wait_s
         while True:
-            rows = self._read("SELECT seq, commit_id, root, reason, chain, at FROM events WHERE seq > ? "
-                              "ORDER BY seq LIMIT ?", (cursor, int(limit)))
+            rows = self._read("SELECT dseq, commit_id, root, reason, chain, at FROM events WHERE domain = ? "
+                              "AND dseq > ? ORDER BY dseq LIMIT ?", (self.domain, cursor, int(limit)))
             if rows or time.monotonic() >= deadline:
                 return [StaleEvent(seq=str(s), commit=CommitId(c), root=CommitId(r), reason=why,
                                    chain=tuple(json.loads(ch)), at=at) for s, c, r, why, ch, at in rows]
@@ -438,13 +516,15 @@ class SQLiteStore(Store):
     def delete_leaf(self, commit_id: str) -> bool:
         cid = check_id(commit_id)
         with self._tx() as db:
-            row = db.execute("SELECT blob FROM commits WHERE id = ?", (cid,)).fetchone()
+            d = self.domain
+            row = db.execute("SELECT blob FROM commits WHERE domain = ? AND id = ?", (d, cid)).fetchone()
             if row is None:
                 return False
-            if db.execute("SELECT 1 FROM edges WHERE parent = ? LIMIT 1", (cid,)).fetchone():
+            if db.execute("SELECT 1 FROM edges WHERE domain = ? AND parent = ? LIMIT 1", (d, cid)).fetchone():
                 return False
-            db.execute("DELETE FROM edges WHERE child = ?", (cid,))
-            db.execute("DELETE FROM commits WHERE id = ?", (cid,))
+            db.execute("DELETE FROM edges WHERE domain = ? AND child = ?", (d, cid))
+            db.execute("DELETE FROM commits WHERE domain = ? AND id = ?", (d, cid))
+            db.execute("DELETE FROM shares WHERE owner = ? AND commit_id = ?", (d, cid))
             shared = db.execute("SELECT 1 FROM commits WHERE blob = ? LIMIT 1", (row[0],)).fetchone()
         if not shared:
             _unlink(self._blob_path(row[0]))  # a crash here leaves an orphan for sweep_orphans
