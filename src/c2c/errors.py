@@ -32,6 +32,8 @@ problem and say what to do instead.
     │   └── SealError                 an AEAD envelope failed to open
     ├── StoreError                  the commit store refused or failed
     │   ├── CommitNotFoundError
+    │   │   └── CommitNotVisibleError  none the caller's domain may see: absent, or never shared
+    │   │                              with it (one answer for both, so no id is confirmed)
     │   ├── StaleCommitError          a consumer asked for fresh context and got stale
     │   ├── StoreWriteError           disk full, permission denied, server down;
     │   │                             nothing was half-written
@@ -160,6 +162,11 @@ class StoreError(C2CError):
 
 class CommitNotFoundError(StoreError):
     """No commit with that id exists in the store."""
+
+
+class CommitNotVisibleError(CommitNotFoundError):
+    """No commit with that id is visible to the caller's trust domain: none exists, or its
+    owner did not share it. Both get this one answer, so a caller learns nothing of other domains."""
 
 
 class StaleCommitError(StoreError):

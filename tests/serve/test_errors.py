@@ -38,7 +38,7 @@ GOOD = {"model": "tiny-qwen2", "messages": [SYSTEM, {"role": "user", "content": 
     ({**GOOD, "c2c": {"mode": "sideways"}}, 400, "invalid_request_error"),
     ({**GOOD, "c2c": {"unknown": 1}}, 400, "invalid_request_error"),
     ({**GOOD, "model": "no-such-model"}, 404, "UnknownModelError"),
-    ({**GOOD, "c2c": {"attach": ["0" * 64]}}, 404, "CommitNotFoundError"),
+    ({**GOOD, "c2c": {"attach": ["0" * 64]}}, 403, "CommitNotVisibleError"),        # as a foreign id: no oracle
     ({**GOOD, "c2c": {"publish": {"stream": "bad stream name!"}}}, 400, "ConfigError"),
     ({**GOOD, "messages": [{"role": "user", "content": "x" * 5000}]}, 400, "ContextLengthError"),   # 4096 positions
     ({**GOOD, "max_tokens": 5000}, 400, "ContextLengthError"),

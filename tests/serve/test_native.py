@@ -45,11 +45,13 @@ def test_show_a_commit_of_ones_own_domain_only(tiny_server):
     assert shown["id"] == commit and shown["stream"] == "native-show" and shown["stale"] is False
     assert shown["summary"]["producer"] == {"agent": "analyst", "domain": "research", "session": "native-native-show"}
     assert shown["hops"]["depth"] == 0
-    with pytest.raises(errors.DomainMismatchError) as e:
+    with pytest.raises(errors.CommitNotVisibleError) as foreign:
         client(tiny_server, "outsider").commit(commit)
-    assert e.value.status == 403
-    with pytest.raises(errors.CommitNotFoundError):
-        client(tiny_server).commit("ab" * 32)
+    with pytest.raises(errors.CommitNotVisibleError) as absent:
+        client(tiny_server, "outsider").commit("ab" * 32)
+    # another domain's commit and no commit at all get one answer: nothing confirms the id exists
+    assert foreign.value.status == absent.value.status == 403
+    assert str(foreign.value).replace(commit[:12], "ID") == str(absent.value).replace("ab" * 6, "ID")
 
 
 def test_invalidation_events_stream_to_subscribers_of_the_domain(tiny_server):
@@ -71,8 +73,9 @@ def test_invalidation_events_stream_to_subscribers_of_the_domain(tiny_server):
     assert mine and mine[0]["reason"] == "invalidated: source retracted"
     # another domain sees none of research's events
     assert not list(client(tiny_server, "outsider").events(limit=1, timeout_s=0.5))
-    with pytest.raises(errors.DomainMismatchError):
+    with pytest.raises(errors.CommitNotVisibleError):
         client(tiny_server, "outsider").invalidate(commit, "not yours")
+    assert client(tiny_server).commit(commit)["stale_reason"] == "invalidated: source retracted"
     with pytest.raises(errors.ConfigError):  # schema: a reason is required
         client(tiny_server).invalidate(commit, "")
 
@@ -110,11 +113,11 @@ def test_handoff_metrics_count_paths_and_reasons(tiny_server):
     commit = publish(tiny_server, "native-metrics")
     chat(tiny_server.client("writer"), [SYSTEM, {"role": "user", "content": "q"}], max_tokens=2,
          c2c={"attach": [commit]})
-    chat(tiny_server.client("outsider"), [SYSTEM, {"role": "user", "content": "q"}], max_tokens=2,
-         c2c={"attach": [commit]})
+    chat(tiny_server.client("writer"), [SYSTEM, {"role": "user", "content": "q"}], max_tokens=2,
+         c2c={"attach": [commit], "mode": "text"})
     text = httpx.get(tiny_server.url("/metrics")).text
     assert 'c2c_handoffs_total{path="cache",reason="ok"}' in text
-    assert 'c2c_handoffs_total{path="text",reason="domain"}' in text
+    assert 'c2c_handoffs_total{path="text",reason="requested"}' in text
     assert 'c2c_handoff_bytes_total{direction="publish"}' in text
 
 
@@ -126,15 +129,24 @@ def test_a_commit_belongs_to_its_verified_signer_not_to_the_domain_its_header_cl
 
     commit = publish(tiny_server, "native-claim")
     ring = Keyring(tiny_server.home / "keys")
-    with open_store(tiny_server.store_url()) as store:
+    with open_store(tiny_server.store_url() + "?domain=research") as store:
         art = Artifact.decode(store.get(commit).data)
         # research's own key signs a header that claims the producer is of domain "other"
         claim = replace(art, header=replace(art.header, producer={"agent": "x", "domain": "other"}))
-        forged = store.put(sign(claim, ring.signing_key("research")).encode(), stream="claims").id
+        data = sign(claim, ring.signing_key("research")).encode()
+        forged = store.put(data, stream="claims").id
     assert forged != commit
-    with pytest.raises(errors.DomainMismatchError):
+    with pytest.raises(errors.CommitNotVisibleError):
         client(tiny_server, "outsider").invalidate(forged, "the header says it is mine")
-    with pytest.raises(errors.DomainMismatchError):
+    with pytest.raises(errors.CommitNotVisibleError):
         client(tiny_server, "outsider").commit(forged)
-    shown = client(tiny_server).commit(forged)  # research signed it: research's commit
+    shown = client(tiny_server).commit(forged)  # in research's part of the store: research's commit
     assert shown["id"] == forged and shown["stale"] is False
+    # The same bytes slipped into other's part of the store behind the server's back: other cannot
+    # attach them, in any mode, since research signed them and never shared them.
+    with open_store(tiny_server.store_url() + "?domain=other") as store:
+        store.put(data, stream="claims")
+    for mode in ("auto", "text", "full"):
+        with pytest.raises(errors.CommitNotVisibleError):
+            client(tiny_server, "outsider").chat("tiny-qwen2", [SYSTEM, {"role": "user", "content": "q"}],
+                                                 max_tokens=2, c2c={"attach": [forged], "mode": mode})

@@ -4,6 +4,7 @@ on each runtime backend: transformers, and llama.cpp on the model's GGUF as ship
 from __future__ import annotations
 
 import httpx
+import openai
 import pytest
 
 from serve_helpers import ServeProcess, c2c_field, make_home, write_tokens
@@ -59,8 +60,17 @@ def test_analyst_hands_its_cache_to_the_writer(zoo_server):
         shown = httpx.get(zoo_server.url(f"/v1/c2c/commits/{pub['commit']}"), headers=zoo_server.headers("writer"))
         assert shown.json()["summary"]["dtype"] == "F16"  # llama.cpp's own f16 KV cache, as committed
 
-    # across domains the same commit goes as text, and the outsider still gets an answer
-    r3 = ask(zoo_server.client("outsider"), [SYSTEM, QUESTION], attach=[pub["commit"]])
+    # another domain cannot see the commit at all, in any mode ...
+    outsider = zoo_server.client("outsider")
+    for mode in ("auto", "text"):
+        with pytest.raises(openai.PermissionDeniedError):
+            ask(outsider, [SYSTEM, QUESTION], attach=[pub["commit"]], mode=mode)
+    # ... until the analyst's domain shares one with it: then it attaches as a cache there too
+    shared = c2c_field(ask(analyst, [SYSTEM, EVIDENCE], session="analyst-2",
+                           publish={"stream": "analyst-shared", "share": ["other"]}))["publish"]
+    r3 = ask(outsider, [SYSTEM, QUESTION], attach=[shared["commit"]])
     [rec3] = c2c_field(r3)["attach"]
-    assert rec3["used"] == "text" and "crosses trust domains" in rec3["reason"]
-    assert r3.choices[0].message.content
+    assert rec3["used"] == "cache" and rec3["shared"] is True and "key_id" not in rec3["signer"], rec3["reason"]
+    assert r3.usage.prompt_tokens_details.cached_tokens == shared["tokens"]
+    if zoo_server.backend == "transformers":  # the same tokens from the same weights: the writer's answer
+        assert r3.choices[0].message.content == r2.choices[0].message.content

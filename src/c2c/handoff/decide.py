@@ -5,8 +5,9 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
 :class:`Decision`. The checks, in order:
 
 ==============  ==========================================================
-``domain``      both parties in the same, named trust domain (else: text,
-                always; caches never leave a domain, nor do fusers)
+``domain``      both parties in the same, named trust domain, or the sender's
+                domain shared it with the receiver's (else: text, always;
+                caches never leave a domain unshared, nor do fusers)
 ``fingerprint`` the same model: architecture, layers, heads, RoPE, dtype,
                 tokenizer, weights, adapters (else: a fuser if one exists
                 for the pair, else text)
@@ -53,6 +54,7 @@ class Party:
     prefix: PrefixRef
     private: tuple[str, ...] = ()
     exportable: tuple[str, ...] = ()
+    shared_with: tuple[str, ...] = ()   # other domains its owner granted this context to (signed)
 
     @classmethod
     def of(cls, agent) -> "Party":
@@ -156,7 +158,7 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
 
 def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, stale: str | None, advice,
             advice_note: str) -> tuple[Check, ...]:
-    domains = domain_rule(sender.domain, receiver.domain)
+    domains = domain_rule(sender.domain, receiver.domain, sender.shared_with)
     out = [Check(name="domain", ok=domains.allows_cache, detail=domains.reason,
                  error=None if domains.allows_cache else DomainMismatchError)]
     diff = sender.fingerprint.diff(receiver.fingerprint)

@@ -15,6 +15,7 @@ RequestTimeoutError         504     past the request's deadline
 ContextLengthError          400     prompt (+ max_tokens) over the model's context
 ServeError                  503     the server is shutting down
 UnknownModelError           404     a model the server does not serve
+CommitNotVisibleError       403     a commit id the caller's domain may not see (or none)
 CommitNotFoundError         404     an unknown commit id
 DomainMismatchError         403     a cache from another trust domain, asked for explicitly
 StaleCommitError            409     a stale commit, asked for as a cache
@@ -33,7 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from c2c.errors import (ArtifactError, AuthError, C2CError, CommitNotFoundError, ConfigError, ContextLengthError,
+from c2c.errors import (ArtifactError, AuthError, C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError,
+                        ContextLengthError,
                         DomainMismatchError, HandoffError, IncompatibleCacheError, KeyringError, ModelError,
                         QueueFullError, RequestTimeoutError, RequestTooLargeError, RuntimeUnsupportedError, ServeError,
                         StaleCommitError,
@@ -47,6 +49,7 @@ _TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (ContextLengthError, 400, "context_length_exceeded"),
     (ServeError, 503, "unavailable"),
     (UnknownModelError, 404, "model_not_found"),
+    (CommitNotVisibleError, 403, "commit_not_visible"),
     (CommitNotFoundError, 404, "commit_not_found"),
     (DomainMismatchError, 403, "wrong_domain"),
     (StaleCommitError, 409, "stale_commit"),

@@ -1,32 +1,42 @@
 """Handoffs through the API: publish a session's cache to the store, attach commits to a request.
 
-**Publish** (``"publish": {"stream": S, "labels": [...]}``) commits the session's
-cache after the reply, whole or as the slice covering the spans ``labels`` (one
-span per message, labelled by the message's ``name``, else its role), signed
-with the caller's domain key (created in the server's keyring on first use).
-The messages' text goes with it, in the signed header's ``extra["c2c.serve"]``
-(at most :data:`MAX_TEXT_BYTES`, oldest text cut first), so that a receiver that
-may not take the cache can still read what it says.
+Every caller works in its trust domain's part of the store (:meth:`Store.in_domain`):
+its streams, commits, events and invalidations are its domain's alone.
 
-**Attach** (``"attach": [ids], "mode": ...``) fetches each commit and, before
-anything it names is used, checks that its bytes are canonical and its
-signature verifies against a key the server trusts for the signer's domain (a
-failure is an error in every mode: a tampered commit is not read, not even its
-text). Then :func:`c2c.handoff.decide` rules, with the sender's party built from
-the header (fingerprint, prefix) and the signature (domain), the hop count from
+**Publish** (``"publish": {"stream": S, "labels": [...], "share": [domains]}``)
+commits the session's cache after the reply, whole or as the slice covering the
+spans ``labels`` (one span per message, labelled by the message's ``name``, else
+its role), on the caller's domain's stream ``S``, signed with the caller's domain
+key (created in the server's keyring on first use). The messages' text goes with
+it, in the signed header's ``extra["c2c.serve"]`` (at most :data:`MAX_TEXT_BYTES`,
+oldest text cut first), so that a receiver that may not take the cache can still
+read what it says. ``share`` names other domains that may attach it, as text or
+cache: the list is signed (``extra["c2c.share"]``) and a grant pointer is left in
+each named domain (:meth:`Store.grant`).
+
+**Attach** (``"attach": [ids], "mode": ...``) finds each commit in the caller's
+domain, else among those shared with it; any other id, existing elsewhere or not,
+gets the same :class:`~c2c.errors.CommitNotVisibleError` (403). Before anything the
+commit names is used, its bytes must be canonical and its signature must verify
+against a key the server trusts for the owner's domain (a failure is an error in
+every mode: a tampered commit is not read, not even its text). Then
+:func:`c2c.handoff.decide` rules, with the sender's party built from the header
+(fingerprint, prefix, share list) and the signature (domain), the hop count from
 the store (depth + 1) and staleness from the record. A cache goes through
-:func:`c2c.trust.check` for the caller's domain and is placed right after the
-caller's shared prefix; text is placed there as a user message. ``auto`` falls
-back to text whenever a check fails and says why; ``full`` and ``slice`` raise
-the failed check's error instead (a foreign domain as
-:class:`~c2c.errors.DomainMismatchError`).
+:func:`c2c.trust.check` and is placed right after the caller's shared prefix;
+text is placed there as a user message. ``auto`` falls back to text whenever a
+check fails and says why; ``full`` and ``slice`` raise the failed check's error
+instead. For another domain's commit, records and errors give verdicts only: no
+prefix lengths or blocks, stale reasons, chain depths or key ids.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from c2c.advise import advise, load_calibration, runtime_calibration_name
@@ -35,7 +45,8 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.config import settings
-from c2c.errors import C2CError, ConfigError, DomainMismatchError, HandoffError, KeyringError
+from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
+                        HandoffError, KeyringError, StaleCommitError, StoreCorruptError, StoreError, StoreWriteError)
 from c2c.handoff.decide import Decision, Party, decide
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.engine import Runtime
@@ -45,14 +56,17 @@ from c2c.serve.render import Part, Rendering, text_turn
 from c2c.store.base import Store, check_id, check_stream
 from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
-from c2c.trust.keys import Keyring, SigningKey
+from c2c.trust.keys import Keyring, SigningKey, check_domain
 from c2c.trust.policy import VerifyPolicy, check as trust_check
-from c2c.trust.signing import load_signed, sign, verify_header
+from c2c.trust.signing import load_signed, sign
 
+log = logging.getLogger("c2c")
 TEXT_KEY = "c2c.serve"
+SHARE_KEY = "c2c.share"            # extra: the other trust domains the publisher lets attach the commit
+SHARED_PARENTS = "shared_parents"  # label: attached commits of other domains (not store parents)
+MAX_SHARE = 16
 MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
 MAX_LABELS = 16
-DOMAIN_MEMO = 65536                # commits whose verified signer domain is remembered
 ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
 
 
@@ -78,15 +92,13 @@ class Attachment:
 
 
 class Exchange:
-    """Publishes and attaches against one store and keyring."""
+    """Publishes and attaches against one store and keyring, each caller in its own trust domain."""
 
     def __init__(self, store: Store, keyring: Keyring, *, verify_kv: str = "none"):
         self.store = store
         self.keyring = keyring
         self.verify = VerifyPolicy(kv=verify_kv)
         self._key_lock = threading.Lock()
-        self._domains: dict[str, str] = {}  # commit id -> verified signer domain
-        self._domains_lock = threading.Lock()
 
     def signing_key(self, domain: str) -> SigningKey:
         """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
@@ -98,16 +110,21 @@ class Exchange:
                     raise
                 return self.keyring.create_key(domain, label="c2c serve")
 
+    def scope(self, principal: Principal) -> Store:
+        """The store as the caller's trust domain sees it: its streams, commits and events only."""
+        return self.store.in_domain(principal.domain)
+
     # ------------------------------------------------------------------ publish
     @staticmethod
     def check_publish(principal: Principal, stream: str | None, labels: Sequence[str],
-                      known: Sequence[str]) -> None:
-        """Refuse a bad stream name or a label that no span will have, before any work is done.
+                      known: Sequence[str], share: Sequence[str] = ()) -> None:
+        """Refuse a bad stream name, share list or a label that no span will have, before any work is done.
 
         ``known``: the labels the conversation's spans will carry (its messages', and ``assistant``
         for the reply).
         """
         check_stream(stream or principal.agent)
+        _check_share(share)
         missing = sorted(set(_check_labels(labels)) - set(known))
         if missing:
             raise ConfigError(f"publish labels {missing} name no span of this conversation; its spans are "
@@ -115,18 +132,21 @@ class Exchange:
 
     def publish(self, *, runtime: Runtime, principal: Principal, session: str | None, cache: KVCache,
                 rendering: Rendering, stream: str | None, labels: Sequence[str] = (),
-                parents: Sequence[str] = (), text_parents: Sequence[str] = ()) -> dict:
-        """Commit ``cache`` (which covers exactly ``rendering``), whole or the slice of ``labels``.
+                parents: Sequence[str] = (), text_parents: Sequence[str] = (), share: Sequence[str] = ()) -> dict:
+        """Commit ``cache`` (which covers exactly ``rendering``), whole or the slice of ``labels``, on
+        the caller's domain's ``stream``; ``share`` names other domains that may attach it.
 
         ``parents`` are the commits the session attached; ``text_parents``, those of them it
-        read as text, which are no cache hop (:mod:`c2c.store.hops`).
+        read as text, which are no cache hop (:mod:`c2c.store.hops`). Parents another domain
+        shared are named in the header's :data:`SHARED_PARENTS` label, not as store parents:
+        the dependency graph, and so invalidation, stays inside a domain.
 
         Raises:
-            ConfigError: a bad stream name or labels, or no span with those labels.
+            ConfigError: a bad stream name, share list or labels, or no span with those labels.
         """
         t0 = time.perf_counter()
         stream = check_stream(stream or principal.agent)
-        labels = _check_labels(labels)
+        labels, share = _check_labels(labels), _check_share(share)
         if cache.token_ids != rendering.token_ids:
             raise HandoffError("internal: the cache to publish does not cover the conversation")  # never expected
         P = len(rendering.prefix_ids)
@@ -150,48 +170,92 @@ class Exchange:
         producer = {"agent": principal.agent, "domain": principal.domain}
         if session:
             producer["session"] = session
+        store = self.scope(principal)
+        with _quiet_store():
+            own = tuple(p for p in parents if _has(store, p))
+        foreign = tuple(p for p in parents if p not in own)
+        extra = {TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text, "truncated": truncated}}
+        if share:
+            extra[SHARE_KEY] = list(share)
         artifact = Artifact.build(kv, fingerprint=Fingerprint.of(runtime), prefix=PrefixRef.of(rendering.prefix_ids),
-                                  producer=producer, parents=tuple(parents),
-                                  labels={**span_labels, **text_parents_label(parents, text_parents)},
-                                  extra={TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text,
-                                                    "truncated": truncated}})
+                                  producer=producer, parents=own,
+                                  labels={**span_labels, **text_parents_label(own, text_parents),
+                                          **({SHARED_PARENTS: ",".join(foreign)} if foreign else {})},
+                                  extra=extra)
         data = sign(artifact, key).encode()
         t1 = time.perf_counter()
-        commit = self.store.put(data, stream=stream)
+        with _quiet_store():
+            commit = store.put(data, stream=stream)
+            if share:
+                store.grant(commit.id, share)
         t2 = time.perf_counter()
         return {"commit": commit.id, "stream": commit.stream, "version": commit.version,
                 "kind": artifact.header.kind, "labels": list(labels), "tokens": kv.seq_len, "bytes": len(data),
-                "parents": list(commit.parents), "text_chars": len(text), "text_truncated": truncated,
+                "parents": list(commit.parents), "shared_parents": list(foreign), "share": list(share),
+                "text_chars": len(text), "text_truncated": truncated,
                 "signed_by": {"domain": key.domain, "key_id": key.key_id[:16]},
                 "timings": {"export_s": t1 - t0, "put_s": t2 - t1}}
 
     # ------------------------------------------------------------------- attach
+    def locate(self, principal: Principal, commit_id: str) -> tuple[Store, str]:
+        """The store handle that holds ``commit_id`` for the caller, and the domain that owns it:
+        the caller's own domain, else one that granted it the commit.
+
+        Raises:
+            ConfigError: a malformed id.
+            CommitNotVisibleError: neither (the same answer whether or not the id exists elsewhere).
+        """
+        cid = check_id(commit_id)
+        own = self.scope(principal)
+        with _quiet_store():
+            if _has(own, cid):
+                return own, principal.domain
+            owner = own.granted(cid)
+        if owner is None:
+            raise not_visible(principal, cid)
+        return self.store.in_domain(owner), owner
+
     def attach(self, commit_id: str, *, runtime: Runtime, principal: Principal, prefix_ids: Sequence[int],
                mode: str) -> Attachment:
         """Fetch, check and decide one commit for a request whose shared prefix is ``prefix_ids``.
 
+        A commit of another domain is read only where that domain's signed share list names the
+        caller's; its record then carries no lengths, blocks, reasons, key ids or locations.
+
         Raises:
-            ConfigError: a malformed id. CommitNotFoundError: no such commit.
+            ConfigError: a malformed id. CommitNotVisibleError: no such commit visible to the caller.
             ArtifactError, TrustError: the commit's bytes or signature do not verify (any mode).
             DomainMismatchError, StaleCommitError, FingerprintMismatchError, PrefixMismatchError,
             HandoffError: ``full``/``slice`` and the cache may not be used (``auto`` takes text).
         """
         t0 = time.perf_counter()
         cid = check_id(commit_id)
-        rec = self.store.get(cid, allow_stale=True)
+        store, owner = self.locate(principal, cid)
+        foreign = owner != principal.domain
+        with _quiet_store():
+            try:
+                rec = store.get(cid, allow_stale=True)
+            except CommitNotFoundError:  # collected since
+                raise not_visible(principal, cid) from None
         t1 = time.perf_counter()
         # The signer's own domain is the provenance of cache and text; it is checked on the header
         # before any tensor byte is hashed or built.
         artifact, signer = load_signed(rec.data, self.keyring)
-        self._remember(cid, signer.domain)
         h = artifact.header
+        shared_with = _shared_with(h)
+        if signer.domain != owner or (foreign and principal.domain not in shared_with):
+            raise not_visible(principal, cid)  # bytes its domain did not sign, or a share it does not name
         agent = h.producer.get("agent", "?")
-        hops = hop_report(self.store, cid)
-        sender = Party(name=agent, domain=signer.domain, fingerprint=h.fingerprint, prefix=h.prefix)
+        with _quiet_store():
+            hops = hop_report(store, cid)
+        sender = Party(name=agent, domain=signer.domain, fingerprint=h.fingerprint, prefix=h.prefix,
+                       shared_with=shared_with)
         receiver = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
                          prefix=PrefixRef.of(prefix_ids))
         decision = decide(sender, receiver, HandoffPolicy(mode=mode), hops=hops.depth + 1,
                           stale=rec.stale_reason if rec.stale else None, advice_note=ADVISOR_NOTE)
+        if foreign:
+            decision = _redacted(decision)
         t2 = time.perf_counter()
         if mode in ("full", "slice"):
             _refuse(decision)
@@ -201,103 +265,141 @@ class Exchange:
         prefix_kv = None
         if used == "cache":
             try:
-                trust = trust_check(artifact, self.keyring, principal.domain, self.verify, runtime=runtime,
+                trust = trust_check(artifact, self.keyring, owner, self.verify, runtime=runtime,
                                     prefix_ids=list(prefix_ids),
                                     context=lambda rt: rt.prefill(list(prefix_ids))[1] if prefix_ids else None)
                 parts, prefix_kv = _cache_parts(artifact, f"from:{agent}", _kept_text(artifact, cid, required=False))
             except C2CError as e:
+                if foreign:  # the class says what failed; the message may measure the owner's context
+                    e = type(e)(f"commit {cid[:12]}: {type(e).__name__} (details withheld: another domain's commit)")
                 if mode != "auto":
-                    raise
+                    raise e from None
                 used, metric = "text", f"error:{type(e).__name__}"
                 reason = f"fell back to text: {type(e).__name__}: {e}"
         nbytes = len(rec.data)
         if used == "text":
             text = _kept_text(artifact, cid)
-            if decision.check("hops").ok is False:  # cite the chain the cache would have extended
+            if decision.check("hops").ok is False and not foreign:  # cite the chain the cache would have extended
                 text += "\n" + hops.fallback_text()
             parts = (text_turn(runtime, f"from:{agent}", f"Context from {agent} (c2c commit {cid[:12]}):\n{text}"),)
             nbytes = len(text.encode())
         t3 = time.perf_counter()
+        signer_info = {"domain": signer.domain} if foreign else {"domain": signer.domain, "key_id": signer.key_id[:16]}
         record = {"commit": cid, "requested": mode, "used": used, "mode": h.kind if used == "cache" else "text",
                   "kind": h.kind, "reason": reason, "checks": [c.to_dict() for c in decision.checks],
-                  "signer": {"domain": signer.domain, "key_id": signer.key_id[:16]}, "stale": rec.stale,
+                  "signer": signer_info, "shared": foreign, "stale": rec.stale,
                   "hops": hops.depth + 1, "tokens": sum(len(p.token_ids) for p in parts) + (
                       prefix_kv.seq_len if prefix_kv is not None else 0),
                   "bytes": nbytes, "trust": trust.to_dict() if trust is not None else None,
                   "timings": {"fetch_s": t1 - t0, "decide_s": t2 - t1, "check_s": t3 - t2}}
+        if foreign:
+            record.pop("hops")
         return Attachment(commit=cid, used=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
                           metric_reason=metric)
 
-
     # ------------------------------------------------------------------ commits
     def show(self, principal: Principal, commit_id: str) -> dict:
-        """A commit's facts, staleness and hop depth (of the caller's domain only).
+        """A commit of the caller's domain: its facts, staleness and hop depth.
 
         Raises:
-            ConfigError, CommitNotFoundError, DomainMismatchError; ArtifactError, TrustError
-            (its signature does not verify, so it belongs to no domain).
+            ConfigError: a malformed id. CommitNotVisibleError: the caller's domain has no such commit.
         """
-        cid = check_id(commit_id)
-        self._require_domain(principal, cid)
-        rec = self.store.show(cid)
-        return {**rec.to_dict(), "hops": hop_report(self.store, rec.id).to_dict()}
+        store = self._own(principal, commit_id)
+        with _quiet_store():
+            rec = store.show(commit_id)
+            return {**rec.to_dict(), "hops": hop_report(store, rec.id).to_dict()}
 
     def invalidate(self, principal: Principal, commit_id: str, reason: str) -> list[dict]:
-        """Mark a commit of the caller's domain (and everything built on it) stale; the new events."""
-        cid = check_id(commit_id)
-        self._require_domain(principal, cid)
-        return [e.to_dict() for e in self.store.invalidate(cid, reason=reason)]
+        """Mark a commit of the caller's domain (and everything built on it there) stale; the new events."""
+        store = self._own(principal, commit_id)
+        with _quiet_store():
+            return [e.to_dict() for e in store.invalidate(commit_id, reason=reason)]
 
     def events(self, principal: Principal, after: str = "0", *, limit: int = 100,
                wait_s: float = 0.0) -> tuple[list[dict], str]:
-        """Stale events after cursor ``after`` about the caller's domain's commits, and the next cursor."""
-        evs = self.store.events(after, limit=limit, wait_s=wait_s)
-        cursor = evs[-1].seq if evs else after
-        return [e.to_dict() for e in evs if self._domain_of(e.commit) == principal.domain], cursor
+        """Stale events of the caller's domain after cursor ``after``, and the next cursor."""
+        with _quiet_store():
+            evs = self.scope(principal).events(after, limit=limit, wait_s=wait_s)
+        return [e.to_dict() for e in evs], (evs[-1].seq if evs else after)
 
-    def is_stale(self, commit_id: str) -> bool:
-        """Whether ``commit_id`` has been invalidated (or built on something that was).
-
-        Raises:
-            CommitNotFoundError: it was collected.
-        """
-        return self.store.show(commit_id).stale
-
-    def signer_domain(self, commit_id: str) -> str:
-        """The trust domain whose trusted key signed ``commit_id`` (verified; remembered per id).
-
-        A commit's header names its producer's domain, but only the signature proves it:
-        a commit signed by one domain and claiming another belongs to its signer.
+    def is_stale(self, principal: Principal, commit_id: str) -> bool:
+        """Whether ``commit_id`` (the caller's, or one shared with it) has been invalidated.
 
         Raises:
-            CommitNotFoundError; ArtifactError, TrustError: the commit does not verify.
+            CommitNotVisibleError: it was collected, or is no longer visible.
         """
-        with self._domains_lock:
-            known = self._domains.get(commit_id)
-        if known is not None:
-            return known
-        data = self.store.get(commit_id, allow_stale=True).data
-        header, sig = Artifact.peek(data)
-        domain = verify_header(header, sig, self.keyring).domain
-        self._remember(commit_id, domain)
-        return domain
+        store, _ = self.locate(principal, commit_id)
+        with _quiet_store():
+            try:
+                return store.show(commit_id).stale
+            except CommitNotFoundError:
+                raise not_visible(principal, commit_id) from None
 
-    def _remember(self, commit_id: str, domain: str) -> None:
-        with self._domains_lock:  # commits are immutable: the mapping never changes (a bounded memo)
-            if len(self._domains) >= DOMAIN_MEMO:
-                self._domains.pop(next(iter(self._domains)))
-            self._domains[commit_id] = domain
+    def _own(self, principal: Principal, commit_id: str) -> Store:
+        cid = check_id(commit_id)
+        store = self.scope(principal)
+        with _quiet_store():
+            if not _has(store, cid):
+                raise not_visible(principal, cid)
+        return store
 
-    def _require_domain(self, principal: Principal, commit_id: str) -> None:
-        if self.signer_domain(commit_id) != principal.domain:
-            raise DomainMismatchError(f"commit {commit_id[:12]} belongs to another trust domain than "
-                                      f"{principal.domain!r}")
 
-    def _domain_of(self, commit_id: str) -> str | None:
-        try:
-            return self.signer_domain(commit_id)
-        except C2CError:  # collected since, or not verifiable: nobody's event
-            return None
+def not_visible(principal: Principal, commit_id: str) -> CommitNotVisibleError:
+    """The one answer for an id the caller may not see, whether or not it exists elsewhere."""
+    return CommitNotVisibleError(
+        f"no commit {commit_id[:12]} is visible to trust domain {principal.domain!r}: none exists there, or the "
+        "domain that owns it did not share it (publish with \"share\": [domains] to share)")
+
+
+def _has(store: Store, commit_id: str) -> bool:
+    try:
+        store.show(commit_id)
+        return True
+    except CommitNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_store():
+    """Store failures without the store's location (a path, a Redis host and user) in the message:
+    what a caller is told names the problem, the server's log names the place."""
+    try:
+        yield
+    except (CommitNotFoundError, StaleCommitError, ConfigError):
+        raise
+    except StoreError as e:
+        log.warning("store: %s", e)
+        what = {StoreCorruptError: "the commit's stored bytes are damaged; its publisher should publish it again",
+                StoreWriteError: "the store could not commit this; nothing was written, retry"}
+        raise type(e)(next((m for cls, m in what.items() if isinstance(e, cls)),
+                           "the store is unavailable; retry later (the server log has the details)")) from None
+
+
+def _shared_with(header) -> tuple[str, ...]:
+    raw = header.extra.get(SHARE_KEY)
+    return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
+
+
+def _check_share(share: Sequence[str]) -> tuple[str, ...]:
+    share = tuple(share or ())
+    if len(share) > MAX_SHARE:
+        raise ConfigError(f"publish share: name at most {MAX_SHARE} trust domains")
+    return tuple(sorted({check_domain(d) for d in share}))
+
+
+def _redacted(decision: Decision) -> Decision:
+    """``decision`` with check details that could measure another domain's context (prefix lengths and
+    blocks, stale reasons, chain depth) replaced by their verdicts alone."""
+    verdicts = {"prefix": ("same shared prefix", "shared prefixes differ"),
+                "staleness": ("fresh context", "built on stale context (invalidated or superseded)"),
+                "hops": ("within the hop limit", "would exceed the hop limit (C2C_MAX_HOPS)")}
+    checks = tuple(replace(c, detail=verdicts[c.name][0 if c.ok else 1]) if c.name in verdicts else c
+                   for c in decision.checks)
+    failed = [c for c in checks if c.ok is False]
+    reason = decision.reason
+    if decision.path == "text" and failed and reason != "text requested":
+        reason = f"fell back to text: {failed[0].detail}"
+    return replace(decision, checks=checks, reason=reason)
 
 
 def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,

@@ -4,8 +4,11 @@ The held cache (a session's) is cut to the longest common token prefix with the
 rendering: the K/V of a prefix depend on that prefix alone, so whatever the
 cache and the new conversation share is exact to reuse, and nothing after the
 first differing token ever is. A part that comes with its K/V (an attached
-commit) is imported, re-positioned if needed, instead of prefilled. Everything
-else is prefilled, except the last token, whose logits the generation needs.
+commit) is imported, re-positioned if needed, instead of prefilled, and always
+whole: reuse stops where the first such part starts, even when the held cache
+shares some of its tokens (chat-template tokens, or an earlier attachment's), so
+an attached commit's K/V is what the request continues from. Everything else is
+prefilled, except the last token, whose logits the generation needs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class Prepared:
         reused: tokens taken from the held cache.
         imported: tokens whose K/V came with the rendering (attachments).
         prefilled: tokens prefilled here (``pending`` not included).
+        per_part: ``(reused, imported, computed)`` tokens of each part of the rendering, in order;
+            computed = prefilled here or pending. Each triple adds up to the part's length.
     """
 
     cache: KVCache | None
@@ -34,6 +39,7 @@ class Prepared:
     reused: int
     imported: int
     prefilled: int
+    per_part: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def cached(self) -> int:
@@ -68,16 +74,23 @@ def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering) -> Pre
     if not target:
         raise ValueError("nothing to prefill")  # render() always yields at least the generation prompt
     n = common_prefix(held.token_ids, target) if held is not None and held.start == 0 else 0
-    cache = truncate(held, min(n, len(target) - 1))
+    bounds, offset = [], 0
+    for part in rendering.parts:
+        bounds.append((offset, offset + len(part.token_ids)))
+        offset += len(part.token_ids)
+    # An attachment's K/V is imported whole: reuse ends where the first one starts. (The prefix's
+    # own K/V, which a full cache brings, equals the caller's by the prefix check: reuse wins there.)
+    first_kv = min((a for (a, _), p in zip(bounds[1:], rendering.parts[1:]) if p.kv is not None), default=n)
+    cache = truncate(held, min(n, first_kv, len(target) - 1))
     reused = cache.seq_len if cache is not None else 0
     covered = reused              # tokens before this are in `cache` or `pending`
     pending: list[int] = []
     imported = prefilled = 0
-    offset = 0
-    for part in rendering.parts:
-        a, b = offset, offset + len(part.token_ids)
-        offset = b
+    per_part = []
+    for part, (a, b) in zip(rendering.parts, bounds):
+        kept = max(0, min(b, reused) - a)
         if b <= covered:
+            per_part.append((kept, 0, 0))
             continue
         if part.kv is not None and a == covered and b < len(target):
             if pending:
@@ -87,10 +100,13 @@ def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering) -> Pre
             kv = runtime.reposition(part.kv, a)  # (1, H, T, D) per layer, at positions [a, b)
             cache = kv if cache is None else cache.append(kv)
             imported += b - a
+            per_part.append((0, b - a, 0))
         else:
             pending += target[max(a, covered):b]
+            per_part.append((kept, 0, b - max(a, covered)))
         covered = b
-    return Prepared(cache=cache, pending=tuple(pending), reused=reused, imported=imported, prefilled=prefilled)
+    return Prepared(cache=cache, pending=tuple(pending), reused=reused, imported=imported, prefilled=prefilled,
+                    per_part=tuple(per_part))
 
 
 def extend(runtime: Runtime, held: KVCache | None, target: Sequence[int]) -> tuple[KVCache, int]:

@@ -4,7 +4,8 @@ Extensions ride in one extra field, ``c2c`` (the openai client sends it with
 ``extra_body={"c2c": {...}}``)::
 
     {"session": "analyst-1",                       # keep this conversation's KV cache between requests
-     "publish": {"stream": "analyst", "labels": ["evidence"]},   # commit the cache (or a slice) after the reply
+     "publish": {"stream": "analyst", "labels": ["evidence"],    # commit the cache (or a slice) after the reply
+                 "share": ["ops"]},                # ... and let trust domain "ops" attach it too
      "attach": ["<commit id>", ...], "mode": "auto",             # continue from commits: auto|full|slice|text
      "timeout_s": 30}                              # a tighter deadline than the server's
 
@@ -66,6 +67,8 @@ class PublishIn(BaseModel):
     stream: str | None = Field(default=None, max_length=200, description="default: the caller's agent name")
     labels: list[str] = Field(default_factory=list, max_length=16,
                               description="publish only the slice covering these spans; empty: the whole cache")
+    share: list[str] = Field(default_factory=list, max_length=16,
+                             description="other trust domains that may attach this commit (as text or cache)")
 
 
 class C2CIn(BaseModel):
@@ -130,7 +133,8 @@ class ChatCompletionIn(BaseModel):
             stop=tuple([self.stop] if isinstance(self.stop, str) else (self.stop or [])),
             logit_bias=tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items()),
             session=c.session, attach=tuple(c.attach), mode=c.mode, timeout_s=c.timeout_s, stream=self.stream,
-            publish=None if c.publish is None else PublishSpec(stream=c.publish.stream, labels=tuple(c.publish.labels)))
+            publish=None if c.publish is None else PublishSpec(stream=c.publish.stream, labels=tuple(c.publish.labels),
+                                                              share=tuple(c.publish.share)))
 
 
 class InvalidateIn(BaseModel):

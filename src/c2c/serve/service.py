@@ -43,6 +43,7 @@ DEFAULT_CONTEXT = 32768
 class PublishSpec:
     stream: str | None = None
     labels: tuple[str, ...] = ()
+    share: tuple[str, ...] = ()    # other trust domains that may attach the commit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,7 +172,7 @@ class ChatService:
         system, rest = split_system(req.messages)
         if req.publish is not None:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
-                                        [m.label for m in rest] + ["assistant"])
+                                        [m.label for m in rest] + ["assistant"], req.publish.share)
         prefix = prefix_ids(rt, system)
         attachments, attached, via_text, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
         t_attach = time.perf_counter()
@@ -191,6 +192,7 @@ class ChatService:
                             stop=req.stop, logit_bias=req.logit_bias)
         job.check()
         prepared = prepare(rt, session.cache, rendering)
+        records = _accounted(records, prepared.per_part, prefix_kv is not None)
         # Commit what this request established: the cache (exact by its token ids) and the attachments.
         session.cache = prepared.cache
         session.attachments = tuple(replace(p, kv=None) for p in attachments)
@@ -214,7 +216,7 @@ class ChatService:
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
                                               cache=session.cache, rendering=whole, stream=req.publish.stream,
                                               labels=req.publish.labels, parents=attached,
-                                              text_parents=via_text)
+                                              text_parents=via_text, share=req.publish.share)
             self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])
         t_end = time.perf_counter()
         for kind, n in (("prompt", n_prompt), ("cached", prepared.cached), ("completion", decoded.completion_tokens)):
@@ -235,9 +237,11 @@ class ChatService:
                           completion_tokens=decoded.completion_tokens, cached_tokens=prepared.cached, c2c=c2c)
 
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
-                     prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], tuple[str, ...], list[dict],
+                     prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], tuple[str, ...],
+                                                       list[tuple[dict, int]],
                                                        Any]:
-        """(parts after the prefix, their commits, those read as text, records, a full cache's prefix K/V)
+        """(parts after the prefix, their commits, those read as text, (record, number of parts) of each
+        commit attached now, a full cache's prefix K/V)
         for this request: the commits it attaches, else the session's own attachments.
 
         A session's cache attachment whose commit has gone stale since is not reused: the
@@ -250,7 +254,7 @@ class ChatService:
                 raise PrefixMismatchError(
                     f"session {req.session!r} holds attachments placed after another system message; send the "
                     "same system message, attach again, or use a new session")
-            if not any(self.exchange.is_stale(c) for c in session.attached if c not in session.via_text):
+            if not any(self.exchange.is_stale(principal, c) for c in session.attached if c not in session.via_text):
                 return session.attachments, session.attached, session.via_text, [], None
             attach, mode = session.attached, session.attach_mode
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode)
@@ -259,9 +263,27 @@ class ChatService:
             self.metrics.handoffs.labels(path=a.used, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
         return (tuple(p for a in found for p in a.parts), tuple(a.commit for a in found),
-                tuple(a.commit for a in found if a.used == "text"), [a.record for a in found], found[0].prefix_kv)
+                tuple(a.commit for a in found if a.used == "text"), [(a.record, len(a.parts)) for a in found],
+                found[0].prefix_kv)
 
     def close(self) -> None:
         """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""
         for w in self.workers.values():
             w.close(self.config.shutdown_timeout_s)
+
+
+def _accounted(records: list[tuple[dict, int]], per_part: tuple[tuple[int, int, int], ...], full_prefix: bool) -> list[dict]:
+    """Each attach record with the tokens of its parts that were imported, reused from the session's
+    cache, and prefilled (they add up to ``tokens``). Attachments are the rendering's parts after the
+    prefix, one each but for a commit that holds only the shared prefix (none); a full cache's prefix
+    part counts for the first record."""
+    out, i = [], 1
+    for n, (rec, nparts) in enumerate(records):
+        own = list(per_part[i: i + nparts])
+        i += len(own)
+        if n == 0 and full_prefix:
+            own.append(per_part[0])
+        reused, imported, computed = (sum(t[k] for t in own) for k in range(3))
+        out.append({**rec, "imported_tokens": imported, "reused_tokens": reused, "prefilled_tokens": computed})
+    return out
+

@@ -54,11 +54,16 @@ class IsolationDecision:
         return self.transport == "cache"
 
 
-def decide(sender_domain: str | None, receiver_domain: str | None) -> IsolationDecision:
-    """``cache`` only when both agents are in the same, named trust domain; else ``text``."""
+def decide(sender_domain: str | None, receiver_domain: str | None,
+           shared_with: Sequence[str] = ()) -> IsolationDecision:
+    """``cache`` only when both agents are in the same, named trust domain, or when the sender's
+    domain shared this context with the receiver's (``shared_with``: the domains named by the
+    sender's signed share list); else ``text``."""
     if not sender_domain or not receiver_domain:
         who = "sender" if not sender_domain else "receiver"
         return IsolationDecision(transport="text", reason=f"the {who} has no trust domain; caches need one")
+    if sender_domain != receiver_domain and receiver_domain in shared_with:
+        return IsolationDecision(transport="cache", reason=f"shared by its publisher with {receiver_domain!r}")
     if sender_domain != receiver_domain:
         return IsolationDecision(
             transport="text",
