@@ -16,10 +16,13 @@ Environment: C2C_BASE_URL (default http://127.0.0.1:8000/v1), C2C_API_KEY, C2C_M
 
 import asyncio
 import os
+import uuid
 
 import httpx
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
+
+RUN = uuid.uuid4().hex[:8]  # this run's own sessions: a rerun starts fresh
 
 BASE_URL = os.environ.get("C2C_BASE_URL", "http://127.0.0.1:8000/v1")
 API_KEY = os.environ.get("C2C_API_KEY", "none")
@@ -43,10 +46,10 @@ def agent(name: str, **c2c) -> Agent:
 
 async def main() -> None:
     set_tracing_disabled(True)
-    await Runner.run(agent("analyst", session="sdk-analyst", publish={"stream": "analyst"}),
+    await Runner.run(agent("analyst", session=f"sdk-analyst-{RUN}", publish={"stream": "example-agents-sdk-notes"}),
                      "At 09:14 deploy 7 broke the API; it was rolled back at 09:31.")
     commit = seen["x-c2c-commit"]
-    answer = await Runner.run(agent("writer", session="sdk-writer", attach=[commit], mode="auto"),
+    answer = await Runner.run(agent("writer", session=f"sdk-writer-{RUN}", attach=[commit], mode="auto"),
                               "When did the outage end?")
     print("commit:", commit)
     print("handoff:", seen["x-c2c-handoffs"])

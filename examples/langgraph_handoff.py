@@ -14,10 +14,13 @@ Environment: C2C_BASE_URL (default http://127.0.0.1:8000/v1), C2C_API_KEY, C2C_M
 """
 
 import os
+import uuid
 from typing import TypedDict
 
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
+
+RUN = uuid.uuid4().hex[:8]  # this run's own sessions: a rerun starts fresh
 
 BASE_URL = os.environ.get("C2C_BASE_URL", "http://127.0.0.1:8000/v1")
 API_KEY = os.environ.get("C2C_API_KEY", "none")
@@ -39,13 +42,13 @@ def chat(**c2c) -> ChatOpenAI:
 
 
 def analyst(state: State) -> State:
-    reply = chat(session="lg-analyst", publish={"stream": "analyst"}).invoke(
+    reply = chat(session=f"lg-analyst-{RUN}", publish={"stream": "example-langgraph-notes"}).invoke(
         [("system", SYSTEM), ("user", state["evidence"])])
     return {"commit": reply.response_metadata["headers"]["x-c2c-commit"]}
 
 
 def writer(state: State) -> State:
-    reply = chat(session="lg-writer", attach=[state["commit"]], mode="auto").invoke(
+    reply = chat(session=f"lg-writer-{RUN}", attach=[state["commit"]], mode="auto").invoke(
         [("system", SYSTEM), ("user", state["question"])])
     return {"answer": reply.content, "handoff": reply.response_metadata["headers"]["x-c2c-handoffs"]}
 

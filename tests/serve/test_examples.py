@@ -16,12 +16,17 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def test_openai_client_example(tiny_server):
     env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "C2C_MODEL": "tiny-qwen2",
            "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "openai_client.py")], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout
-    assert out.startswith("reply:") and "analyst published commit" in out
-    assert "handoff used cache: same model, same shared prefix, same trust domain" in out
+    for run in range(2):  # a rerun imports the commit too: it never continues the last run's sessions
+        proc = subprocess.run([sys.executable, str(EXAMPLES / "openai_client.py")], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = proc.stdout
+        assert out.startswith("reply:") and "analyst published commit" in out
+        assert f"(stream example-incident-notes v{run + 1})" in out  # its own stream, a version per run
+        assert "handoff used cache: same model, same shared prefix, same trust domain" in out
+        line = next(x for x in out.splitlines() if x.startswith("commit tokens"))
+        tokens = int(line.split()[2].rstrip(":"))
+        assert line == f"commit tokens {tokens}: imported {tokens}, reused 0, prefilled 0", line
 
 
 @pytest.mark.parametrize("script, needs", [
