@@ -120,3 +120,17 @@ def test_get_writes_the_artifact_and_refuses_stale(env, capsys, tmp_path):
     assert code == 2 and "StaleCommitError" in err and not (tmp_path / "x.c2c").exists()
     code, out, _ = run(capsys, "store", "get", a, "--out", str(tmp_path / "x.c2c"), "--allow-stale")
     assert code == 0 and "STALE: " in out and (tmp_path / "x.c2c").exists()
+
+
+def test_domain_picks_the_trust_domain_acted_in(env, capsys):
+    code, out, _ = run(capsys, "store", "put", str(env["a"]), "--domain", "research", "--json")
+    mine = json.loads(out)
+    assert code == 0 and mine["version"] == 1
+    code, out, _ = run(capsys, "store", "put", str(env["b"]), "--stream", "analyst", "--json")  # domain 'default'
+    assert json.loads(out)["version"] == 1  # another domain's stream of the same name
+    code, out, _ = run(capsys, "store", "log", "--domain", "research", "--json")
+    assert [c["id"] for c in json.loads(out)] == [mine["id"]]
+    code, _, err = run(capsys, "store", "show", mine["id"])  # not in domain 'default'
+    assert code == 2 and "no commit" in err
+    code, _, err = run(capsys, "store", "log", "--domain", "bad domain!")
+    assert code == 2 and "trust domain" in err

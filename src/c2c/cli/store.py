@@ -1,13 +1,15 @@
 """`c2c store ...`: the commit store from the shell.
 
 Every command takes ``--store URL`` (default ``$C2C_STORE``, else the embedded
-``sqlite:////$C2C_HOME/store``, four slashes: absolute), opens that one store and calls one method.
+``sqlite:////$C2C_HOME/store``, four slashes: absolute) and ``--domain D`` (the trust domain
+to act in), opens that one store and calls one method.
 Commit ids may be abbreviated to any unambiguous prefix of 4+ hex characters.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -97,13 +99,18 @@ def _common(c: argparse.ArgumentParser) -> None:
                         "relative to the working directory; write sqlite:///./tmp/x when the first part is "
                         "also a top-level dir such as /tmp), or redis://HOST:PORT/DB "
                         "(default $C2C_STORE, else sqlite under $C2C_HOME/store)")
+    c.add_argument("--domain", metavar="D",
+                   help="the trust domain to act in: each domain's streams, commits and events are its own "
+                        "(default: the URL's ?domain=, else 'default'; `c2c serve` keeps each caller's there)")
     add_json_flag(c)
 
 
+@contextlib.contextmanager
 def _open(args: argparse.Namespace):
     from c2c.store import open_store
 
-    return open_store(args.store)
+    with open_store(args.store) as store:
+        yield store.in_domain(args.domain) if args.domain else store
 
 
 def _when(ts: float) -> str:
