@@ -80,7 +80,7 @@ def main() -> int:
 
 
 def _llama(name: str, threads: int):
-    import llama_cpp  # the user's fast engine, the baseline (built by .ci/setup)
+    import llama_cpp  # the user's fast engine, the baseline (built by scripts/setup.sh)
 
     return llama_cpp.Llama(model_path=str(zoo.gguf(name)), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
                            n_batch=512, verbose=False)

@@ -12,7 +12,7 @@ template, the same token counts:
 4. it answers ``answer_tokens`` tokens.
 
 One ``Llama`` context serves both agents, one after the other (as one llama-server
-slot would). Needs ``llama-cpp-python`` (built from source by ``.ci/setup``).
+slot would). Needs ``llama-cpp-python`` (built from source by ``scripts/setup.sh``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from c2c.cli.main import add_runtime_flags, add_json_flag, command, emit
+from c2c.config import settings
 
 
 def register(sub) -> None:
@@ -20,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--message-tokens", type=int, required=True, help="length of the message the hop carries")
     p.add_argument("--context-tokens", type=int, default=0, help="context the sender holds besides the message")
     p.add_argument("--hops", type=int, default=1, help="position of this hop in the chain (1 = first)")
-    p.add_argument("--hop-limit", type=int, default=3, help="longest chain allowed before falling back to text")
+    p.add_argument("--hop-limit", type=int, default=None,
+                   help="longest chain allowed before falling back to text (default $C2C_MAX_HOPS, else 3)")
     p.add_argument("--bandwidth-gbps", type=float, default=None,
                    help="network bandwidth between the agents in Gbit/s (default: same machine)")
     p.add_argument("--cross-domain", action="store_true", help="sender and receiver are in different trust domains")
@@ -46,7 +48,8 @@ def _advise(args: argparse.Namespace) -> int:
         cal = calibrate(zoo.load(args.model, dtype=args.dtype, backend=args.backend))
         advise.save_calibration(cal)
     a = advise.advise(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
-                      hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,
+                      hop_limit=settings().max_hops if args.hop_limit is None else args.hop_limit,
+                      bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,
                       same_model=not args.other_model, fuser_available=args.fuser)
     text = (f"decision: {a.decision.upper()}\n"
             f"  text  handoff {a.text_handoff_s:8.3f}s   pipeline {a.text_pipeline_s:8.2f}s\n"

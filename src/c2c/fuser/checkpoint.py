@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,13 +141,3 @@ def load(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[Cache
                                    "(modified or mixed up with another checkpoint)")
     fuser.load_state_dict(state)
     return fuser.to(device).eval(), meta
-
-
-def copy_for_release(src: str | Path, dst: str | Path) -> Path:
-    """Copy only ``config.json`` and ``fuser.safetensors`` (no training state) to ``dst``."""
-    src, dst = Path(src), Path(dst)
-    read_meta(src)
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in (CONFIG, WEIGHTS):
-        shutil.copy2(src / name, dst / name)
-    return dst

@@ -145,6 +145,3 @@ class CacheFuser(nn.Module):
             out_k[r] = self.proj[f"k{r}"](keys[r], sharer_keys[j], tau=tau, generator=generator)
             out_v[r] = self.proj[f"v{r}"](values[r], sharer_values[j], tau=tau, generator=generator)
         return out_k, out_v
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())

@@ -16,7 +16,6 @@ context has ``start > 0`` and must be re-positioned before it is attached.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import torch
 
@@ -159,11 +158,3 @@ class KVCache:
             if a.numel():
                 worst = max(worst, (a.float() - b.float()).abs().max().item())
         return worst
-
-
-def empty_like_layout(windows: Sequence[int | None], kv_heads: Sequence[int], head_dims: Sequence[int],
-                      dtype: torch.dtype, start: int = 0) -> KVCache:
-    """A zero-token cache with the given per-layer layout."""
-    keys = tuple(torch.empty(1, h, 0, d, dtype=dtype) for h, d in zip(kv_heads, head_dims))
-    return KVCache(keys=keys, values=tuple(torch.empty_like(k) for k in keys), token_ids=(),
-                   start=start, windows=tuple(windows))

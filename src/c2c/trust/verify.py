@@ -305,8 +305,3 @@ def _worst(errs: torch.Tensor, positions: Sequence[int]) -> dict:
     i = int(torch.argmax(torch.nan_to_num(errs, nan=float("inf")).reshape(-1)))
     return {"layer": i // (2 * k), "position": int(positions[i % k]), "tensor": "kv"[(i // k) % 2],
             "error": float(errs.reshape(-1)[i])}
-
-
-def verify_error_report(err: Exception) -> VerifyReport | None:
-    """The :class:`VerifyReport` attached to a :class:`VerificationFailedError`, if any."""
-    return getattr(err, "report", None)
