@@ -365,8 +365,10 @@ def _quiet_store():
     what a caller is told names the problem, the server's log names the place."""
     try:
         yield
-    except (CommitNotFoundError, StaleCommitError, ConfigError):
+    except (CommitNotVisibleError, StaleCommitError, ConfigError):
         raise
+    except CommitNotFoundError:  # one of the caller's own, collected meanwhile
+        raise CommitNotFoundError("that commit is no longer in the store (collected meanwhile)") from None
     except StoreError as e:
         log.warning("store: %s", e)
         what = {StoreCorruptError: "the commit's stored bytes are damaged; its publisher should publish it again",
