@@ -252,3 +252,26 @@ def test_the_handoff_bench_runs_on_llama_cpp(zoo_model, capsys):
     r = __import__("json").loads(capsys.readouterr().out)
     assert r["exact"] is True and r["machine"]["dtype"] == "float16" and r["cache_pipeline_s"] > 0
     assert r["slice_pipeline_s"] > 0 and "slice_unsupported" not in r
+
+
+def test_export_and_import_slot_agree_on_the_shared_prefix_of_one_system_prompt(zoo_model, tmp_path, capsys):
+    """`c2c export --system S` and `c2c import-slot --system S` bind their artifacts to one shared prefix,
+    whitespace and all: llama-server writes the system text as it was sent, so both take it verbatim."""
+    from c2c.cli.main import main
+
+    lc = zoo_model("SmolLM2-135M-Instruct", backend="llama.cpp")
+    system = "You are brief.\n"
+    verbatim = lambda text: tuple(lc.bos_ids) + tuple(lc.encode(lc.render_turn("system", text)))
+    ids = list(verbatim(system)) + lc.encode(lc.render_turn("user", DOC))
+    lc.prefill(ids)
+    slot = tmp_path / "slot.bin"
+    assert llama_cpp.llama_state_seq_save_file(lc._ctx, str(slot).encode(), 0, (ctypes.c_int32 * len(ids))(*ids),
+                                                len(ids)) > 0
+    exported, imported = tmp_path / "export.c2c", tmp_path / "import.c2c"
+    assert main(["export", "--model", "SmolLM2-135M-Instruct", "--backend", "llama.cpp", "--system", system,
+                 "--prompt", DOC, "--out", str(exported), "--json"]) == 0
+    assert main(["import-slot", str(slot), "--model", "SmolLM2-135M-Instruct", "--system", system,
+                 "--out", str(imported), "--json"]) == 0
+    capsys.readouterr()
+    a, b = Artifact.read(exported).header.prefix, Artifact.read(imported).header.prefix
+    assert a == b == PrefixRef.of(verbatim(system)) != PrefixRef.of(verbatim(system.strip()))

@@ -149,15 +149,14 @@ def _continue(args: argparse.Namespace) -> int:
 
 def _import_slot(args: argparse.Namespace) -> int:
     from c2c._io import read_bounded
+    from c2c.artifact.prefix import prefix_token_ids
     from c2c.artifact.slots import artifact_from_slot
     from c2c.config import settings
     from c2c.runtime import zoo
 
     data = read_bounded(args.file, settings().max_artifact_bytes)
     runtime = zoo.load(args.model, backend="llama.cpp")
-    prefix = tuple(runtime.bos_ids) + (tuple(runtime.encode(runtime.render_turn("system", args.system)))
-                                       if args.system else ())
-    artifact = artifact_from_slot(data, runtime, prefix_ids=prefix)
+    artifact = artifact_from_slot(data, runtime, prefix_ids=prefix_token_ids(runtime, args.system))
     if args.sign_as:
         from c2c.trust import Keyring, sign
 
