@@ -132,13 +132,11 @@ def _continue(args: argparse.Namespace) -> int:
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     report = None
     if args.domain:
-        from c2c.trust import Keyring, check
+        from c2c.trust import Keyring, check, slice_context
 
-        # a slice is verified against what it follows here: this agent's shared-prefix cache
-        plen = agent.context.prefix_len
-        context = agent.team.prefix_cache(runtime) if artifact.header.start == plen else None
-        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime, context=context,
-                       prefix_ids=agent.context.token_ids[:plen]).to_dict()
+        prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
+        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime, prefix_ids=prefix_ids,
+                       context=slice_context(artifact.header.start, prefix_ids, agent.team.prefix_cache)).to_dict()
     agent.attach(artifact)
     gen = agent.respond(args.prompt, max_new_tokens=args.max_new_tokens)
     info = {"id": artifact.id, "attached_tokens": artifact.header.seq_len, "kind": artifact.header.kind,

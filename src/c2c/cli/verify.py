@@ -176,12 +176,14 @@ def _runtime_loader(model: str | None, header_name: str, dtype: str | None = Non
 
 
 def _context_builder(system: str, artifact):
-    """``runtime -> cache`` of the shared prefix built from ``system``, after checking it is the artifact's."""
+    """``runtime -> cache`` a slice is verified against (:func:`c2c.trust.verify.slice_context`) for a
+    receiver whose shared prefix is ``system``'s, after checking that prefix is the artifact's."""
     def build(runtime):
-        from c2c.artifact.prefix import SharedPrefix
+        from c2c.artifact.prefix import prefix_token_ids
+        from c2c.trust.verify import slice_context
 
-        ids = list(SharedPrefix.build(system).token_ids(runtime))
+        ids = prefix_token_ids(runtime, system)
         artifact.header.prefix.require_match(ids)
-        _, cache = runtime.prefill(ids)
-        return cache
+        context = slice_context(artifact.header.start, ids)
+        return context(runtime) if context is not None else None
     return build

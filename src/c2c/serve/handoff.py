@@ -58,6 +58,7 @@ from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
 from c2c.trust.keys import Keyring, SigningKey, check_domain
 from c2c.trust.policy import VerifyPolicy, check as trust_check
+from c2c.trust.verify import slice_context
 from c2c.trust.signing import load_signed, sign
 
 log = logging.getLogger("c2c")
@@ -266,8 +267,7 @@ class Exchange:
         if used == "cache":
             try:
                 trust = trust_check(artifact, self.keyring, owner, self.verify, runtime=runtime,
-                                    prefix_ids=list(prefix_ids),
-                                    context=lambda rt: rt.prefill(list(prefix_ids))[1] if prefix_ids else None)
+                                    prefix_ids=list(prefix_ids), context=slice_context(h.start, prefix_ids))
                 parts, prefix_kv = _cache_parts(artifact, f"from:{agent}", _kept_text(artifact, cid, required=False))
             except C2CError as e:
                 if foreign:  # the class says what failed; the message may measure the owner's context
