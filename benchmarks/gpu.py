@@ -1,6 +1,6 @@
 """One prepared GPU run (#14, item 4): an 8B-shaped model on CUDA, its 512-token KV across processes, exactness.
 
-    .venv/bin/python benchmarks/gpu.py                          # on a CUDA machine: benchmarks/results/gpu.json
+    .venv/bin/python benchmarks/gpu.py                          # on a CUDA machine: benchmarks/results/gpu.{json,md}
     .venv/bin/python benchmarks/gpu.py --device cpu --small     # the same steps on small shapes (a dry run)
 
 Nothing needs to travel with it but the repository: the weights are random, in bf16, of
@@ -17,7 +17,7 @@ the vocabulary is c2c's 259-token byte tokenizer, so the embedding is small), se
    pinned -> its device. Each step is timed with CUDA synchronisation, beside a device-to-device
    copy of the same bytes, and the second process checks the bytes' sha256.
 
-Writes ``--out`` (default benchmarks/results/gpu.json).
+Writes ``--out`` ``.json`` and ``.md`` (default benchmarks/results/gpu).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="small shapes (a dry run anywhere)")
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", default=str(RESULTS / "gpu.json"))
+    ap.add_argument("--out", default=str(RESULTS / "gpu"), help="output path prefix")
     args = ap.parse_args()
 
     import torch
@@ -180,11 +180,30 @@ def main() -> int:
         "command": "python benchmarks/gpu.py " + " ".join(sys.argv[1:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    return 0 if result["exact"] and same_bytes and result["across_processes_pinned"]["bytes_identical"] else 1
+    result["acceptance"] = {"exact": result["exact"], "received_bytes_identical": same_bytes,
+                            "pinned_bytes_identical": result["across_processes_pinned"]["bytes_identical"]}
+    from c2c.bench import results
+
+    return results.write(args.out, result, markdown(result))
+
+
+def markdown(r: dict) -> str:
+    p = r["across_processes_pinned"]
+    s = r["shape"]
+    lines = [f"# GPU run: {r['device']}, a {r['tokens']}-token bf16 KV of {s['num_hidden_layers']} layers x "
+             f"{s['num_key_value_heads']} KV heads x {s.get('head_dim', s['hidden_size'] // s['num_attention_heads'])}",
+             "",
+             f"Command: `{r['command']}` ({r['created']}).", "",
+             "| step | seconds | GB/s |", "|---|---:|---:|",
+             f"| artifact round trip (encode, decode, back on the device) | {r['artifact_roundtrip_s']:.4f} | – |",
+             f"| across processes: device -> pinned memfd | {p['d2h_s']:.4f} | – |",
+             f"| across processes: pinned memfd -> device | {p['h2d_s']:.4f} | – |",
+             f"| across processes, total | {p['total_s']:.4f} | {p['gbps']:.2f} |",
+             f"| device-to-device copy of the same bytes | {r['device_to_device_copy_s']:.4f} | "
+             f"{r['device_to_device_gbps']:.2f} |", "",
+             f"KV: {r['kv_bytes']:,} bytes. " + ", ".join(f"{k}: **{'PASS' if v else 'FAIL'}**"
+                                                         for k, v in r["acceptance"].items()), ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -193,8 +193,7 @@ def main() -> int:
         from c2c.bench.results import write
 
         result = json.loads(Path(args.out).with_suffix(".json").read_text())
-        plot(result, Path(args.out).with_suffix(".png"))
-        return write(args.out, result, markdown(result))
+        return write(args.out, result, markdown(result), plot=lambda path: plot(result, path))
 
     import torch
 
@@ -252,8 +251,7 @@ def main() -> int:
         "command": "python benchmarks/runtime_speed.py " + " ".join(sys.argv[1:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    plot(result, Path(args.out).with_suffix(".png"))
-    return write(args.out, result, markdown(result))
+    return write(args.out, result, markdown(result), plot=lambda path: plot(result, path))
 
 
 def markdown(r: dict) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 import openai
 
+from c2c.bench import results
 from c2c.testing import serve as _serve
 from c2c.testing.serve import c2c_field  # noqa: F401  (serve_load imports it from here)
 
@@ -270,12 +271,7 @@ def finish(out: dict, args) -> int:
 
 
 def write(out: dict, prefix: Path) -> int:
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
-    prefix.with_suffix(".md").write_text(markdown(out))
-    plot(out, prefix.with_suffix(".png"))
-    print(markdown(out))
-    return 0
+    return results.write(prefix, out, markdown(out), plot=lambda path: plot(out, path))
 
 
 def markdown(r: dict) -> str:

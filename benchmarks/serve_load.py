@@ -35,6 +35,8 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve import RESULTS, TOKENS, Serve, c2c_field, make_home, write_tokens  # noqa: E402
 
+from c2c.bench import results  # noqa: E402
+
 SYSTEM = {"role": "system", "content": "You are one agent of a two-agent team. Be brief."}
 QUESTION = {"role": "user", "content": "What happened, in a few words?"}
 
@@ -226,12 +228,7 @@ def main() -> int:
     }
     out["acceptance"] = {"zero_5xx": out["five_xx"] == 0,
                          "every_acknowledged_commit_readable": not missing and not bad and not http_failed}
-    prefix = Path(args.out)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps({**out, "rows": rows}, indent=1) + "\n")
-    prefix.with_suffix(".md").write_text(markdown(out))
-    print(markdown(out))
-    return 0
+    return results.write(args.out, {**out, "rows": rows}, markdown(out))
 
 
 def _fmt(x, f="{:.1f}"):

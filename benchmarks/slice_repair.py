@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from c2c.artifact.prefix import SharedPrefix
+from c2c.bench import results
 from c2c.bench.handoff import corpus_text, take_tokens
 from c2c.config import data_dir
 from c2c.mc import score_options
@@ -113,20 +114,19 @@ def main() -> int:
     rows = [{"condition": c, "accuracy": s["correct"] / n, "agreement_with_text": s["agree"] / n,
              "mean_kl_from_text": s["kl"] / n, "mean_ready_s": s["seconds"] / n} for c, s in stats.items()]
     cmd = "python benchmarks/slice_repair.py " + " ".join(sys.argv[1:])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd.strip(), "model": rt.name, "n": n,
-                                                    "distractor_tokens": args.distractor_tokens,
-                                                    "data": "ARC-Challenge-Dev", "rows": rows}, indent=2))
-    md = [f"# Slice repair on {rt.name}, ARC-Challenge dev (n={n})\n", f"Produced by `{cmd.strip()}`.\n",
+    result = {"command": cmd.strip(), "model": rt.name, "n": n, "distractor_tokens": args.distractor_tokens,
+              "data": "ARC-Challenge-Dev", "rows": rows}
+    return results.write(args.out, result, markdown(result),
+                         plot=lambda path: plot(rows, path, rt.name, n))
+
+
+def markdown(r: dict) -> str:
+    md = [f"# Slice repair on {r['model']}, ARC-Challenge dev (n={r['n']})\n", f"Produced by `{r['command']}`.\n",
           "| condition | accuracy | agreement with text | mean KL(text‖cond) | receiver ready (s) |",
           "|---|---:|---:|---:|---:|"]
-    md += [f"| {r['condition']} | {r['accuracy']:.3f} | {r['agreement_with_text']:.3f} | "
-           f"{r['mean_kl_from_text']:.4f} | {r['mean_ready_s']:.3f} |" for r in rows]
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    plot(rows, out.with_suffix(".png"), rt.name, n)
-    print("\n".join(md))
-    return 0
+    md += [f"| {x['condition']} | {x['accuracy']:.3f} | {x['agreement_with_text']:.3f} | "
+           f"{x['mean_kl_from_text']:.4f} | {x['mean_ready_s']:.3f} |" for x in r["rows"]]
+    return "\n".join(md) + "\n"
 
 
 def plot(rows, path: Path, model: str, n: int) -> None:

@@ -417,9 +417,13 @@ def read_paths(server: "RedisServer", data: bytes, reps: int, work: Path, hiredi
 
 
 # --------------------------------------------------------------------- report
-def write_report(res: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "store.json").write_text(json.dumps(res, indent=2) + "\n")
+def write_report(res: dict, out: Path) -> int:
+    from c2c.bench import results
+
+    return results.write(out / "store", res, markdown(res), plot=lambda path: plot(res, path), echo=False)
+
+
+def markdown(res: dict) -> str:
     raw = res["raw"]
     rows = [("raw write+fsync+read", raw, 1.0, "-")]
     for name, label, bar in (("sqlite", "sqlite:// put+get", 0.50), ("redis", "redis:// put+get", 0.25),
@@ -497,8 +501,7 @@ def write_report(res: dict, out: Path) -> None:
               "", "Reproduce: `.venv/bin/python benchmarks/store_bench.py`; one section into the existing results: "
                   "`--only dag` or `--only readpaths --reps 7 --hiredis-path DIR` (DIR from "
                   "`pip install --target DIR hiredis`).", ""]
-    (out / "store.md").write_text("\n".join(lines))
-    plot(res, out / "store.png")
+    return "\n".join(lines)
 
 
 def plot(res: dict, path: Path) -> None:
@@ -662,14 +665,14 @@ def main() -> int:
             res["read_paths"] = rp
         if "putget" in sections:
             env["loadavg_after"] = _loadavg()
-        write_report(res, args.out)
+        status = write_report(res, args.out)
     finally:
         for srv in (server, server_aof):
             if srv:
                 srv.stop()
         shutil.rmtree(work, ignore_errors=True)
     print((args.out / "store.md").read_text())
-    return 0
+    return status
 
 
 if __name__ == "__main__":

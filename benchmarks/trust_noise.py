@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from c2c.bench import results
 from c2c.bench.stats import wilson
 from c2c.config import data_dir
 from c2c.mc import OptionScores, score_options
@@ -111,14 +112,7 @@ def main() -> int:
     cmd = ("python benchmarks/trust_noise.py " + " ".join(sys.argv[1:])).strip()
     result = {"command": cmd, "model": rt.name, "data": str(args.data), "questions": n, "scoring": args.scoring, "threads": args.threads,
               "chance": chance, "seconds": time.perf_counter() - t0, "rows": rows}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    plot(result, out.with_suffix(".png"))
-    print(md)
-    return 0
+    return results.write(args.out, result, table(result), plot=lambda path: plot(result, path))
 
 
 def table(r: dict) -> str:
