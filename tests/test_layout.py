@@ -109,3 +109,13 @@ def test_exactly_one_module_touches_each_engine(engine, home):
             if any(n == engine or n.startswith(engine + ".") for n in names):
                 users.add(str(path.relative_to(SRC)))
     assert users == {home}
+
+
+def test_one_public_function_is_called_decide():
+    """c2c.decide is the handoff's one decision; the domain rule it applies has a name of its own."""
+    found = [str(p.relative_to(SRC)) for p in sorted(SRC.rglob("*.py"))
+             for node in ast.parse(p.read_text()).body if isinstance(node, ast.FunctionDef) and node.name == "decide"]
+    assert found == ["handoff/decide.py"]
+    import c2c.trust
+
+    assert not hasattr(c2c.trust, "decide") and c2c.trust.domain_rule("lab", "ops").transport == "text"

@@ -15,7 +15,7 @@ module             what it does
 =================  ==========================================================
 """
 
-from c2c.trust.isolation import IsolationDecision, decide, exportable_ranges, minimize, recompute_clean
+from c2c.trust.isolation import IsolationDecision, domain_rule, exportable_ranges, minimize, recompute_clean
 from c2c.trust.keys import Keyring, PublicKey, SealKey, SigningKey
 from c2c.trust.noise import NoiseConfig, add_noise
 from c2c.trust.policy import TrustReport, VerifyPolicy, check, policy_for
@@ -25,7 +25,7 @@ from c2c.trust.verify import VerifyReport, slice_context, verify_kv
 
 __all__ = [
     "IsolationDecision", "Keyring", "NoiseConfig", "PublicKey", "SealKey", "SignerInfo", "SigningKey",
-    "TrustReport", "VerifyPolicy", "VerifyReport", "add_noise", "check", "decide", "exportable_ranges",
+    "TrustReport", "VerifyPolicy", "VerifyReport", "add_noise", "check", "domain_rule", "exportable_ranges",
     "load_signed", "minimize", "open_sealed", "policy_for", "recompute_clean", "seal", "sign",
     "slice_context", "verify_kv", "verify_signature",
 ]
