@@ -57,7 +57,7 @@ from c2c.errors import UnverifiableError, VerificationFailedError
 from c2c.runtime import zoo
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring, SigningKey
-from c2c.trust.policy import VerifyPolicy, check
+from c2c.trust.verify_policy import VerifyPolicy, check
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import default_tolerance, layer0_errors, probe_errors, relative_errors, verify_kv
 

@@ -191,7 +191,7 @@ class ChannelError(HandoffError):
 
 
 class ServeError(C2CError):
-    """The HTTP server refused a request (see :mod:`c2c.serve.errors` for the status of each)."""
+    """The HTTP server refused a request (see :mod:`c2c.serve.http_errors` for the status of each)."""
 
 
 class AuthError(ServeError):

@@ -13,7 +13,7 @@ from c2c.errors import AuthError, ConfigError, QueueFullError, RequestTimeoutErr
 from c2c.runtime.engine import sample_next
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import OPEN, TokenTable
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.render import Message, render
 from c2c.serve.reuse import prepare

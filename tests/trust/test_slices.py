@@ -14,7 +14,7 @@ import torch
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import BadSignatureError, ConfigError, PrefixMismatchError, UnverifiableError, VerificationFailedError
 from c2c.team.agent import Team
-from c2c.trust.policy import VerifyPolicy, check
+from c2c.trust.verify_policy import VerifyPolicy, check
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import verify_kv
 

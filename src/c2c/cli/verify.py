@@ -4,7 +4,7 @@ Exit status 0: it passed. 1: it did not, or it could not be verified as asked
 (the reason is printed). 2: the check could not run (bad flag, unknown model).
 
 No work before trust: the signature and domain are checked first, and only
-then is a model loaded (lazily, by :func:`c2c.trust.policy.check`). The model
+then is a model loaded (lazily, by :func:`c2c.trust.verify_policy.check`). The model
 comes from ``--model`` or, without it, from the header's model name resolved as
 a *zoo name*; an unverified header can never make this command load a local
 directory. A slice is checked at every layer against the shared prefix it
@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from c2c.trust.keys import Keyring
-    from c2c.trust.policy import VerifyPolicy, check
+    from c2c.trust.verify_policy import VerifyPolicy, check
     from c2c.trust.seal import MAGIC, envelope_info, open_sealed
     from c2c.trust.signing import decode_exact
 

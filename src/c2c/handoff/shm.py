@@ -43,7 +43,7 @@ What the receiver checks, in this order, before it reads an arena byte:
   ``token_digest``.
 
 What it does not check: the tensor bytes carry no digest and their values are not scanned,
-and the receiving domain's KV verification policy (:class:`~c2c.trust.policy.VerifyPolicy`)
+and the receiving domain's KV verification policy (:class:`~c2c.trust.verify_policy.VerifyPolicy`)
 is not run, as for an in-process handoff.
 Like :class:`~c2c.handoff.transport.SharedTransport` in one process, this path trusts the
 authenticated peer for the bytes it puts in an arena that only the two processes map (and

@@ -7,18 +7,18 @@ any OpenAI client, and use :mod:`c2c.client` for the native endpoints.
 Modules, one idea each (the HTTP layer is thin; the logic is in the library modules):
 
 ================  ==============================================================
-``config``        :class:`ServeConfig`, every option, frozen
+``serve_config``  :class:`ServeConfig`, every option, frozen
 ``auth``          bearer tokens -> (agent, trust domain), compared in constant time
 ``render``        messages -> tokens, turn by turn, so prefixes are reused exactly
 ``reuse``         a held cache brought up to a rendering (reuse, import, prefill)
 ``sessions``      per-caller sessions under one K/V byte budget, LRU eviction
 ``decode``        the decode loop: sampling, stop strings, streaming, cancellation
-``handoff``       publish to the store; attach commits through ``c2c.handoff.decide``
+``exchange``      publish to the store; attach commits through ``c2c.handoff.decide``
 ``service``       :class:`ChatService`: one completion, on its model's worker
 ``worker``        one thread per model, a bounded queue in front (429)
 ``stream``        the asyncio side: wait for a job, or stream it as SSE
 ``schema``        pydantic models mirroring OpenAI's, plus the ``c2c`` field
-``errors``        each refusal as an HTTP status in OpenAI's error shape
+``http_errors``   each refusal as an HTTP status in OpenAI's error shape
 ``middleware``    body limit (413) and request metrics, as plain ASGI
 ``metrics``       the Prometheus metrics of one server
 ``server``        :class:`Server`: the loaded pieces of one server
@@ -29,7 +29,7 @@ Modules, one idea each (the HTTP layer is thin; the logic is in the library modu
 
 from __future__ import annotations
 
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 
 __all__ = ["ServeConfig", "run"]
 

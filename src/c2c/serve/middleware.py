@@ -11,7 +11,7 @@ import re
 import time
 
 from c2c.errors import RequestTooLargeError
-from c2c.serve.errors import error_body
+from c2c.serve.http_errors import error_body
 from c2c.serve.metrics import Metrics
 
 _ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/c2c/events", "/v1/c2c/advise", "/healthz", "/metrics",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uvicorn
 
 from c2c.serve.app import build_app
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 from c2c.serve.server import Server
 
 

@@ -1,7 +1,7 @@
 """`ChatService`: one chat completion, from validated request to result, on the model's worker.
 
 This is what ``POST /v1/chat/completions`` calls, once. It owns the models'
-workers, the sessions, and the :class:`~c2c.serve.handoff.Exchange` with the
+workers, the sessions, and the :class:`~c2c.serve.exchange.Exchange` with the
 store. One request, on its model's worker thread:
 
 1. take the session (if named) out of the pool;
@@ -27,9 +27,9 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.errors import ConfigError, ContextLengthError, PrefixMismatchError, UnknownModelError
 from c2c.runtime.engine import Runtime
 from c2c.serve.auth import Principal
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 from c2c.serve.decode import Sampling, generate
-from c2c.serve.handoff import Exchange
+from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
 from c2c.serve.render import Message, Part, prefix_ids, render, split_system
 from c2c.serve.reuse import extend, prepare

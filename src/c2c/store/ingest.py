@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from c2c.errors import ConfigError
-from c2c.store.base import BlobDigest, CommitId, check_id, check_stream, check_summary
+from c2c.store.interface import BlobDigest, CommitId, check_id, check_stream, check_summary
 
 T = TypeVar("T")
 

@@ -62,7 +62,7 @@ from redis.retry import Retry
 
 from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
 from c2c.store import redis_lua, resp
-from c2c.store.base import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
+from c2c.store.interface import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
                             check_id, check_reason, check_stream, invalidated_reason, stale_error)
 from c2c.store.ingest import HashingBuffer, hash_while_reading, prepare_put
 from c2c.trust.keys import check_domain

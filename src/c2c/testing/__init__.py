@@ -4,6 +4,7 @@
   port with its own directory, started and stopped by the caller.
 - :func:`free_port`: a free TCP port on 127.0.0.1.
 
+- :mod:`c2c.testing.server_process`: a real ``c2c serve`` subprocess on a loopback port.
 - :mod:`c2c.testing.synthetic`: artifacts of random K/V for a made-up model (no model needed).
 - :mod:`c2c.testing.hostile`: bad artifacts with the error each must get, and
   hypothesis strategies for byte- and field-level fuzzing (needs ``hypothesis``).

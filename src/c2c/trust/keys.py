@@ -233,7 +233,7 @@ class Keyring:
         return out
 
     def policy_dict(self, domain: str) -> dict[str, Any] | None:
-        """The verification policy stored for ``domain`` (see :mod:`c2c.trust.policy`)."""
+        """The verification policy stored for ``domain`` (see :mod:`c2c.trust.verify_policy`)."""
         return self._load()["domains"].get(domain, {}).get("policy")
 
     def signing_key(self, domain: str, key_id: str | None = None) -> SigningKey:

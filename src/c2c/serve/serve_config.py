@@ -30,7 +30,7 @@ class ServeConfig:
         max_body_bytes: largest request body; larger ones get 413.
         request_timeout_s: the longest a request may take, queueing included (504 past it).
         default_max_tokens: completion tokens when a request names none (capped by the context).
-        verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.policy``):
+        verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.verify_policy``):
             ``none`` (signature, fingerprint and prefix only), ``sample`` or ``strict``.
         allow_open: serve without tokens on a non-loopback address.
         dtype, device, backend: how models are loaded (``c2c.runtime.zoo.load``).

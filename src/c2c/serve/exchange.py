@@ -53,11 +53,11 @@ from c2c.runtime.engine import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.render import Part, Rendering, text_turn
-from c2c.store.base import Store, check_id, check_stream
+from c2c.store.interface import Store, check_id, check_stream
 from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
 from c2c.trust.keys import Keyring, SigningKey, check_domain
-from c2c.trust.policy import VerifyPolicy, check as trust_check
+from c2c.trust.verify_policy import VerifyPolicy, check as trust_check
 from c2c.trust.verify import slice_context
 from c2c.trust.signing import load_signed, sign
 
