@@ -11,7 +11,7 @@ from store_helpers import artifact_bytes, sized_artifact_bytes
 
 from c2c.errors import ConfigError
 from c2c.store import open_store
-from c2c.store.redis import RedisConfig, key_prefix
+from c2c.store.redis_config import RedisConfig, key_prefix
 
 
 def test_url_options_are_ours_and_the_rest_goes_to_redis_py():

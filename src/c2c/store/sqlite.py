@@ -49,8 +49,8 @@ from urllib.parse import parse_qs
 from c2c import _io
 from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
 from c2c.store.interface import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
-                            check_id, check_reason, check_stream, invalidated_reason, stale_error,
-                            stale_reason_for, superseded_reason)
+                                 check_id, check_reason, check_stream, invalidated_reason, stale_error,
+                                 stale_reason_for, superseded_reason)
 from c2c.store.ingest import HashingBuffer, prepare_put
 from c2c.trust.keys import check_domain
 
