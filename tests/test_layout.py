@@ -132,3 +132,10 @@ def test_no_two_modules_share_a_name_but_the_cli_commands_named_after_what_they_
     outside_cli = {name: [p for p in paths if not p.startswith("cli/")] for name, paths in shared.items()}
     assert all(len(paths) == 1 for paths in outside_cli.values()), shared
     assert set(shared) <= {"keys.py", "verify.py"}, shared
+
+
+def test_no_module_is_over_600_lines():
+    """A module that grows past this is doing two jobs: split it by job (line counts are the symptom)."""
+    long = {str(p.relative_to(SRC)): n for p in sorted(SRC.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}

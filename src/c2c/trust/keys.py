@@ -293,16 +293,6 @@ class Keyring:
             self._save(data)
         return KeyId(full)
 
-    def untrust(self, key_id: str, domain: str) -> None:
-        """Stop trusting a key for one domain (without revoking it elsewhere)."""
-        with self._locked():
-            data = self._load()
-            full = self._resolve(data, key_id)
-            if full not in data["domains"].get(domain, {}).get("keys", {}):
-                raise KeyringError(f"key {full[:16]} is not trusted for domain {domain!r}")
-            del data["domains"][domain]["keys"][full]
-            self._save(data)
-
     def set_policy(self, domain: str, policy: dict[str, Any]) -> None:
         with self._locked():
             data = self._load()
