@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from c2c.bench import results
-from c2c.bench.fuser_records import BASE, BENCHMARKS, CONTROL, FUSED, Records, read_records, record_file
+from c2c.bench.fuser_records import BASE, BENCHMARKS, CONTROL, FUSED, Records, record_file
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
