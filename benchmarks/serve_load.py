@@ -73,7 +73,7 @@ def call(rec: Recorder, client: openai.OpenAI, server: int, kind: str, messages,
         body = raw.parse()
         f = c2c_field(body)
         row["commit"] = (f.get("publish") or {}).get("commit")
-        row["used"] = ",".join(a["used"] for a in f.get("attach") or []) or None
+        row["used"] = ",".join(a["path"] for a in f.get("attach") or []) or None
     except openai.APIStatusError as e:
         row["status"] = e.status_code
         b = e.body if isinstance(e.body, dict) else {}

@@ -69,7 +69,7 @@ import socket
 import struct
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,8 @@ from c2c.errors import (
     RuntimeUnsupportedError,
     UnsignedArtifactError,
 )
+from c2c.handoff.decide import Party, decide
+from c2c.handoff.policy import HandoffPolicy
 from c2c.handoff.record import Handoff
 from c2c.runtime.kvcache import KVCache
 from c2c.team.agent import Agent
@@ -388,8 +390,10 @@ class ShmChannel:
         return self._out[1]
 
     # ---------------------------------------------------------------- receiving
-    def receive(self, agent: Agent, *, timeout: float | None = None) -> Handoff:
+    def receive(self, agent: Agent, *, timeout: float | None = None, hops: int = 1) -> Handoff:
         """Wait for an offer, check it (module docstring), copy the cache out and attach it to ``agent``.
+
+        ``hops``: cache hops in the chain once this one is made (as :func:`c2c.handoff.hand_off` takes it).
 
         A refused offer is answered with the error (the sender raises it too) and raised here; the
         channel goes on. A peer that breaks the protocol (a malformed message, an unsealed or oversized
@@ -415,7 +419,7 @@ class ShmChannel:
         seq = msg["offer"].get("seq") if isinstance(msg["offer"], dict) else None
         try:
             fingerprint = agent.fingerprint
-            offer = self._admit(agent, fingerprint, msg)
+            offer = self._admit(agent, fingerprint, msg, hops)
             layout = _Layout.of(fingerprint, offer.seq_len)
             if self._in is None or layout.size > self._in[1].size:
                 raise ChannelError(f"the offer needs {layout.size} arena bytes; the peer's arena holds "
@@ -457,15 +461,13 @@ class ShmChannel:
                        reason=f"shared memory across processes (peer pid {self.peer_pid}), offer {offer.seq}",
                        artifact_bytes=layout.size, timings=timings)
 
-    def _admit(self, agent: Agent, fingerprint: Fingerprint, msg: dict) -> ShmOffer:
-        """Signature, domain, sequence, model and prefix: everything checked before an arena byte is read."""
+    def _admit(self, agent: Agent, fingerprint: Fingerprint, msg: dict, hops: int) -> ShmOffer:
+        """Signature, sequence, then decide()'s domain, model, prefix and hop checks: everything checked
+        before an arena byte is read."""
         offer = ShmOffer.from_dict(msg["offer"])
         ring, domain = agent.team.keyring, agent.team.domain
         if ring is not None:
             _verify(offer, msg.get("sig"), ring, domain)
-        if offer.producer.get("domain") != domain:
-            raise DomainMismatchError(f"the offer comes from trust domain {offer.producer.get('domain')!r}, not "
-                                      f"{domain!r}; caches do not cross trust domains, hand off by text")
         if offer.nonce != self._nonce:
             raise BadSignatureError("the offer was made for another connection (nonce differs): replayed")
         if (offer.sender_pid, offer.receiver_pid) != (self.peer_pid, os.getpid()):
@@ -475,9 +477,14 @@ class ShmChannel:
         if offer.seq <= self._seq_in:  # numbers only grow (a refused offer uses one up too)
             raise BadSignatureError(f"offer {offer.seq} arrived after offer {self._seq_in}: replayed")
         self._seq_in = offer.seq
-        fingerprint.require_same(offer.fingerprint)
-        P = agent.context.prefix_len
-        offer.prefix.require_match(agent.context.token_ids[:P])
+        # the hop rules (domain, model, shared prefix, hop limit) are decide()'s, as for every hop
+        sender = Party(name=offer.producer.get("agent", "?"), domain=offer.producer.get("domain"),
+                       fingerprint=offer.fingerprint, prefix=offer.prefix)
+        receiver = replace(Party.of(agent), fingerprint=fingerprint)
+        mode = "slice" if offer.labels.get("span") else "full"
+        refusal = decide(sender, receiver, HandoffPolicy(mode=mode), hops=hops).refusal()
+        if refusal is not None:
+            raise refusal
         if offer.start != 0 and offer.start < offer.prefix.length:  # a slice follows the shared prefix
             raise CorruptArtifactError(f"a slice starting at {offer.start} lies inside the "
                                        f"{offer.prefix.length}-token shared prefix")

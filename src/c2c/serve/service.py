@@ -260,10 +260,10 @@ class ChatService:
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode)
                  for cid in attach]
         for a in found:
-            self.metrics.handoffs.labels(path=a.used, reason=a.metric_reason).inc()
+            self.metrics.handoffs.labels(path=a.path, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
         return (tuple(p for a in found for p in a.parts), tuple(a.commit for a in found),
-                tuple(a.commit for a in found if a.used == "text"), [(a.record, len(a.parts)) for a in found],
+                tuple(a.commit for a in found if a.path == "text"), [(a.record, len(a.parts)) for a in found],
                 found[0].prefix_kv)
 
     def close(self) -> None:
