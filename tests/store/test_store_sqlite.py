@@ -10,6 +10,7 @@ import time
 import pytest
 from store_helpers import artifact_bytes
 
+from c2c.errors import ConfigError
 from c2c.store import GCPolicy, Graph, collect, open_store
 
 
@@ -115,3 +116,10 @@ def test_an_existing_directory_is_never_chmodded(tmp_path, lax_umask):
     assert stat.S_IMODE(shared.stat().st_mode) == 0o755
     assert stat.S_IMODE((existing / "blobs" / c.blob[:2]).stat().st_mode) == 0o700
     assert stat.S_IMODE((shared / "dag.png").stat().st_mode) == 0o600
+
+
+def test_an_event_cursor_past_sqlites_integers_is_a_config_error(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's'}")
+    with pytest.raises(ConfigError, match="cursor"):  # was an OverflowError from SQLite
+        store.events(str(2**63))
+    assert store.events(str(2**63 - 1)) == []
