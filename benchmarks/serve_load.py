@@ -77,7 +77,7 @@ def call(rec: Recorder, client: openai.OpenAI, server: int, kind: str, messages,
     except openai.APIStatusError as e:
         row["status"] = e.status_code
         b = e.body if isinstance(e.body, dict) else {}
-        row["error"] = f"{b.get('type', type(e).__name__)}: {str(b.get('message', e))[:200]}"
+        row["error"] = f"{b.get('c2c_error') or b.get('code') or type(e).__name__}: {str(b.get('message', e))[:200]}"
     except openai.APIConnectionError as e:  # includes APITimeoutError: no HTTP status at all
         row["error"] = f"{type(e).__name__}: {str(e.__cause__ or e)[:200]}"
     row["latency_s"] = time.perf_counter() - t0

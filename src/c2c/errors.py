@@ -43,6 +43,7 @@ problem and say what to do instead.
     │                                 silent, or sent a malformed message
     ├── ServeError                  the HTTP server (`c2c serve`) refused a request, or is draining
     │   ├── AuthError                 no bearer token, or one the server does not know (401)
+    │   ├── HostNotAllowedError       open access (no tokens) called with a non-loopback Host (400)
     │   ├── ContextLengthError        the prompt (+ max_tokens) exceeds the model's context (400)
     │   ├── RequestTooLargeError      the request body is over the server's limit (413)
     │   ├── QueueFullError            the model's queue is full; retry after a moment (429)
@@ -196,6 +197,14 @@ class ServeError(C2CError):
 
 class AuthError(ServeError):
     """No bearer token, or a token the server does not know."""
+
+
+class HostNotAllowedError(ServeError):
+    """An open-access server (no tokens) was called with a ``Host`` that is not a loopback name.
+
+    A web page whose domain was rebound to 127.0.0.1 sends its own name; refusing it
+    keeps such a page off a server that trusts whoever can reach it.
+    """
 
 
 class ContextLengthError(ServeError):

@@ -38,3 +38,15 @@ def test_help_ends_with_an_example(capsys):
 def test_open_access_off_loopback_is_a_one_line_error(capsys):
     assert main(["serve", "--host", "0.0.0.0", "--model", "tiny-qwen2"]) == 2
     assert "ConfigError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, least", [("--max-body-mb", "0", "0.001"), ("--session-budget-mb", "-1", "0")])
+def test_a_size_flag_too_small_is_refused_in_megabytes(capsys, flag, value, least):
+    assert main(["serve", flag, value, "--model", "tiny-qwen2"]) == 2
+    assert f"{flag} is too small ({value}); give at least {least}" in capsys.readouterr().err  # was in bytes
+
+
+def test_open_access_checks_host_names_unless_allow_open(tmp_path):
+    assert parse().loopback_hosts_only
+    assert not parse("--allow-open").loopback_hosts_only
+    assert not parse("--tokens", str(tmp_path / "t.json")).loopback_hosts_only

@@ -81,6 +81,16 @@ def test_sample_next_is_greedy_at_zero_and_seeded_otherwise():
         Sampling(max_tokens=1, top_p=0)
 
 
+def test_sample_next_takes_extreme_but_valid_settings():
+    """A temperature or top_p of 1e-320 passed every check and then failed inside torch.multinomial."""
+    logits = torch.tensor([0.1, 3.0, 2.9, -1.0])
+    g = torch.Generator().manual_seed(0)
+    assert sample_next(logits, temperature=1e-320, generator=g) == 1        # logits / 1e-320 are inf
+    assert sample_next(logits, temperature=1.0, top_p=1e-320, generator=g) == 1  # 1e-320 is 0 in float32
+    with pytest.raises(ConfigError):
+        Sampling(max_tokens=1, temperature=float("inf"))
+
+
 def test_runtime_generate_samples_with_a_generator(tiny):
     rt = tiny("qwen2")
     ids = list(render(rt, CONVO).token_ids)

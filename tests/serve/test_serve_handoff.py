@@ -83,7 +83,7 @@ def test_past_the_hop_limit_a_chain_goes_on_as_text_citing_its_commits(tiny_serv
     assert rec["used"] == "text" and rec["hops"] == 3 and "exceed the hop limit 2" in rec["reason"]
     with pytest.raises(openai.ConflictError) as e:
         chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [ids[-1]], "mode": "full"})
-    assert e.value.body["type"] == "HandoffError" and "hop limit" in e.value.body["message"]
+    assert e.value.body["c2c_error"] == "HandoffError" and "hop limit" in e.value.body["message"]
 
 
 def test_a_stale_commit_is_refused_as_a_cache_and_read_as_text_in_auto(tiny_server):
@@ -94,7 +94,7 @@ def test_a_stale_commit_is_refused_as_a_cache_and_read_as_text_in_auto(tiny_serv
     writer = tiny_server.client("writer")
     with pytest.raises(openai.ConflictError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
-    assert e.value.body["type"] == "StaleCommitError"
+    assert e.value.body["c2c_error"] == "StaleCommitError"
     r = chat(writer, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]]})
     [rec] = c2c_field(r)["attach"]
     assert rec["used"] == "text" and "stale" in rec["reason"] and rec["stale"] is True
@@ -107,7 +107,7 @@ def test_a_superseded_version_goes_stale(tiny_server):
     assert v2["version"] == 2
     with pytest.raises(openai.ConflictError) as e:
         chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [v1["commit"]], "mode": "full"})
-    assert e.value.body["type"] == "StaleCommitError" and "superseded" in e.value.body["message"]
+    assert e.value.body["c2c_error"] == "StaleCommitError" and "superseded" in e.value.body["message"]
 
 
 def test_a_tampered_commit_is_refused_in_every_mode(tiny_server):
@@ -120,17 +120,17 @@ def test_a_tampered_commit_is_refused_in_every_mode(tiny_server):
     for mode in ("auto", "full", "text"):
         with pytest.raises(openai.UnprocessableEntityError) as e:
             chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [bad], "mode": mode})
-        assert e.value.body["type"] == "BadSignatureError", mode
+        assert e.value.body["c2c_error"] == "BadSignatureError", mode
 
 
 def test_an_unknown_or_malformed_commit_id(tiny_server):
     writer = tiny_server.client("writer")
     with pytest.raises(openai.PermissionDeniedError) as e:  # the answer for another domain's commit too
         chat(writer, [SYSTEM, QUESTION], c2c={"attach": ["ab" * 32]})
-    assert e.value.body["type"] == "CommitNotVisibleError"
+    assert e.value.body["c2c_error"] == "CommitNotVisibleError"
     with pytest.raises(openai.BadRequestError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"attach": ["not-an-id"]})
-    assert e.value.body["type"] == "ConfigError"
+    assert e.value.body["c2c_error"] == "ConfigError"
 
 
 def test_an_attach_with_another_system_message_falls_back_to_text(tiny_server):
@@ -141,13 +141,13 @@ def test_an_attach_with_another_system_message_falls_back_to_text(tiny_server):
     assert rec["used"] == "text" and "shared prefixes differ" in rec["reason"]
     with pytest.raises(openai.ConflictError) as e:
         chat(tiny_server.client("writer"), [other, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
-    assert e.value.body["type"] == "PrefixMismatchError"
+    assert e.value.body["c2c_error"] == "PrefixMismatchError"
 
 
 def test_publish_with_an_unknown_label_is_a_bad_request_before_any_work(tiny_server):
     with pytest.raises(openai.BadRequestError) as e:
         publish(tiny_server, stream="analyst-badlabel", labels=["nonexistent"], session="badlabel")
-    assert e.value.body["type"] == "ConfigError" and "nonexistent" in e.value.body["message"]
+    assert e.value.body["c2c_error"] == "ConfigError" and "nonexistent" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError):  # streamed: refused before the stream starts
         chat(tiny_server.client("analyst"), [SYSTEM, EVIDENCE], stream=True,
              c2c={"publish": {"stream": "x", "labels": ["nonexistent"]}})
@@ -198,4 +198,4 @@ def test_a_session_stops_reusing_an_attached_cache_once_its_commit_goes_stale(ti
                headers=tiny_server.headers("analyst"), json={"reason": "gone"}).raise_for_status()
     with pytest.raises(openai.ConflictError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-full"})
-    assert e.value.body["type"] == "StaleCommitError"
+    assert e.value.body["c2c_error"] == "StaleCommitError"

@@ -44,7 +44,8 @@ def register(sub) -> None:
     p.add_argument("--verify-kv", choices=["none", "sample", "strict"], default="none",
                    help="KV check of an attached cache besides signature, fingerprint and prefix (default none)")
     p.add_argument("--allow-open", action="store_true",
-                   help="allow open access (no --tokens) on a non-loopback address")
+                   help="allow open access (no --tokens) on a non-loopback address, for any Host name "
+                        "(without it, open access answers only requests to 127.0.0.1, localhost or [::1])")
 
 
 def config_from(args: argparse.Namespace):

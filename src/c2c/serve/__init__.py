@@ -18,8 +18,8 @@ Modules, one idea each (the HTTP layer is thin; the logic is in the library modu
 ``worker``        one thread per model, a bounded queue in front (429)
 ``stream``        the asyncio side: wait for a job, or stream it as SSE
 ``schema``        pydantic models mirroring OpenAI's, plus the ``c2c`` field
-``errors``        each refusal as an HTTP status in OpenAI's error shape
-``middleware``    body limit (413) and request metrics, as plain ASGI
+``errors``        each refusal as an HTTP status in one error shape (OpenAI's)
+``middleware``    loopback Host only if open (400), body limit (413), metrics
 ``metrics``       the Prometheus metrics of one server
 ``server``        :class:`Server`: the loaded pieces of one server
 ``app``           :func:`build_app`: the FastAPI routes

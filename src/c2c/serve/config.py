@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -32,7 +33,9 @@ class ServeConfig:
         default_max_tokens: completion tokens when a request names none (capped by the context).
         verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.policy``):
             ``none`` (signature, fingerprint and prefix only), ``sample`` or ``strict``.
-        allow_open: serve without tokens on a non-loopback address.
+        allow_open: serve without tokens on a non-loopback address, to any ``Host`` name (without it,
+            open access answers only requests addressed to a loopback name, see
+            :attr:`loopback_hosts_only`).
         dtype, device, backend: how models are loaded (``c2c.runtime.zoo.load``).
         shutdown_timeout_s: how long a graceful shutdown waits for running requests.
     """
@@ -60,12 +63,14 @@ class ServeConfig:
             raise ConfigError("serve needs at least one model (--model NAME)")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port {self.port}: give 0-65535")
-        for name, value, lo in (("--max-queue", self.max_queue, 0), ("--max-sessions", self.max_sessions, 1),
-                                ("--max-body-mb", self.max_body_bytes, 1024),
-                                ("--default-max-tokens", self.default_max_tokens, 1),
-                                ("--session-budget-mb", self.session_budget_bytes, 0)):
-            if not isinstance(value, int) or value < lo:
-                raise ConfigError(f"{name} is too small ({value}); give at least {lo}")
+        for name, value, lo, unit in (("--max-queue", self.max_queue, 0, 1),
+                                      ("--max-sessions", self.max_sessions, 1, 1),
+                                      ("--max-body-mb", self.max_body_bytes, 1024, MB),
+                                      ("--default-max-tokens", self.default_max_tokens, 1, 1),
+                                      ("--session-budget-mb", self.session_budget_bytes, 0, MB)):
+            if not isinstance(value, int) or value < lo:  # said in the flag's unit (MB for the -mb flags)
+                raise ConfigError(f"{name} is too small ({_in(value, unit)}); "
+                                  f"give at least {_in(lo, unit, up=True)}")
         if not self.request_timeout_s > 0 or not self.shutdown_timeout_s >= 0:
             raise ConfigError("--request-timeout must be > 0 and the shutdown timeout >= 0")
         if self.verify_kv not in ("none", "sample", "strict"):
@@ -77,6 +82,19 @@ class ServeConfig:
     @property
     def open_access(self) -> bool:
         return self.tokens_file is None
+
+    @property
+    def loopback_hosts_only(self) -> bool:
+        """Whether requests must name a loopback ``Host`` (open access, unless ``allow_open``): a web page
+        rebound to 127.0.0.1 by DNS names its own host, so it cannot use a server that trusts anyone."""
+        return self.open_access and not self.allow_open
+
+
+def _in(value, unit: int, *, up: bool = False) -> str:
+    """``value`` in the flag's unit: bytes as megabytes for the ``-mb`` flags (``up``: rounded up to 0.001)."""
+    if unit == 1 or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{math.ceil(value / unit * 1000) / 1000:g}" if up else f"{value / unit:g}"
 
 
 def is_loopback(host: str) -> bool:
