@@ -10,8 +10,9 @@ error                       status  when
 ==========================  ======  ===========================================
 AuthError                   401     no or unknown bearer token
 RequestTooLargeError        413     body over ``--max-body-mb``
-QueueFullError              429     the model's queue is full (``Retry-After``)
+QueueFullError              429     the model's queue, or the tenant's share, is full (``Retry-After``)
 RequestTimeoutError         504     past the request's deadline
+ClientTimeoutError          408     the body did not arrive within ``--read-timeout`` (then closed)
 ContextLengthError          400     prompt (+ max_tokens) over the model's context
 ServeError                  503     the server is shutting down
 UnknownModelError           404     a model the server does not serve
@@ -33,7 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from c2c.errors import (ArtifactError, AuthError, C2CError, CommitNotFoundError, ConfigError, ContextLengthError,
+from c2c.errors import (ArtifactError, AuthError, C2CError, ClientTimeoutError, CommitNotFoundError, ConfigError,
+                        ContextLengthError,
                         DomainMismatchError, HandoffError, IncompatibleCacheError, KeyringError, ModelError,
                         QueueFullError, RequestTimeoutError, RequestTooLargeError, RuntimeUnsupportedError, ServeError,
                         StaleCommitError,
@@ -44,6 +46,7 @@ _TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (RequestTooLargeError, 413, "request_too_large"),
     (QueueFullError, 429, "rate_limit_exceeded"),
     (RequestTimeoutError, 504, "timeout"),
+    (ClientTimeoutError, 408, "request_timeout"),
     (ContextLengthError, 400, "context_length_exceeded"),
     (ServeError, 503, "unavailable"),
     (UnknownModelError, 404, "model_not_found"),
@@ -84,4 +87,6 @@ def error_body(e: C2CError) -> tuple[int, dict[str, Any], dict[str, str]]:
         headers["Retry-After"] = str(max(1, round(e.retry_after_s)))
     if isinstance(e, AuthError):
         headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(e, ClientTimeoutError):
+        headers["Connection"] = "close"  # what is left of the body is never read
     return status, body(str(e), type(e).__name__, code), headers
