@@ -167,6 +167,7 @@ def build_app(server: Server) -> FastAPI:
         state = "draining" if server.draining.is_set() else "ok"
         body = {"status": state, "models": list(service.runtimes),
                 "queue": {name: w.depth for name, w in service.workers.items()},
+                "requests": {name: w.size for name, w in service.workers.items()},
                 "sessions": service.pool.stats.sessions, "session_bytes": service.pool.stats.held_bytes}
         return JSONResponse(body, status_code=200 if state == "ok" else 503)
 

@@ -142,6 +142,11 @@ class ModelWorker:
         """Jobs waiting (not counting the one running)."""
         return max(len(self._jobs) - 1, 0)
 
+    @property
+    def size(self) -> int:
+        """Jobs admitted and not finished (running or waiting)."""
+        return len(self._jobs)
+
     def submit(self, job: Job) -> Job:
         """Admit ``job`` and start its thread; it runs when it gets the turn.
 
