@@ -231,6 +231,25 @@ def test_a_full_queue_refuses_and_a_job_past_its_deadline_times_out():
     loop.close()
 
 
+def test_a_job_that_gave_up_the_turn_does_not_hold_up_the_next():
+    loop = asyncio.new_event_loop()
+    release, ran = threading.Event(), threading.Event()
+    worker = ModelWorker("m", max_queue=4)
+
+    def storing(job):  # its forward passes are done; it only stores now
+        job.release_turn()
+        release.wait(10)
+
+    try:
+        first = worker.submit(Job(storing, Channel(loop), timeout_s=30))
+        worker.submit(Job(lambda job: ran.set(), Channel(loop), timeout_s=30))  # the same agent: after it
+        assert ran.wait(5) and first.started is not None  # while the first still stores
+        release.set()
+    finally:
+        worker.close(5)
+        loop.close()
+
+
 def test_a_tenant_holding_its_share_is_refused_while_another_is_admitted():
     loop = asyncio.new_event_loop()
     release = threading.Event()

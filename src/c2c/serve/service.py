@@ -11,8 +11,9 @@ One request, while it holds its model's turn (:mod:`c2c.serve.worker`):
 3. render the messages (:mod:`c2c.serve.render`), check the context length;
 4. reuse the session's cache and prefill the rest (:mod:`c2c.serve.reuse`);
 5. generate, streaming deltas (:mod:`c2c.serve.decode`);
-6. publish, if asked: close the reply's turn and commit the cache;
-7. put the session back (it may evict others' caches).
+6. publish, if asked: close the reply's turn and commit the cache (a whole cache is
+   signed and stored after the model's turn is given up: no forward pass is left);
+7. put the session back (it may evict its tenant's older caches: :mod:`c2c.serve.sessions`).
 """
 
 from __future__ import annotations
@@ -246,6 +247,8 @@ class ChatService:
             whole = render(rt, req.messages + (Message(role="assistant", content=decoded.text),),
                            attachments=session.attachments, generation_prompt=False)
             session.cache, _ = extend(rt, session.cache, whole.token_ids)
+            if not req.publish.labels:  # a whole cache is stored as it is: no forward pass from here on
+                job.release_turn()
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
                                               cache=session.cache, rendering=whole, stream=req.publish.stream,
                                               labels=req.publish.labels, parents=attached,

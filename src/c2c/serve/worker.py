@@ -97,6 +97,12 @@ class Job:
         if self.worker is not None:
             self.worker.pass_turn(self)
 
+    def release_turn(self) -> None:
+        """Give up the turn for good: the job runs no forward pass after this (e.g. it only stores and
+        signs now), so the next job need not wait for it."""
+        if self.worker is not None:
+            self.worker.release(self)
+
     def raise_if_done(self) -> None:
         """Raise :class:`Cancelled` or :class:`~c2c.errors.RequestTimeoutError` when that is due."""
         if self.cancel.is_set():
@@ -200,10 +206,8 @@ class ModelWorker:
         else:
             job.emit("done", result)
         finally:
+            self.release(job)
             with self._cv:
-                if self._holder is job:
-                    self._charge(job, time.perf_counter())
-                    self._holder = None
                 self._ready.pop(job.seq, None)
                 del self._jobs[job.seq]
                 self._held[job.owner.domain] -= 1
@@ -230,6 +234,14 @@ class ModelWorker:
                 return
             self._holder = None
             self._wait_for_turn(job)
+
+    def release(self, job: Job) -> None:
+        """``job`` runs no more forward passes: the turn goes on (a no-op if it does not hold it)."""
+        with self._cv:
+            if self._holder is job:
+                self._charge(job, time.perf_counter())
+                self._holder = None
+                self._hand_on()
 
     def _wait_for_turn(self, job: Job) -> None:
         """(lock held) Queue ``job`` for the turn and wait until it has it; leave early when cancelled."""
