@@ -231,9 +231,9 @@ def test_a_full_queue_refuses_and_a_job_past_its_deadline_times_out():
     loop.close()
 
 
-def test_a_job_that_gave_up_the_turn_does_not_hold_up_the_next():
+def test_a_job_that_gave_up_the_turn_does_not_hold_up_the_next_but_its_agent_waits():
     loop = asyncio.new_event_loop()
-    release, ran = threading.Event(), threading.Event()
+    release, other_ran, same_ran = threading.Event(), threading.Event(), threading.Event()
     worker = ModelWorker("m", max_queue=4)
 
     def storing(job):  # its forward passes are done; it only stores now
@@ -241,10 +241,13 @@ def test_a_job_that_gave_up_the_turn_does_not_hold_up_the_next():
         release.wait(10)
 
     try:
-        first = worker.submit(Job(storing, Channel(loop), timeout_s=30))
-        worker.submit(Job(lambda job: ran.set(), Channel(loop), timeout_s=30))  # the same agent: after it
-        assert ran.wait(5) and first.started is not None  # while the first still stores
+        worker.submit(Job(storing, Channel(loop), timeout_s=30))
+        worker.submit(Job(lambda job: same_ran.set(), Channel(loop), timeout_s=30))  # the same agent (OPEN)
+        worker.submit(Job(lambda job: other_ran.set(), Channel(loop), timeout_s=30,
+                          owner=Principal(agent="b", domain="blue")))
+        assert other_ran.wait(5) and not same_ran.is_set()  # the same agent's next one waits for it to end
         release.set()
+        assert same_ran.wait(5)
     finally:
         worker.close(5)
         loop.close()

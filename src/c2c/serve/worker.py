@@ -5,9 +5,9 @@ job that holds the model's *turn* may run the model, so no two threads ever run
 one model's forward passes at once. A job calls :meth:`Job.check` between
 forward passes; there the turn passes to the waiting job whose tenant (trust
 domain) has used the model least recently, and within that tenant to the agent
-that has (:class:`~c2c.serve.fairness.UsageClock`). One agent's own requests go
-oldest first. So another tenant's short request does not wait for a tenant's
-long generations to end: it goes at their next forward pass.
+that has (:class:`~c2c.serve.fairness.UsageClock`). One agent's own requests run
+one after another, oldest first. So another tenant's short request does not wait
+for a tenant's long generations to end: it goes at their next forward pass.
 
 Admission is bounded, and refused at once (:class:`~c2c.errors.QueueFullError`,
 HTTP 429 with ``Retry-After``) rather than letting latency grow without bound:
@@ -22,8 +22,7 @@ its next :meth:`Job.check`. Results and streamed deltas reach the asyncio side
 through :class:`Channel`.
 
 NOTE: a started job keeps its K/V while it waits for the turn, so a model holds
-as many live caches as it has started jobs: at most one per waiting agent, since
-an agent's own requests go one after another.
+as many live caches as it has started jobs: at most one per agent.
 """
 
 from __future__ import annotations
@@ -259,13 +258,22 @@ class ModelWorker:
             return
         now = time.perf_counter()
         job = self._pick(list(self._ready.values()), now)
+        if job is None:  # each waiting job's agent has an older one still storing its result
+            return
         del self._ready[job.seq]
         self._holder, job.turn_since = job, now
         self._cv.notify_all()
 
-    def _pick(self, jobs: list[Job], now: float) -> Job:
-        """The tenant with the least recent use, its agent with the least, that agent's oldest job."""
-        jobs = sorted(jobs, key=lambda j: j.seq)
+    def _pick(self, jobs: list[Job], now: float) -> Job | None:
+        """The tenant with the least recent use, its agent with the least, that agent's job; only an
+        agent's oldest unfinished job may go (an agent's requests run one after another, as the
+        same session's must)."""
+        first: dict[Principal, int] = {}
+        for j in self._jobs.values():  # in admission order
+            first.setdefault(j.owner, j.seq)
+        jobs = sorted((j for j in jobs if first[j.owner] == j.seq), key=lambda j: j.seq)
+        if not jobs:
+            return None
         tenant = self._tenants.least(dict.fromkeys(j.owner.domain for j in jobs), now)
         jobs = [j for j in jobs if j.owner.domain == tenant]
         agent = self._agents.least(dict.fromkeys((tenant, j.owner.agent) for j in jobs), now)
