@@ -46,8 +46,10 @@ problem and say what to do instead.
     │   ├── HostNotAllowedError       open access (no tokens) called with a non-loopback Host (400)
     │   ├── ContextLengthError        the prompt (+ max_tokens) exceeds the model's context (400)
     │   ├── RequestTooLargeError      the request body is over the server's limit (413)
-    │   ├── QueueFullError            the model's queue is full; retry after a moment (429)
-    │   └── RequestTimeoutError       the request ran past its deadline (504)
+    │   ├── QueueFullError            the model's queue, or the caller's share of it, is full;
+    │   │                             retry after a moment (429)
+    │   ├── RequestTimeoutError       the request ran past its deadline (504)
+    │   └── ClientTimeoutError        the request body did not arrive in time (408)
     └── FuserError                  fuser config, checkpoint or alignment problem
         ├── AlignmentError            two renderings of a conversation cannot be aligned
         ├── FuserCheckpointError      a fuser checkpoint is missing, corrupt or for other models
@@ -225,6 +227,10 @@ class QueueFullError(ServeError):
 
 class RequestTimeoutError(ServeError):
     """The request ran past its deadline (waiting in the queue included)."""
+
+
+class ClientTimeoutError(ServeError):
+    """The client sent its request body too slowly: it did not arrive within the server's read timeout."""
 
 
 class FuserError(C2CError):

@@ -77,6 +77,7 @@ class RuntimeBase:
     backend = "?"
     engine_info = ""              # the engine's build and cache format, for the fingerprint
     packed = 0
+    chars_per_token: float | None = None  # the most characters one token stands for; None: unknown
 
     def encode(self, text: str) -> list[int]:
         raise NotImplementedError

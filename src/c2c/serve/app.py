@@ -45,7 +45,7 @@ from c2c.serve.server import Server
 from c2c.serve.worker import Channel
 
 log = logging.getLogger("c2c")
-_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 413, 422, 429, 503, 504)}
+_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 408, 409, 413, 422, 429, 503, 504)}
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -157,6 +157,7 @@ def build_app(server: Server) -> FastAPI:
         state = "draining" if server.draining.is_set() else "ok"
         body = {"status": state, "models": list(service.runtimes),
                 "queue": {name: w.depth for name, w in service.workers.items()},
+                "requests": {name: w.size for name, w in service.workers.items()},
                 "sessions": service.pool.stats.sessions, "session_bytes": service.pool.stats.held_bytes}
         return JSONResponse(body, status_code=200 if state == "ok" else 503)
 
@@ -164,7 +165,7 @@ def build_app(server: Server) -> FastAPI:
     def metrics():
         return Response(server.metrics.render(), media_type=CONTENT_TYPE)
 
-    app.add_middleware(BodyLimit, max_bytes=server.config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=server.config.max_body_bytes, read_timeout_s=server.config.read_timeout_s)
     if server.config.loopback_hosts_only:
         app.add_middleware(LoopbackHostOnly)  # before the body is read
     app.add_middleware(RequestMetrics, metrics=server.metrics)

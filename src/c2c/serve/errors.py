@@ -3,29 +3,6 @@
     {"error": {"message": "...", "type": "invalid_request_error", "code": "stale_commit",
                "param": null, "c2c_error": "StaleCommitError"}}
 
-error                       status  when
-==========================  ======  ===========================================
-AuthError                   401     no or unknown bearer token
-RequestTooLargeError        413     body over ``--max-body-mb``
-QueueFullError              429     the model's queue is full (``Retry-After``)
-RequestTimeoutError         504     past the request's deadline
-ContextLengthError          400     prompt (+ max_tokens) over the model's context
-ServeError                  503     the server is shutting down
-UnknownModelError           404     a model the server does not serve
-CommitNotVisibleError       403     a commit id the caller's domain may not see (or none)
-CommitNotFoundError         404     an unknown commit id
-DomainMismatchError         403     a cache from another trust domain, asked for explicitly
-StaleCommitError            409     a stale commit, asked for as a cache
-IncompatibleCacheError      409     another model, or another shared prefix
-HandoffError                409     the hop limit, or a commit without its tokens / text
-KeyringError                500     the server's own keyring is unusable
-TrustError, ArtifactError   422     tampered, unsigned or untrusted artifact
-StoreCorruptError           422     stored bytes that no longer hash to their id
-ConfigError                 400     a bad value (stream name, label, id, sampling)
-StoreError, ModelError      503     the store or a model failed
-C2CError                    500     anything else c2c refused
-==========================  ======  ===========================================
-=======
 - ``type`` is OpenAI's vocabulary, decided by the status alone (:func:`type_of`):
   ``invalid_request_error`` (400, 409, 413, 422), ``authentication_error`` (401),
   ``permission_error`` (403), ``not_found_error`` (404), ``rate_limit_error`` (429),
@@ -46,8 +23,10 @@ error                    status  code                     when
 AuthError                401     invalid_api_key          no or unknown bearer token
 HostNotAllowedError      400     host_not_allowed         open access, called with a non-loopback ``Host``
 RequestTooLargeError     413     request_too_large        body over ``--max-body-mb``
-QueueFullError           429     rate_limit_exceeded      the model's queue is full (``Retry-After``)
+QueueFullError           429     rate_limit_exceeded      the model's queue, or the tenant's share, is full
+                                                          (``Retry-After``)
 RequestTimeoutError      504     timeout                  past the request's deadline
+ClientTimeoutError       408     request_timeout          the body did not arrive within ``--read-timeout``
 ContextLengthError       400     context_length_exceeded  prompt (+ max_tokens) over the model's context
 ServeError               503     unavailable              the server is shutting down
 UnknownModelError        404     model_not_found          a model the server does not serve
@@ -77,7 +56,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from c2c.errors import (ArtifactError, AuthError, C2CError, CommitNotFoundError, CommitNotVisibleError,
+from c2c.errors import (ArtifactError, AuthError, C2CError, ClientTimeoutError, CommitNotFoundError, CommitNotVisibleError,
                         ConfigError, ContextLengthError,
                         DomainMismatchError, HandoffError, HostNotAllowedError, IncompatibleCacheError, KeyringError,
                         ModelError, QueueFullError, RequestTimeoutError, RequestTooLargeError,
@@ -90,6 +69,7 @@ _TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (RequestTooLargeError, 413, "request_too_large"),
     (QueueFullError, 429, "rate_limit_exceeded"),
     (RequestTimeoutError, 504, "timeout"),
+    (ClientTimeoutError, 408, "request_timeout"),
     (ContextLengthError, 400, "context_length_exceeded"),
     (ServeError, 503, "unavailable"),
     (UnknownModelError, 404, "model_not_found"),
@@ -151,6 +131,8 @@ def error_body(e: C2CError) -> tuple[int, dict[str, Any], dict[str, str]]:
         headers["Retry-After"] = str(max(1, round(e.retry_after_s)))
     if isinstance(e, AuthError):
         headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(e, ClientTimeoutError):
+        headers["Connection"] = "close"  # what is left of the body is never read
     return status, body(str(e), status, code, c2c_error=type(e).__name__), headers
 
 

@@ -1,5 +1,5 @@
-"""Three ASGI middlewares: loopback ``Host`` names only in open access (400), a bounded request body
-(413), and request metrics (count, status, latency).
+"""Three ASGI middlewares: loopback ``Host`` names only in open access (400), a bounded, timely request
+body (413, 408), and request metrics (count, status, latency).
 
 All are plain ASGI (not Starlette's ``BaseHTTPMiddleware``), so that streamed
 responses and client disconnects pass through untouched.
@@ -7,10 +7,11 @@ responses and client disconnects pass through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
-from c2c.errors import HostNotAllowedError, RequestTooLargeError
+from c2c.errors import ClientTimeoutError, HostNotAllowedError, RequestTooLargeError
 from c2c.serve.config import MB, is_loopback
 from c2c.serve.errors import error_body, error_bytes
 from c2c.serve.metrics import Metrics
@@ -74,15 +75,18 @@ class LoopbackHostOnly:
 
 
 class BodyLimit:
-    """Refuse a body over ``max_bytes`` with 413, by its ``Content-Length`` or as it arrives.
+    """Refuse a body over ``max_bytes`` with 413, by its ``Content-Length`` or as it arrives; and a
+    body that has not all arrived ``read_timeout_s`` after the headers with 408, closing the
+    connection (a client that dribbles its body holds no connection for long).
 
     The body is read here in full (it is at most ``max_bytes``) and replayed to the app;
     later messages (the disconnect) pass through.
     """
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, read_timeout_s: float = 30.0):
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
 
     def _too_large(self, n: int | str) -> RequestTooLargeError:
         return RequestTooLargeError(f"the request body is {n} bytes, over this server's limit of "
@@ -95,8 +99,14 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await send_error(send, self._too_large(int(length)))
         body, more = bytearray(), True
+        deadline = time.monotonic() + self.read_timeout_s
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except asyncio.TimeoutError:
+                return await send_error(send, ClientTimeoutError(
+                    f"the request body did not arrive within {self.read_timeout_s:g} s (--read-timeout; "
+                    f"{len(body)} bytes came); send it at once"))
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
