@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 import uuid
 from contextlib import contextmanager
