@@ -44,4 +44,4 @@ def test_acme_and_acme_eu_publish_and_attach_with_their_own_keys(acme_server):
     assert again["signed_by"]["key_id"] == first["signed_by"]["key_id"] != eu["signed_by"]["key_id"]
     for agent, pub in (("acme-writer", again), ("eu-analyst", eu)):  # each commit verifies in its own domain
         [rec] = c2c_field(ask(acme_server, agent, "go on", {"attach": [pub["commit"]], "mode": "full"}))["attach"]
-        assert rec["used"] == "cache", rec
+        assert rec["path"] == "cache", rec
