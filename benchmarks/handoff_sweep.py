@@ -65,7 +65,7 @@ def main() -> int:
             for key in ("text_pipeline_s", "cache_pipeline_s", "text_handoff_s", "cache_handoff_s"):
                 r[f"predicted_{key}"] = getattr(a, key)
                 r[f"prediction_error_{key}"] = getattr(a, key) / r[key] - 1
-            r["advisor_decision"] = a.decision
+            r["advisor_decision"] = "cache" if a.cache_is_faster else "text"
             r["calibration"] = cal.__dict__
             rows.append(r)
     cmd = "python benchmarks/handoff_sweep.py " + " ".join(sys.argv[1:])

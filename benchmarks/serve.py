@@ -102,7 +102,7 @@ def pipeline_point(server: Serve, model: str, system: str, document: str, questi
     t2 = time.perf_counter()
     [rec] = c2c_field(w)["attach"]
     cache = {"cache_s": t2 - t0, "cache_analyst_s": t1 - t0, "cache_writer_s": t2 - t1,
-             "cache_bytes": pub["bytes"], "cache_tokens": pub["tokens"], "cache_used": rec["used"],
+             "cache_bytes": pub["bytes"], "cache_tokens": pub["tokens"], "cache_used": rec["path"],
              "cache_attach_timings": rec.get("timings"), "cache_publish_s": c2c_field(p)["timings"]["publish_s"],
              "cache_writer_cached_tokens": w.usage.prompt_tokens_details.cached_tokens,
              "cache_writer_answer_tokens": w.usage.completion_tokens, "cache_answer": w.choices[0].message.content}

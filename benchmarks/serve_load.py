@@ -1,7 +1,9 @@
-"""Load and faults: concurrent agents hand off caches between two `c2c serve` processes sharing one Redis.
+"""Load and faults: concurrent agents hand off caches between two `c2c serve` processes sharing one Redis;
+and two tenants on one server (``--two-tenant``).
 
     .venv/bin/python benchmarks/serve_load.py                  # 16 clients, 120 s, tiny-qwen2
     .venv/bin/python benchmarks/serve_load.py --duration 30 --clients 4
+    .venv/bin/python benchmarks/serve_load.py --two-tenant     # SmolLM2-135M, 2 x 90 s
 
 Every client thread (the openai client, no retries) loops: publish a short analyst
 session on one server, then attach the acknowledged commit on the other server (mode
@@ -12,6 +14,20 @@ the same port. Every response is recorded (status, latency, commit); afterwards 
 acknowledged commit is read back from the store and a sample through both servers' HTTP.
 
 Outputs benchmarks/results/serve_load.{json,md} (or --out PREFIX).
+
+``--two-tenant``: one `c2c serve` (a real zoo model, ``--model``), two trust domains.
+Tenant ``short`` sends one short request (max_tokens 8, a session, every 4th one
+published) every ``--pace`` seconds, alone for ``--phase`` seconds, then for another
+``--phase`` seconds while tenant ``flood`` runs ``--flooders`` clients (one agent each)
+sending long requests (max_tokens 128, each published) back to back. End-of-turn tokens
+are banned, so every request generates exactly max_tokens. Afterwards every acknowledged
+commit is read back through ``GET /v1/c2c/commits/{id}`` with its owner's token. Reports
+the short tenant's p50/p99 alone and under flood, 5xx, and the machine's load.
+
+NOTE: the short tenant is a light one: alone it keeps the model busy a fraction of the
+time (reported as its model share). A tenant that kept the model busy all the time alone
+gets half of it under a fair flood, so its latency doubles whatever the scheduler.
+Outputs benchmarks/results/serve_two_tenant.{json,md} (or --out PREFIX).
 """
 
 from __future__ import annotations
@@ -75,11 +91,11 @@ def call(rec: Recorder, client: openai.OpenAI, server: int, kind: str, messages,
         body = raw.parse()
         f = c2c_field(body)
         row["commit"] = (f.get("publish") or {}).get("commit")
-        row["used"] = ",".join(a["used"] for a in f.get("attach") or []) or None
+        row["used"] = ",".join(a["path"] for a in f.get("attach") or []) or None
     except openai.APIStatusError as e:
         row["status"] = e.status_code
         b = e.body if isinstance(e.body, dict) else {}
-        row["error"] = f"{b.get('type', type(e).__name__)}: {str(b.get('message', e))[:200]}"
+        row["error"] = f"{b.get('c2c_error') or b.get('code') or type(e).__name__}: {str(b.get('message', e))[:200]}"
     except openai.APIConnectionError as e:  # includes APITimeoutError: no HTTP status at all
         row["error"] = f"{type(e).__name__}: {str(e.__cause__ or e)[:200]}"
     row["latency_s"] = time.perf_counter() - t0
@@ -123,8 +139,16 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=120.0)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=8, choices=range(1, 9), metavar="1..8")
-    ap.add_argument("--out", default=str(RESULTS / "serve_load"))
+    ap.add_argument("--out", default=None, help="output prefix (default results/serve_load or serve_two_tenant)")
+    ap.add_argument("--two-tenant", action="store_true", help="the two-tenant run (see above) instead")
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct", help="--two-tenant: the zoo model served")
+    ap.add_argument("--phase", type=float, default=90.0, help="--two-tenant: seconds of each phase")
+    ap.add_argument("--pace", type=float, default=2.0, help="--two-tenant: seconds between short requests")
+    ap.add_argument("--flooders", type=int, default=3, help="--two-tenant: concurrent long-request clients")
     args = ap.parse_args()
+    if args.two_tenant:
+        return two_tenant(args)
+    args.out = args.out or str(RESULTS / "serve_load")
 
     from c2c.store import open_store
     from c2c.testing import RedisServer
@@ -284,6 +308,227 @@ def markdown(r: dict) -> str:
               f"- every acknowledged commit readable: **{'PASS' if a['every_acknowledged_commit_readable'] else 'FAIL'}**",
               ""]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ two tenants on one server
+TENANT_TOKENS = {"short": ("tok-short-0123456789abcdef", "tenant-short")}
+TENANT_TOKENS.update({f"flood{i}": (f"tok-flood{i}-0123456789abcdef", "tenant-flood") for i in range(8)})
+SHORT_TOKENS, LONG_TOKENS, PUBLISH_EVERY = 8, 128, 4
+
+
+def end_of_turn_ids(model: str) -> list[int]:
+    """The model's end-of-turn token ids (from its config files), to ban them."""
+    from c2c.runtime.zoo import model_path
+
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        f = model_path(model) / name
+        if f.is_file():
+            eos = json.loads(f.read_text()).get("eos_token_id")
+            ids.update(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
+    return sorted(ids)
+
+
+def tenant_call(rec: Recorder, client: openai.OpenAI, model: str, tenant: str, phase: str, messages, c2c: dict,
+                max_tokens: int, bias: dict) -> dict:
+    t0 = time.perf_counter()
+    row = {"t": t0 - rec.t0, "tenant": tenant, "phase": phase, "status": None, "error": None, "commit": None,
+           "completion_tokens": None, "queue_s": None}
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=0, logit_bias=bias,
+            extra_body={"c2c": c2c})
+        row["status"] = raw.status_code
+        body = raw.parse()
+        f = c2c_field(body)
+        row["commit"] = (f.get("publish") or {}).get("commit")
+        row["completion_tokens"] = body.usage.completion_tokens
+        row["queue_s"] = (f.get("timings") or {}).get("queue_s")
+        row["timings"] = f.get("timings")
+    except openai.APIStatusError as e:
+        row["status"] = e.status_code
+        b = e.body if isinstance(e.body, dict) else {}
+        row["error"] = f"{b.get('type', type(e).__name__)}: {str(b.get('message', e))[:200]}"
+    except openai.APIConnectionError as e:
+        row["error"] = f"{type(e).__name__}: {str(e.__cause__ or e)[:200]}"
+    row["latency_s"] = time.perf_counter() - t0
+    rec.add(row)
+    return row
+
+
+def short_loop(rec, client, model, phase: str, end: float, pace: float, bias: dict) -> None:
+    k, nxt = 0, time.perf_counter()
+    while nxt < end:
+        time.sleep(max(0.0, nxt - time.perf_counter()))
+        q = {"role": "user", "content": f"Status check {phase} {k}: is host {k % 7} up? Answer briefly."}
+        c2c = {"session": f"short-{phase}-{k}"}
+        if k % PUBLISH_EVERY == 0:
+            c2c["publish"] = {"stream": "short-status"}
+        tenant_call(rec, client, model, "short", phase, [SYSTEM, q], c2c, SHORT_TOKENS, bias)
+        k, nxt = k + 1, nxt + pace
+
+
+def flood_loop(i: int, rec, client, model, end: float, bias: dict) -> None:
+    k = 0
+    while time.perf_counter() < end:
+        q = {"role": "user", "content": f"Write a detailed incident report number {k} about host {i}, "
+                                        "covering timeline, impact, root cause and follow-ups."}
+        r = tenant_call(rec, client, model, "flood", "flood", [SYSTEM, q],
+                        {"session": f"flood{i}-{k}", "publish": {"stream": f"flood-{i}"}}, LONG_TOKENS, bias)
+        if r["status"] is None:
+            time.sleep(0.05)
+        k += 1
+
+
+def latency_summary(rows: list[dict]) -> dict:
+    ok = [r["latency_s"] for r in rows if r["status"] == 200]
+    return {"requests": len(rows), "ok": len(ok),
+            "status": dict(Counter(str(r["status"]) for r in rows)),
+            "p50_ms": None if not ok else 1e3 * pct(ok, 0.5), "p99_ms": None if not ok else 1e3 * pct(ok, 0.99),
+            "max_ms": None if not ok else 1e3 * max(ok),
+            "completion_tokens": dict(Counter(str(r["completion_tokens"]) for r in rows if r["status"] == 200)),
+            "queue_p50_ms": None if not ok else 1e3 * pct([r["queue_s"] for r in rows if r["status"] == 200], 0.5)}
+
+
+def cpu_info() -> dict:
+    info = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        info["model_name"] = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                                   if ln.startswith("model name")), None)
+        info["amx_bf16"] = "amx_bf16" in text
+    except OSError:
+        pass
+    return info
+
+
+def two_tenant(args) -> int:
+    from c2c.testing import server_process as _serve
+
+    root = Path(tempfile.mkdtemp(prefix="c2c-two-tenant-"))
+    tokens = _serve.write_tokens(root / "tokens.json", TENANT_TOKENS)
+    server = _serve.ServeProcess(make_home(root), "--model", args.model, "--tokens", str(tokens), log_dir=root)
+    server.start()
+
+    def client(agent: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=server.base_url, api_key=TENANT_TOKENS[agent][0], max_retries=0, timeout=300)
+
+    bias = {str(t): -100 for t in end_of_turn_ids(args.model)}
+    rec = Recorder(time.perf_counter())
+    load: dict = {"before": os.getloadavg()}
+    try:
+        short = client("short")
+        for k in range(3):  # warm-up, not counted
+            short.chat.completions.create(model=args.model, messages=[SYSTEM, QUESTION], max_tokens=SHORT_TOKENS,
+                                          temperature=0, logit_bias=bias)
+        rec.event("phase alone")
+        short_loop(rec, short, args.model, "alone", time.perf_counter() + args.phase, args.pace, bias)
+        load["after_alone"] = os.getloadavg()
+        rec.event("phase flood", flooders=args.flooders)
+        end = time.perf_counter() + args.phase
+        flooders = [threading.Thread(target=flood_loop, args=(i, rec, client(f"flood{i}"), args.model, end, bias),
+                                     daemon=True) for i in range(args.flooders)]
+        for t in flooders:
+            t.start()
+        time.sleep(2.0)  # the flood is under way before the short tenant's clock starts
+        short_loop(rec, short, args.model, "flood", end, args.pace, bias)
+        for t in flooders:
+            t.join(timeout=600)
+        load["after_flood"] = os.getloadavg()
+        rec.event("done")
+        # --- every acknowledged commit, read back by its owner ------------------
+        acked = [(r["tenant"], r["commit"]) for r in rec.rows if r["commit"]]
+        unreadable = []
+        for tenant, cid in acked:
+            agent = "short" if tenant == "short" else "flood0"  # any agent of the owner's domain
+            resp = httpx.get(server.url(f"/v1/c2c/commits/{cid}"), timeout=60,
+                             headers={"Authorization": f"Bearer {TENANT_TOKENS[agent][0]}"})
+            if resp.status_code != 200:
+                unreadable.append(f"{cid} ({tenant}): {resp.status_code} {resp.text[:200]}")
+        metrics = httpx.get(server.url("/metrics"), timeout=30).text
+    finally:
+        server.stop()
+    rows = sorted(rec.rows, key=lambda r: r["t"])
+    log = server.log()
+    five = [r for r in rows if r["status"] is not None and r["status"] >= 500]
+    alone = latency_summary([r for r in rows if r["tenant"] == "short" and r["phase"] == "alone"])
+    under = latency_summary([r for r in rows if r["tenant"] == "short" and r["phase"] == "flood"])
+    flood = latency_summary([r for r in rows if r["tenant"] == "flood"])
+    ratio = (under["p99_ms"] / alone["p99_ms"]) if alone["p99_ms"] and under["p99_ms"] else None
+    out = {
+        "config": {"model": args.model, "phase_s": args.phase, "pace_s": args.pace, "flooders": args.flooders,
+                   "short_max_tokens": SHORT_TOKENS, "long_max_tokens": LONG_TOKENS,
+                   "short_publishes_every": PUBLISH_EVERY, "banned_end_of_turn": sorted(bias),
+                   "server": "defaults (--max-queue 16, shares split between 2 domains, --fair-half-life 5), "
+                             "C2C_THREADS=1"},
+        "short_alone": alone, "short_under_flood": under, "flood": flood,
+        "p50_ratio": (under["p50_ms"] / alone["p50_ms"]) if alone["p50_ms"] and under["p50_ms"] else None,
+        "p99_ratio": ratio,
+        "short_model_share_alone": sum((r.get("timings") or {}).get("total_s", 0) - (r["queue_s"] or 0) for r in rows
+                                       if r["tenant"] == "short" and r["phase"] == "alone") / args.phase,
+        "flood_tokens_per_s": sum(r["completion_tokens"] or 0 for r in rows if r["tenant"] == "flood"
+                                  and r["status"] == 200) / args.phase,
+        "five_xx": len(five), "five_xx_rows": five[:20],
+        "connection_errors": sum(r["status"] is None for r in rows),
+        "verify": {"acknowledged": len(acked), "by_tenant": dict(Counter(t for t, _ in acked)),
+                   "unreadable": unreadable[:50]},
+        "server_log_errors": [ln for ln in log.splitlines() if re.search(r'" 5\d\d|Traceback|ERROR', ln)][:40],
+        "evictions": next((float(ln.split()[-1]) for ln in metrics.splitlines()
+                           if ln.startswith("c2c_session_evictions_total")), None),
+        "load_avg": load, "events": rec.events,
+        "command": "python benchmarks/serve_load.py " + " ".join(sys.argv[1:]),
+        "machine": cpu_info(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    out["acceptance"] = {"short_p99_under_flood_within_2x_alone": ratio is not None and ratio <= 2.0,
+                         "zero_5xx": not five,
+                         "every_acknowledged_commit_readable_by_its_owner": bool(acked) and not unreadable}
+    return results.write(args.out or RESULTS / "serve_two_tenant", out, two_tenant_markdown(out), records=rows)
+
+
+def two_tenant_markdown(r: dict) -> str:
+    c, m = r["config"], r["machine"]
+    lines = [f"# `c2c serve`, two tenants on one server ({c['model']})", "",
+             f"`{r['command']}` — {r['created']}. CPU: {m.get('model_name')}, {m['cpus']} CPUs, amx_bf16 "
+             f"{'yes' if m.get('amx_bf16') else 'no'}. Load average (1, 5, 15 min) before "
+             f"{_load(r['load_avg']['before'])}, after the alone phase {_load(r['load_avg']['after_alone'])}, "
+             f"after the flood {_load(r['load_avg']['after_flood'])}.", "",
+             f"Tenant `short` sends one request every {c['pace_s']:g} s (max_tokens {c['short_max_tokens']}, its own "
+             f"session, every {c['short_publishes_every']}th published) for {c['phase_s']:g} s alone, then for "
+             f"{c['phase_s']:g} s while tenant `flood` runs {c['flooders']} clients (one agent each) sending "
+             f"max_tokens {c['long_max_tokens']} requests back to back, each published. End-of-turn tokens banned: "
+             f"every reply is exactly max_tokens. Server: {c['server']}.", "",
+             "| | requests | statuses | p50 | p99 | max | queue p50 | completion tokens |",
+             "|---|---:|---|---:|---:|---:|---:|---|"]
+    for name, s in (("short, alone", r["short_alone"]), ("short, under flood", r["short_under_flood"]),
+                    ("flood", r["flood"])):
+        lines.append(f"| {name} | {s['requests']} | {json.dumps(s['status'])} | {_fmt(s['p50_ms'])} ms | "
+                     f"{_fmt(s['p99_ms'])} ms | {_fmt(s['max_ms'])} ms | {_fmt(s['queue_p50_ms'])} ms | "
+                     f"{json.dumps(s['completion_tokens'])} |")
+    v, a = r["verify"], r["acceptance"]
+    lines += ["", f"Short tenant under flood / alone: p50 x{_fmt(r['p50_ratio'], '{:.2f}')}, "
+              f"p99 x{_fmt(r['p99_ratio'], '{:.2f}')}. Alone, the short tenant kept the model busy "
+              f"{100 * r['short_model_share_alone']:.0f}% of the time. Flood tenant: "
+              f"{r['flood_tokens_per_s']:.1f} completion tokens/s. 5xx: {r['five_xx']}; connection errors: "
+              f"{r['connection_errors']}; session evictions: {_fmt(r['evictions'], '{:.0f}')}.", "",
+              f"Verification: {v['acknowledged']} acknowledged commits ({json.dumps(v['by_tenant'])}), "
+              f"{v['acknowledged'] - len(v['unreadable'])} read back by their owner through GET "
+              "/v1/c2c/commits/{id}.", ""]
+    if v["unreadable"]:
+        lines += ["Unreadable:", "", *[f"- `{x}`" for x in v["unreadable"][:20]], ""]
+    if r["server_log_errors"]:
+        lines += ["Server log errors (first 10):", "", "```", *r["server_log_errors"][:10], "```", ""]
+    lines += ["## Acceptance", "",
+              f"- short tenant's p99 under flood within 2x of its p99 alone: "
+              f"**{'PASS' if a['short_p99_under_flood_within_2x_alone'] else 'FAIL'}** "
+              f"(x{_fmt(r['p99_ratio'], '{:.2f}')})",
+              f"- zero 5xx: **{'PASS' if a['zero_5xx'] else 'FAIL'}** ({r['five_xx']})",
+              f"- every acknowledged commit readable by its owner: "
+              f"**{'PASS' if a['every_acknowledged_commit_readable_by_its_owner'] else 'FAIL'}**", ""]
+    return "\n".join(lines)
+
+
+def _load(xs) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class State(TypedDict, total=False):
     evidence: str
     question: str
     commit: str      # the analyst's cache, by id: all that crosses the edge
-    handoff: str     # how the writer got it: "<commit>:cache" or "<commit>:text"
+    handoff: str     # how the writer got it: "<commit>:full" (its cache) or "<commit>:text"
     answer: str
 
 

@@ -37,7 +37,7 @@ writer = client.chat.completions.create(
     model=MODEL, messages=[SYSTEM, {"role": "user", "content": "When did the outage end?"}], max_tokens=24,
     temperature=0, extra_body={"c2c": {"session": f"writer-{RUN}", "attach": [commit], "mode": "auto"}})
 [handoff] = writer.model_extra["c2c"]["attach"]
-print(f"handoff used {handoff['used']}: {handoff['reason']}")
+print(f"handoff took the {handoff['path']} path ({handoff['used']}): {handoff['reason']}")
 print(f"commit tokens {handoff['tokens']}: imported {handoff['imported_tokens']}, reused "
       f"{handoff['reused_tokens']}, prefilled {handoff['prefilled_tokens']}")
 print(f"cached tokens {writer.usage.prompt_tokens_details.cached_tokens} of {writer.usage.prompt_tokens}")

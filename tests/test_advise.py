@@ -4,6 +4,7 @@ from c2c.advise import Calibration, advise, load_calibration, save_calibration
 from c2c.advise.cost_model import fit_nonnegative
 from c2c.bench.calibrate import calibrate
 from c2c.errors import ConfigError
+from c2c.handoff import forecast
 
 # A machine like the 2-core CPU of the brief: ~108 ms/token decode, ~180 tok/s prefill.
 CAL = Calibration(model="m", decode_s_per_token=0.108, decode_s_per_position=2e-5, prefill_s_fixed=0.05,
@@ -13,24 +14,34 @@ CAL = Calibration(model="m", decode_s_per_token=0.108, decode_s_per_position=2e-
 
 def test_cache_wins_for_a_long_message_on_one_machine():
     a = advise(CAL, message_tokens=256, context_tokens=512)
-    assert a.decision == "cache" and all(a.criteria.values())
+    assert a.cache_is_faster and "advisor predicts cache" in a.note
     assert a.text_handoff_s > 256 * 0.108
     assert a.cache_pipeline_s < a.text_pipeline_s
+    d = forecast(CAL, message_tokens=256, context_tokens=512)
+    assert d.path == "cache" and all(c.ok for c in d.checks) and d.advice["cache_is_faster"]
 
 
-def test_each_criterion_forces_text():
-    assert advise(CAL, message_tokens=256, context_tokens=512, cross_domain=True).decision == "text"
-    assert advise(CAL, message_tokens=256, context_tokens=512, same_model=False).decision == "text"
-    assert advise(CAL, message_tokens=256, context_tokens=512, same_model=False,
-                  fuser_available=True).decision == "cache"
-    a = advise(CAL, message_tokens=256, context_tokens=512, hops=5, hop_limit=3)
-    assert a.decision == "text" and any("reference ids" in r for r in a.reasons)
+def test_each_criterion_forces_text_through_decide():
+    assert forecast(CAL, message_tokens=256, context_tokens=512, cross_domain=True).path == "text"
+    assert forecast(CAL, message_tokens=256, context_tokens=512, other_model=True).path == "text"
+    assert forecast(CAL, message_tokens=256, context_tokens=512, other_model=True,
+                    fuser_available=True).path == "fused"
+    d = forecast(CAL, message_tokens=256, context_tokens=512, hops=5, hop_limit=3)
+    assert d.path == "text" and "reference ids" in d.reason
+
+
+def test_the_hop_limit_is_c2c_max_hops_unless_given(monkeypatch):
+    monkeypatch.setenv("C2C_MAX_HOPS", "5")
+    assert forecast(CAL, message_tokens=256, context_tokens=512, hops=5).path == "cache"
+    assert forecast(CAL, message_tokens=256, context_tokens=512, hops=6).path == "text"
+    assert forecast(CAL, message_tokens=256, context_tokens=512, hops=5, hop_limit=4).path == "text"
 
 
 def test_slow_link_and_huge_context_make_text_cheaper():
     a = advise(CAL, message_tokens=8, context_tokens=200_000, bandwidth_gbps=0.01)
-    assert a.decision == "text" and not a.criteria["cache_is_faster"]
-    assert any("costs more" in r for r in a.reasons)
+    assert not a.cache_is_faster and "costs more" in a.note
+    d = forecast(CAL, message_tokens=8, context_tokens=200_000, bandwidth_gbps=0.01)
+    assert d.path == "text" and d.check("advisor").ok is False and "costs more" in d.reason
 
 
 def test_predictions_scale_the_right_way():

@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from c2c.advise import Advice
+
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (ConfigError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
                         StaleCommitError)
@@ -21,12 +23,10 @@ def party(name="a", **kw):
     return Party(**{**base, **kw})
 
 
-class FakeAdvice:
-    def __init__(self, decision):
-        self.decision = decision
-
-    def to_dict(self):
-        return {"decision": self.decision}
+def costs(cache_s: float, text_s: float):
+    """The advisor's prediction for a hop: only its costs (decide() rules on them)."""
+    return Advice(text_handoff_s=text_s, cache_handoff_s=cache_s, text_pipeline_s=text_s + 1,
+                  cache_pipeline_s=cache_s + 1, artifact_bytes=1000, message_tokens=64)
 
 
 def test_auto_takes_the_cache_when_every_check_passes_and_records_all_of_them():
@@ -58,11 +58,11 @@ def test_hops_staleness_and_the_advisor():
     d = decide(party(), party("b"), stale="superseded by abc")
     assert d.path == "text" and "stale" in d.reason
     assert isinstance(decide(party(), party("b"), HandoffPolicy(mode="full"), stale="x").refusal(), StaleCommitError)
-    d = decide(party(), party("b"), advice=FakeAdvice("text"), advice_note="advisor: text is faster")
-    assert d.path == "text" and d.reason == "fell back to text: advisor: text is faster"
-    assert decide(party(), party("b"), HandoffPolicy(mode="full"), advice=FakeAdvice("text")).refusal() is None
-    d = decide(party(), party("b"), advice=FakeAdvice("cache"), advice_note="advisor predicts cache")
-    assert d.path == "cache" and "advisor predicts cache" in d.reason and d.advice == {"decision": "cache"}
+    d = decide(party(), party("b"), advice=costs(2.0, 1.0))
+    assert d.path == "text" and d.reason.startswith("fell back to text: advisor: moving 0.0 MB of K/V")
+    assert decide(party(), party("b"), HandoffPolicy(mode="full"), advice=costs(2.0, 1.0)).refusal() is None
+    d = decide(party(), party("b"), advice=costs(0.01, 1.0))
+    assert d.path == "cache" and "advisor predicts cache 10 ms" in d.reason and d.advice["cache_is_faster"]
 
 
 def test_the_hop_limit_defaults_to_c2c_max_hops(monkeypatch):

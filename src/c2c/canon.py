@@ -6,6 +6,9 @@
 - :func:`sha256_hex`, :func:`token_digest` (token ids as little-endian uint32),
   :func:`weights_digest` (a model's weight files, memoized beside them).
 - :func:`utc_now`: timestamps as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``.
+- :func:`check_utf8`, :func:`non_utf8_at`: text that encodes as UTF-8 (JSON's
+  ``"\\ud800"`` decodes to a lone surrogate, which does not), checked before it
+  reaches a tokenizer or a database.
 
 Never Python's ``hash()`` or pickle: these values cross processes and machines.
 """
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any, NewType, Sequence
 
 from c2c._io import write_atomic
-from c2c.errors import ArtifactWriteError
+from c2c.errors import ArtifactWriteError, ConfigError
 
 Sha256Hex = NewType("Sha256Hex", str)  # 64 lowercase hex characters
 
@@ -29,6 +32,41 @@ def canonical_json(obj: Any) -> bytes:
     """The one canonical serialization c2c hashes and signs: sorted keys, no spaces, UTF-8."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
+
+
+def check_utf8(text: str, what: str) -> str:
+    """``text`` if it encodes as UTF-8 (no lone surrogates), else :class:`ConfigError` naming ``what``."""
+    where = non_utf8_at(text)
+    if where is not None:
+        raise ConfigError(f"{what} is not valid UTF-8 (it holds a lone surrogate such as \\ud800); "
+                          "send text that encodes as UTF-8")
+    return text
+
+
+def non_utf8_at(value: Any) -> str | None:
+    """The path (``messages.0.content``; ``""`` for ``value`` itself) of the first string in ``value``,
+    a key included, that does not encode as UTF-8; None when every string does. The path itself is
+    always valid UTF-8 (a bad key is shown escaped), so it can go into an error message.
+
+    Walks dicts, lists and tuples without recursion, so any depth the JSON parser accepted is fine.
+    """
+    todo: list[tuple[Any, str]] = [(value, "")]
+    while todo:
+        v, where = todo.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return where
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                part = ascii(k) if isinstance(k, str) and non_utf8_at(k) is not None else str(k)
+                todo.append((k, f"{where}.{part}" if where else part))
+                todo.append((x, f"{where}.{part}" if where else part))
+        elif isinstance(v, (list, tuple)):
+            todo.extend((x, f"{where}.{i}" if where else str(i)) for i, x in enumerate(v))
+    return None
 
 
 def sha256_hex(data: bytes) -> Sha256Hex:

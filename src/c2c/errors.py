@@ -43,10 +43,13 @@ problem and say what to do instead.
     │                                 silent, or sent a malformed message
     ├── ServeError                  the HTTP server (`c2c serve`) refused a request, or is draining
     │   ├── AuthError                 no bearer token, or one the server does not know (401)
+    │   ├── HostNotAllowedError       open access (no tokens) called with a non-loopback Host (400)
     │   ├── ContextLengthError        the prompt (+ max_tokens) exceeds the model's context (400)
     │   ├── RequestTooLargeError      the request body is over the server's limit (413)
-    │   ├── QueueFullError            the model's queue is full; retry after a moment (429)
-    │   └── RequestTimeoutError       the request ran past its deadline (504)
+    │   ├── QueueFullError            the model's queue, or the caller's share of it, is full;
+    │   │                             retry after a moment (429)
+    │   ├── RequestTimeoutError       the request ran past its deadline (504)
+    │   └── ClientTimeoutError        the request body did not arrive in time (408)
     └── FuserError                  fuser config, checkpoint or alignment problem
         ├── AlignmentError            two renderings of a conversation cannot be aligned
         ├── FuserCheckpointError      a fuser checkpoint is missing, corrupt or for other models
@@ -198,6 +201,14 @@ class AuthError(ServeError):
     """No bearer token, or a token the server does not know."""
 
 
+class HostNotAllowedError(ServeError):
+    """An open-access server (no tokens) was called with a ``Host`` that is not a loopback name.
+
+    A web page whose domain was rebound to 127.0.0.1 sends its own name; refusing it
+    keeps such a page off a server that trusts whoever can reach it.
+    """
+
+
 class ContextLengthError(ServeError):
     """The prompt, plus the tokens asked for, does not fit in the model's context."""
 
@@ -216,6 +227,10 @@ class QueueFullError(ServeError):
 
 class RequestTimeoutError(ServeError):
     """The request ran past its deadline (waiting in the queue included)."""
+
+
+class ClientTimeoutError(ServeError):
+    """The client sent its request body too slowly: it did not arrive within the server's read timeout."""
 
 
 class FuserError(C2CError):

@@ -23,7 +23,7 @@ def test_openai_client_example(tiny_server):
         out = proc.stdout
         assert out.startswith("reply:") and "analyst published commit" in out
         assert f"(stream example-incident-notes v{run + 1})" in out  # its own stream, a version per run
-        assert "handoff used cache: same model, same shared prefix, same trust domain" in out
+        assert "handoff took the cache path (full): same model, same shared prefix, same trust domain" in out
         line = next(x for x in out.splitlines() if x.startswith("commit tokens"))
         tokens = int(line.split()[2].rstrip(":"))
         assert line == f"commit tokens {tokens}: imported {tokens}, reused 0, prefilled 0", line
@@ -43,4 +43,4 @@ def test_framework_example_hands_over_the_cache(tiny_server, script, needs):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert len(lines["commit"]) == 64
-    assert lines["handoff"] == f"{lines['commit'][:12]}:cache"
+    assert lines["handoff"] == f"{lines['commit'][:12]}:full"

@@ -12,7 +12,8 @@ import torch
 from c2c.errors import AuthError, ConfigError, QueueFullError, RequestTimeoutError
 from c2c.runtime.engine import sample_next
 from c2c.runtime.kvcache import KVCache
-from c2c.serve.auth import OPEN, TokenTable
+from c2c.runtime import hf
+from c2c.serve.auth import OPEN, Principal, TokenTable
 from c2c.serve.serve_config import ServeConfig
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.render import Message, render
@@ -81,6 +82,16 @@ def test_sample_next_is_greedy_at_zero_and_seeded_otherwise():
         Sampling(max_tokens=1, top_p=0)
 
 
+def test_sample_next_takes_extreme_but_valid_settings():
+    """A temperature or top_p of 1e-320 passed every check and then failed inside torch.multinomial."""
+    logits = torch.tensor([0.1, 3.0, 2.9, -1.0])
+    g = torch.Generator().manual_seed(0)
+    assert sample_next(logits, temperature=1e-320, generator=g) == 1        # logits / 1e-320 are inf
+    assert sample_next(logits, temperature=1.0, top_p=1e-320, generator=g) == 1  # 1e-320 is 0 in float32
+    with pytest.raises(ConfigError):
+        Sampling(max_tokens=1, temperature=float("inf"))
+
+
 def test_runtime_generate_samples_with_a_generator(tiny):
     rt = tiny("qwen2")
     ids = list(render(rt, CONVO).token_ids)
@@ -139,7 +150,73 @@ def test_the_pool_evicts_least_recently_used_caches_but_keeps_their_records():
     assert small.stats.sessions == 2 and small.stats.forgotten == 1
 
 
+def test_a_tenant_over_its_share_loses_its_own_sessions_never_anothers():
+    pool = SessionPool(budget_bytes=16 * 200, max_sessions=10, tenant_bytes=16 * 100, tenant_sessions=3)
+    b = pool.take(SessionKey("blue", "b", "keep", "m"))
+    b.cache, b.state = _cache(40), "warm"
+    pool.put(b)
+    for i in range(6):  # red: 6 caches of 640 bytes against a share of 1600 bytes and 3 records
+        s = pool.take(SessionKey("red", "r", f"s{i}", "m"))
+        s.cache, s.state = _cache(40), "warm"
+        pool.put(s)
+    assert pool.held_bytes("red") <= 1600 and pool.stats.sessions == 4 and pool.stats.forgotten == 3
+    assert pool.get_state(SessionKey("blue", "b", "keep", "m")) == "warm"
+    assert pool.get_state(SessionKey("red", "r", "s3", "m")) == "evicted"  # its own oldest went first
+    assert pool.get_state(SessionKey("red", "r", "s0", "m")) is None       # forgotten
+    # shares that add up to more than the whole: the tenant holding the most pays
+    over = SessionPool(budget_bytes=16 * 100, tenant_bytes=16 * 100)
+    for tenant, n in (("blue", 1), ("red", 2)):
+        for i in range(n):
+            s = over.take(SessionKey(tenant, "x", f"s{i}", "m"))
+            s.cache, s.state = _cache(40), "warm"
+            over.put(s)
+    assert over.get_state(SessionKey("blue", "x", "s0", "m")) == "warm"
+    assert over.get_state(SessionKey("red", "x", "s0", "m")) == "evicted"
+
+
 # ------------------------------------------------------------ worker
+def test_forward_passes_run_one_at_a_time_and_another_tenants_short_job_goes_first():
+    loop = asyncio.new_event_loop()
+    worker = ModelWorker("m", max_queue=8, half_life_s=5.0)
+    lock, active, peak, log = threading.Lock(), [0], [0], []
+
+    def passes(tag: str, n: int):
+        def run(job):
+            for i in range(n):
+                job.check()
+                with lock:
+                    active[0] += 1
+                    peak[0] = max(peak[0], active[0])
+                threading.Event().wait(0.002)  # a forward pass
+                with lock:
+                    active[0] -= 1
+                log.append((tag, i))
+            return tag
+        return run
+
+    def job(tag, n, domain, agent):
+        return Job(passes(tag, n), Channel(loop), timeout_s=30, owner=Principal(agent=agent, domain=domain))
+
+    try:
+        a1 = worker.submit(job("a1", 150, "red", "x"))
+        a2 = worker.submit(job("a2", 150, "red", "y"))
+        a1_again = worker.submit(job("a1-again", 3, "red", "x"))
+        while len(log) < 20:  # the red jobs are under way
+            threading.Event().wait(0.005)
+        b = worker.submit(job("b", 5, "blue", "z"))
+        while worker.size:
+            threading.Event().wait(0.01)
+    finally:
+        worker.close(10)
+        loop.close()
+    done = {tag: max(k for k, (t, _) in enumerate(log) if t == tag) for tag in ("a1", "a2", "a1-again", "b")}
+    first = {tag: min(k for k, (t, _) in enumerate(log) if t == tag) for tag in ("a1", "a2", "a1-again", "b")}
+    assert peak[0] == 1                                   # never two forward passes at once
+    assert done["b"] < done["a1"] and done["b"] < done["a2"]  # blue's short job did not wait for red's long ones
+    assert first["a2"] < done["a1"]                       # red's two agents took turns
+    assert first["a1-again"] > done["a1"]                 # one agent's own jobs go oldest first
+
+
 def test_a_full_queue_refuses_and_a_job_past_its_deadline_times_out():
     loop = asyncio.new_event_loop()
     release = threading.Event()
@@ -162,6 +239,67 @@ def test_a_full_queue_refuses_and_a_job_past_its_deadline_times_out():
     with pytest.raises(RequestTimeoutError):
         late.check()
     loop.close()
+
+
+def test_a_job_that_gave_up_the_turn_does_not_hold_up_the_next_but_its_agent_waits():
+    loop = asyncio.new_event_loop()
+    release, other_ran, same_ran = threading.Event(), threading.Event(), threading.Event()
+    worker = ModelWorker("m", max_queue=4)
+
+    def storing(job):  # its forward passes are done; it only stores now
+        job.release_turn()
+        release.wait(10)
+
+    try:
+        worker.submit(Job(storing, Channel(loop), timeout_s=30))
+        worker.submit(Job(lambda job: same_ran.set(), Channel(loop), timeout_s=30))  # the same agent (OPEN)
+        worker.submit(Job(lambda job: other_ran.set(), Channel(loop), timeout_s=30,
+                          owner=Principal(agent="b", domain="blue")))
+        assert other_ran.wait(5) and not same_ran.is_set()  # the same agent's next one waits for it to end
+        release.set()
+        assert same_ran.wait(5)
+    finally:
+        worker.close(5)
+        loop.close()
+
+
+def test_a_tenant_holding_its_share_is_refused_while_another_is_admitted():
+    loop = asyncio.new_event_loop()
+    release = threading.Event()
+    worker = ModelWorker("m", max_queue=8, tenant_queue=2)
+    red = Principal(agent="a", domain="red")
+    try:
+        for _ in range(2):
+            worker.submit(Job(lambda job: release.wait(10), Channel(loop), timeout_s=30, owner=red))
+        with pytest.raises(QueueFullError, match="'red'"):
+            worker.submit(Job(lambda job: None, Channel(loop), timeout_s=30, owner=red))
+        worker.submit(Job(lambda job: None, Channel(loop), timeout_s=30, owner=Principal(agent="b", domain="blue")))
+        assert worker.size == 3
+        release.set()
+    finally:
+        worker.close(5)
+        loop.close()
+
+
+# ------------------------------------------------------------ the size check before tokenizing
+def test_no_text_is_fewer_tokens_than_its_characters_over_chars_per_token(tiny):
+    rt = tiny("qwen2")
+    per, longest = rt.chars_per_token, max(len(t) for t in rt.tokenizer.get_vocab())
+    assert per == 1.5 * longest  # a byte-level vocabulary behind an NFC normalizer
+    for text in ("<|endoftext|>" * 50, "plain words and more words " * 20, "e\u0301\u0302" * 30,
+                 "\U0001F600 \u4e2d\u6587 " * 40, " " * 500):
+        assert len(rt.encode(text)) * per >= len(text), text[:20]
+    assert len(rt.encode("<|endoftext|>" * 50)) * longest == len("<|endoftext|>" * 50)  # no token is longer
+
+
+def test_normalizers_that_can_drop_text_give_no_bound():
+    assert hf._composes(None) is False and hf._composes({"type": "NFC"}) is True
+    assert hf._composes({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},
+                                                             {"type": "NFKC"}]}) is True
+    for dropping in ({"type": "Strip"}, {"type": "StripAccents"}, {"type": "BertNormalizer"},
+                     {"type": "Replace", "pattern": {"String": "  "}, "content": " "},
+                     {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}):
+        assert hf._composes(dropping) is None
 
 
 # ------------------------------------------------------------ tokens and config

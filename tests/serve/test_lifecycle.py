@@ -40,6 +40,34 @@ def test_open_access_needs_no_token_and_works_in_domain_default(open_server):
     assert resp.status_code == 200 and resp.json()["summary"]["producer"]["domain"] == "default"
 
 
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1.evil.example", "0.0.0.0:{port}",
+                                  "localhost.evil.example", "[::2]:{port}"])
+def test_open_access_refuses_a_host_that_is_not_loopback(open_server, host):
+    """DNS rebinding: a page at evil.example resolved to 127.0.0.1 sends `Host: evil.example`."""
+    h = {"Host": host.format(port=open_server.port)}
+    for method, path, body in (("GET", "/healthz", None), ("GET", "/v1/models", None),
+                               ("GET", "/v1/c2c/events?timeout_s=1", None),
+                               ("POST", "/v1/chat/completions", {**LONG, "stream": False, "max_tokens": 1})):
+        resp = httpx.request(method, open_server.url(path), headers=h, json=body, timeout=30)
+        e = resp.json()["error"]
+        assert resp.status_code == 400, (path, resp.text)
+        assert (e["type"], e["code"], e["c2c_error"]) == ("invalid_request_error", "host_not_allowed",
+                                                          "HostNotAllowedError")
+        assert "--tokens" in e["message"] and "127.0.0.1" in e["message"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST", "[::1]:{port}", "127.3.2.1"])
+def test_open_access_serves_loopback_host_names(open_server, host):
+    resp = httpx.get(open_server.url("/v1/models"), headers={"Host": host.format(port=open_server.port)})
+    assert resp.status_code == 200 and resp.json()["data"][0]["id"] == "tiny-qwen2"
+
+
+def test_a_server_with_tokens_serves_any_host_name(tiny_server):
+    h = {"Host": "c2c.internal:443", **tiny_server.headers("writer")}  # e.g. behind a proxy
+    resp = httpx.get(tiny_server.url("/v1/models"), headers=h)
+    assert resp.status_code == 200
+
+
 def test_a_client_that_disconnects_stops_its_generation(open_server):
     with httpx.Client(timeout=30) as http, http.stream("POST", open_server.url("/v1/chat/completions"),
                                                        json=LONG) as resp:
@@ -75,7 +103,7 @@ def test_a_full_queue_answers_429_with_retry_after(open_server):
             break
         time.sleep(0.05)
     resp_c = httpx.post(open_server.url("/v1/chat/completions"), json={**LONG, "stream": False, "max_tokens": 2})
-    assert resp_c.status_code == 429 and resp_c.json()["error"]["type"] == "QueueFullError"
+    assert resp_c.status_code == 429 and resp_c.json()["error"]["c2c_error"] == "QueueFullError"
     assert int(resp_c.headers["retry-after"]) >= 1
     del lines_a
     resp_a.close()  # A's client goes away: A stops, B runs

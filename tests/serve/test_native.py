@@ -33,10 +33,10 @@ def test_the_client_helpers_build_and_read_the_c2c_field(tiny_server):
         model="tiny-qwen2", messages=[SYSTEM, {"role": "user", "content": "go"}], max_tokens=2, temperature=0,
         extra_body=c2c_options(attach=[commit], mode="full"))
     [rec] = attach_records(r)
-    assert rec["used"] == "cache" and c2c_of(r)["attached"] == [commit]
+    assert rec["path"] == "cache" and c2c_of(r)["attached"] == [commit]
     raw = client(tiny_server, "writer").chat("tiny-qwen2", [SYSTEM, {"role": "user", "content": "go"}],
                                             max_tokens=2, temperature=0, c2c={"attach": [commit]})
-    assert attach_records(raw)[0]["used"] == "cache"
+    assert attach_records(raw)[0]["path"] == "cache"
 
 
 def test_show_a_commit_of_ones_own_domain_only(tiny_server):
@@ -90,7 +90,8 @@ def test_the_advisor_needs_a_calibration(tiny_server):
     (tiny_server.home / "calibration").mkdir(exist_ok=True)
     (tiny_server.home / "calibration" / "tiny-qwen2.json").write_text(json.dumps(cal))
     a = client(tiny_server).advise("tiny-qwen2", 64, context_tokens=512)
-    assert a["decision"] in ("cache", "text") and a["reasons"] and a["model"] == "tiny-qwen2"
+    assert a["decision"] in ("cache", "text") and a["reason"] and a["model"] == "tiny-qwen2"
+    assert [c["name"] for c in a["checks"]][-1] == "advisor" and "cache_is_faster" in a
     assert client(tiny_server).advise("tiny-qwen2", 64, cross_domain=True)["decision"] == "text"
 
 

@@ -30,7 +30,7 @@ def test_publish_then_attach_hands_over_the_cache_exactly(tiny_server):
     r2 = chat(writer, [SYSTEM, QUESTION], c2c={"session": "writer-1", "attach": [pub["commit"]], "mode": "auto"})
     c = c2c_field(r2)
     [rec] = c["attach"]
-    assert rec["used"] == "cache" and rec["mode"] == "full" and rec["requested"] == "auto"
+    assert rec["path"] == "cache" and rec["used"] == "full" and rec["requested"] == "auto"
     assert {x["name"]: x["ok"] for x in rec["checks"]} == {
         "domain": True, "fingerprint": True, "prefix": True, "hops": True, "staleness": True, "advisor": None}
     assert rec["bytes"] == pub["bytes"] and rec["tokens"] == pub["tokens"] and "fetch_s" in rec["timings"]
@@ -54,7 +54,7 @@ def test_a_labelled_slice_is_published_and_attached(tiny_server):
     assert pub["kind"] == "slice" and pub["labels"] == ["evidence"]
     r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "slice"})
     [rec] = c2c_field(r)["attach"]
-    assert rec["used"] == "cache" and rec["mode"] == "slice" and rec["tokens"] == pub["tokens"]
+    assert rec["path"] == "cache" and rec["used"] == "slice" and rec["tokens"] == pub["tokens"]
     commit = httpx.get(tiny_server.url(f"/v1/c2c/commits/{pub['commit']}"), headers=tiny_server.headers("writer"))
     assert commit.json()["summary"]["labels"] == {"span": "evidence", "isolation": "recompute"}
 
@@ -76,14 +76,14 @@ def test_past_the_hop_limit_a_chain_goes_on_as_text_citing_its_commits(tiny_serv
     for i in (2, 3):
         r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION],
                  c2c={"session": f"hops-s{i}", "attach": [ids[-1]], "publish": {"stream": f"hops-{i}"}})
-        assert c2c_field(r)["attach"][0]["used"] == "cache"
+        assert c2c_field(r)["attach"][0]["path"] == "cache"
         ids.append(c2c_field(r)["publish"]["commit"])
     r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [ids[-1]]})
     [rec] = c2c_field(r)["attach"]
     assert rec["used"] == "text" and rec["hops"] == 3 and "exceed the hop limit 2" in rec["reason"]
     with pytest.raises(openai.ConflictError) as e:
         chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [ids[-1]], "mode": "full"})
-    assert e.value.body["type"] == "HandoffError" and "hop limit" in e.value.body["message"]
+    assert e.value.body["c2c_error"] == "HandoffError" and "hop limit" in e.value.body["message"]
 
 
 def test_a_stale_commit_is_refused_as_a_cache_and_read_as_text_in_auto(tiny_server):
@@ -94,7 +94,7 @@ def test_a_stale_commit_is_refused_as_a_cache_and_read_as_text_in_auto(tiny_serv
     writer = tiny_server.client("writer")
     with pytest.raises(openai.ConflictError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
-    assert e.value.body["type"] == "StaleCommitError"
+    assert e.value.body["c2c_error"] == "StaleCommitError"
     r = chat(writer, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]]})
     [rec] = c2c_field(r)["attach"]
     assert rec["used"] == "text" and "stale" in rec["reason"] and rec["stale"] is True
@@ -107,7 +107,7 @@ def test_a_superseded_version_goes_stale(tiny_server):
     assert v2["version"] == 2
     with pytest.raises(openai.ConflictError) as e:
         chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [v1["commit"]], "mode": "full"})
-    assert e.value.body["type"] == "StaleCommitError" and "superseded" in e.value.body["message"]
+    assert e.value.body["c2c_error"] == "StaleCommitError" and "superseded" in e.value.body["message"]
 
 
 def test_a_tampered_commit_is_refused_in_every_mode(tiny_server):
@@ -120,17 +120,17 @@ def test_a_tampered_commit_is_refused_in_every_mode(tiny_server):
     for mode in ("auto", "full", "text"):
         with pytest.raises(openai.UnprocessableEntityError) as e:
             chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [bad], "mode": mode})
-        assert e.value.body["type"] == "BadSignatureError", mode
+        assert e.value.body["c2c_error"] == "BadSignatureError", mode
 
 
 def test_an_unknown_or_malformed_commit_id(tiny_server):
     writer = tiny_server.client("writer")
     with pytest.raises(openai.PermissionDeniedError) as e:  # the answer for another domain's commit too
         chat(writer, [SYSTEM, QUESTION], c2c={"attach": ["ab" * 32]})
-    assert e.value.body["type"] == "CommitNotVisibleError"
+    assert e.value.body["c2c_error"] == "CommitNotVisibleError"
     with pytest.raises(openai.BadRequestError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"attach": ["not-an-id"]})
-    assert e.value.body["type"] == "ConfigError"
+    assert e.value.body["c2c_error"] == "ConfigError"
 
 
 def test_an_attach_with_another_system_message_falls_back_to_text(tiny_server):
@@ -141,13 +141,13 @@ def test_an_attach_with_another_system_message_falls_back_to_text(tiny_server):
     assert rec["used"] == "text" and "shared prefixes differ" in rec["reason"]
     with pytest.raises(openai.ConflictError) as e:
         chat(tiny_server.client("writer"), [other, QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
-    assert e.value.body["type"] == "PrefixMismatchError"
+    assert e.value.body["c2c_error"] == "PrefixMismatchError"
 
 
 def test_publish_with_an_unknown_label_is_a_bad_request_before_any_work(tiny_server):
     with pytest.raises(openai.BadRequestError) as e:
         publish(tiny_server, stream="analyst-badlabel", labels=["nonexistent"], session="badlabel")
-    assert e.value.body["type"] == "ConfigError" and "nonexistent" in e.value.body["message"]
+    assert e.value.body["c2c_error"] == "ConfigError" and "nonexistent" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError):  # streamed: refused before the stream starts
         chat(tiny_server.client("analyst"), [SYSTEM, EVIDENCE], stream=True,
              c2c={"publish": {"stream": "x", "labels": ["nonexistent"]}})
@@ -166,7 +166,7 @@ def test_a_parent_read_as_text_is_no_cache_hop(tiny_server):
     assert shown["hops"]["depth"] == 0 and shown["hops"]["refs"] == [c2["commit"], c1["commit"]]
     r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION],
              c2c={"session": "texthop-s3", "attach": [c2["commit"]], "publish": {"stream": "texthop-3"}})
-    assert c2c_field(r)["attach"][0]["used"] == "cache" and c2c_field(r)["attach"][0]["hops"] == 1
+    assert c2c_field(r)["attach"][0]["path"] == "cache" and c2c_field(r)["attach"][0]["hops"] == 1
     c3 = c2c_field(r)["publish"]["commit"]
     shown = httpx.get(tiny_server.url(f"/v1/c2c/commits/{c3}"), headers=tiny_server.headers("writer")).json()
     assert shown["hops"]["depth"] == 1  # one cache edge (c2 -> c3); the text edge c1 -> c2 adds none
@@ -180,7 +180,7 @@ def test_a_session_stops_reusing_an_attached_cache_once_its_commit_goes_stale(ti
     _, pub = publish(tiny_server, stream="stale-session")
     writer = tiny_server.client("writer")
     r1 = chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-w", "attach": [pub["commit"]]})
-    assert c2c_field(r1)["attach"][0]["used"] == "cache"
+    assert c2c_field(r1)["attach"][0]["path"] == "cache"
     turn2 = [SYSTEM, QUESTION, {"role": "assistant", "content": r1.choices[0].message.content},
              {"role": "user", "content": "And then?"}]
     r2 = chat(writer, turn2, c2c={"session": "stale-w"})
@@ -198,4 +198,4 @@ def test_a_session_stops_reusing_an_attached_cache_once_its_commit_goes_stale(ti
                headers=tiny_server.headers("analyst"), json={"reason": "gone"}).raise_for_status()
     with pytest.raises(openai.ConflictError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-full"})
-    assert e.value.body["type"] == "StaleCommitError"
+    assert e.value.body["c2c_error"] == "StaleCommitError"

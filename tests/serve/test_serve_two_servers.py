@@ -41,7 +41,7 @@ def test_publish_on_one_server_attach_on_another(tmp_path, redis_url):
             r2 = chat(two.client("writer"), [SYSTEM, QUESTION],
                       c2c={"session": "writer-b", "attach": [pub["commit"]], "mode": "auto"})
             [rec] = c2c_field(r2)["attach"]
-            assert rec["used"] == "cache", rec
+            assert rec["path"] == "cache", rec
             assert r2.usage.prompt_tokens_details.cached_tokens == pub["tokens"]
             # the same answer as the writer reading the analyst's whole conversation itself, on server two
             inline = [SYSTEM, EVIDENCE, {"role": "assistant", "content": r1.choices[0].message.content}, QUESTION]

@@ -43,7 +43,7 @@ def test_analyst_hands_its_cache_to_the_writer(zoo_server):
 
     r2 = ask(writer, [SYSTEM, QUESTION], session="writer-1", attach=[pub["commit"]], mode="auto")
     [rec] = c2c_field(r2)["attach"]
-    assert rec["used"] == "cache" and rec["mode"] == "full", rec["reason"]
+    assert rec["path"] == "cache" and rec["used"] == "full", rec["reason"]
     assert all(c["ok"] in (True, None) for c in rec["checks"])
     assert r2.usage.prompt_tokens_details.cached_tokens == pub["tokens"]  # nothing of the analyst's re-read
     assert c2c_field(r2)["prefilled_tokens"] == r2.usage.prompt_tokens - pub["tokens"]
@@ -70,7 +70,7 @@ def test_analyst_hands_its_cache_to_the_writer(zoo_server):
                            publish={"stream": "analyst-shared", "share": ["other"]}))["publish"]
     r3 = ask(outsider, [SYSTEM, QUESTION], attach=[shared["commit"]])
     [rec3] = c2c_field(r3)["attach"]
-    assert rec3["used"] == "cache" and rec3["shared"] is True and "key_id" not in rec3["signer"], rec3["reason"]
+    assert rec3["path"] == "cache" and rec3["shared"] is True and "key_id" not in rec3["signer"], rec3["reason"]
     assert r3.usage.prompt_tokens_details.cached_tokens == shared["tokens"]
     if zoo_server.backend == "transformers":  # the same tokens from the same weights: the writer's answer
         assert r3.choices[0].message.content == r2.choices[0].message.content

@@ -37,7 +37,7 @@ def test_a_stream_name_is_per_domain(tiny_server):
     assert shown.json()["stale"] is False and shown.json()["superseded_by"] is None
     # research's own full attach still takes the cache (it was a 409 once another domain published)
     r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [mine["commit"]], "mode": "full"})
-    assert c2c_field(r)["attach"][0]["used"] == "cache"
+    assert c2c_field(r)["attach"][0]["path"] == "cache"
 
 
 def test_a_foreign_commit_answers_exactly_as_no_commit_at_every_door(tiny_server):
@@ -66,7 +66,7 @@ def test_a_shared_commit_is_attached_by_the_named_domain_with_verdicts_only(tiny
     outsider = tiny_server.client("outsider")
     r = chat(outsider, [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]]})
     [rec] = c2c_field(r)["attach"]
-    assert rec["used"] == "cache" and rec["shared"] is True, rec["reason"]
+    assert rec["path"] == "cache" and rec["shared"] is True, rec["reason"]
     assert rec["signer"] == {"domain": "research"} and "hops" not in rec  # no key id, no chain depth
     assert c2c_field(r)["imported_tokens"] == pub["tokens"]
     # a prefix mismatch is a verdict, not a measurement of research's system prompt
@@ -100,7 +100,7 @@ def test_a_reattach_in_a_warm_session_imports_the_whole_commit(tiny_server):
         [rec] = c2c_field(r)["attach"]
         # every token of the commit is accounted for, and none after the shared prefix is computed again
         assert rec["imported_tokens"] + rec["reused_tokens"] + rec["prefilled_tokens"] == rec["tokens"] == pub["tokens"]
-        assert rec["used"] == "cache" and rec["prefilled_tokens"] == 0, json.dumps(rec)
+        assert rec["path"] == "cache" and rec["prefilled_tokens"] == 0, json.dumps(rec)
         # the second turn reuses the session's own shared prefix (the same system message), imports the rest
         assert rec["reused_tokens"] == 0 if turn == 0 else 0 < rec["reused_tokens"] < rec["tokens"]
         assert c2c_field(r)["imported_tokens"] == rec["imported_tokens"] > 0

@@ -239,6 +239,28 @@ def test_events_resume_from_a_cursor(store):
         store.events("not-a-cursor")
 
 
+@pytest.mark.parametrize("after", ["9" * 30, "-1", "1e3", "\u0661", "\ud800", " 1", "", "1-2-3"])
+def test_an_event_cursor_no_store_issues_is_a_config_error(store, after):
+    with pytest.raises(ConfigError, match="cursor"):
+        store.events(after)
+
+
+def test_event_and_log_limits_past_64_bits_mean_all(store):
+    a, b = chain(store, 2)
+    store.invalidate(a.id, reason="one")
+    assert [e.commit for e in store.events(limit=10**30)] == [a.id, b.id]  # was an OverflowError in SQLite
+    assert [r.id for r in store.log(limit=2**64)] == [b.id, a.id]
+    with pytest.raises(ConfigError, match="limit"):
+        store.events(limit=0)
+
+
+def test_an_invalidation_reason_must_be_valid_utf8(store):
+    a = store.put(artifact_bytes(1), stream="a")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        store.invalidate(a.id, reason="retracted \ud800")  # a lone surrogate: no database can store it
+    assert not store.show(a.id).stale and store.events() == []
+
+
 # ------------------------------------------------------------------ integrity, gc
 def test_a_corrupt_blob_is_refused_on_read_and_reported_by_verify(store):
     good = store.put(artifact_bytes(1), stream="a")

@@ -10,6 +10,7 @@ import time
 import pytest
 from store_helpers import artifact_bytes
 
+from c2c.errors import ConfigError
 from c2c.store import GCPolicy, Graph, collect, open_store
 
 
@@ -183,3 +184,10 @@ def test_a_version_1_store_migrates_each_commit_to_its_producers_domain(tmp_path
         # and the domains are apart from now on
         nxt = research.put(artifact_bytes(5, domain="research"), stream="analyst")
         assert nxt.version == 2 and not other.show(o1.id).superseded_by
+
+
+def test_an_event_cursor_past_sqlites_integers_is_a_config_error(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's'}")
+    with pytest.raises(ConfigError, match="cursor"):  # was an OverflowError from SQLite
+        store.events(str(2**63))
+    assert store.events(str(2**63 - 1)) == []

@@ -116,3 +116,29 @@ def test_seal_keys_create_rotate_import(ring, tmp_path):
     assert other.seal_key(DOMAIN).key_id == second.key_id
     assert mode(other.root / "seal" / f"{DOMAIN}.json") == 0o600
     assert "secret" not in repr(second) and repr(second.secret) not in repr(second)
+
+
+def test_a_domain_never_signs_with_a_dotted_neighbours_key(ring):
+    """`acme.eu.<id>.pem` is not one of `acme`'s keys, however new it is (a glob on `acme.*.pem` took it)."""
+    acme = ring.create_key("acme")
+    eu = ring.create_key("acme.eu")
+    later = (ring.root / "private" / f"acme.{acme.key_id[:16]}.pem").stat().st_mtime + 10
+    os.utime(ring.root / "private" / f"acme.eu.{eu.key_id[:16]}.pem", (later, later))  # acme.eu's is the newest
+    assert ring.signing_key("acme").key_id == acme.key_id
+    assert ring.signing_key("acme.eu").key_id == eu.key_id
+    assert ring.public_key(ring.signing_key("acme").key_id, "acme").raw == acme.public_raw  # trusted for its own domain
+    ring.revoke(acme.key_id)
+    with pytest.raises(KeyringError, match="no usable private key for domain 'acme'"):
+        ring.signing_key("acme")  # not acme.eu's key instead
+    ring.trust(eu.public, domain="acme")  # the same public key, trusted for acme too: its private half is acme.eu's
+    held = {(e.domain, e.has_private) for e in ring.entries() if e.key_id == eu.key_id}
+    assert held == {("acme.eu", True), ("acme", False)}
+
+
+def test_a_private_key_file_must_hold_the_key_its_name_says(ring):
+    a, b = ring.create_key(DOMAIN), ring.create_key("other")
+    (ring.root / "private" / f"{DOMAIN}.{a.key_id[:16]}.pem").unlink()
+    os.rename(ring.root / "private" / f"other.{b.key_id[:16]}.pem",
+              ring.root / "private" / f"{DOMAIN}.{a.key_id[:16]}.pem")
+    with pytest.raises(KeyringError, match="not the one its name says"):
+        ring.signing_key(DOMAIN)

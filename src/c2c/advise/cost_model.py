@@ -1,4 +1,4 @@
-"""Advisor: predict text-path and cache-path latency of a hop, and decide.
+"""Advisor: predict text-path and cache-path latency of a hop (costs only; the rules are decide()'s).
 
 Inputs are calibrated per machine and model (:func:`c2c.bench.calibrate.calibrate`, cached under
 ``C2C_HOME/calibration``). Costs depend on where in the context a step runs,
@@ -15,12 +15,11 @@ on the real path (export, write, read, import) at several sizes and
 interpolated, because its cost need not be linear in the bytes (page cache).
 The user supplies the link bandwidth between agents.
 
-The decision applies the four criteria of the sources:
-
-1. long context / frequent collaboration: the cache path must actually be faster;
-2. one trust domain: across domains, always text;
-3. one model, or a trained fuser for the pair;
-4. a short chain: beyond the hop limit, text with reference ids.
+Of the four criteria of the sources (long context, one trust domain, one model or a
+trained fuser, a short chain) the advisor measures only the first: whether the cache
+path is actually faster. :func:`c2c.handoff.decide` applies all four, with the
+advisor's :class:`Advice` as its ``advisor`` check, so every hop (and ``c2c advise``)
+is decided by the same rules and the same hop limit.
 """
 
 from __future__ import annotations
@@ -100,34 +99,43 @@ class Calibration:
 
 @dataclass(frozen=True, kw_only=True)
 class Advice:
-    decision: str                 # "cache" or "text"
-    reasons: tuple[str, ...]
+    """Predicted seconds of both paths of one hop (and of its two-agent pipeline), and the bytes moved."""
+
     text_handoff_s: float
     cache_handoff_s: float
     text_pipeline_s: float
     cache_pipeline_s: float
     artifact_bytes: int
-    criteria: dict[str, bool]
+    message_tokens: int
+
+    @property
+    def cache_is_faster(self) -> bool:
+        return self.cache_handoff_s < self.text_handoff_s
+
+    @property
+    def note(self) -> str:
+        """One line comparing the two handoffs (the ``advisor`` check's detail)."""
+        if self.cache_is_faster:
+            return (f"advisor predicts cache {self.cache_handoff_s * 1e3:.0f} ms vs text {self.text_handoff_s:.2f} s "
+                    f"for a {self.message_tokens}-token message")
+        return (f"advisor: moving {self.artifact_bytes / 1e6:.1f} MB of K/V ({self.cache_handoff_s:.3f}s) costs "
+                f"more than writing and reading {self.message_tokens} tokens ({self.text_handoff_s:.3f}s)")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["reasons"] = list(self.reasons)
-        return d
+        return {**asdict(self), "cache_is_faster": self.cache_is_faster}
 
 
-def advise(cal: Calibration, *, message_tokens: int, context_tokens: int, hops: int = 1,
-           bandwidth_gbps: float | None = None, cross_domain: bool = False, same_model: bool = True,
-           fuser_available: bool = False, hop_limit: int = 3, answer_tokens: int = 16,
-           prefix_tokens: int = 60, verify_samples: int = 0) -> Advice:
-    """Predict both paths of one hop (and its whole two-agent pipeline) and decide.
+def advise(cal: Calibration, *, message_tokens: int, context_tokens: int, bandwidth_gbps: float | None = None,
+           answer_tokens: int = 16, prefix_tokens: int = 60, verify_samples: int = 0) -> Advice:
+    """Predict both paths of one hop (and its whole two-agent pipeline).
 
     The pipeline is the one of :mod:`c2c.bench.handoff`: the sender reads its role,
     ``context_tokens`` of material and its ``message_tokens`` of notes; then either
     it writes the message and the receiver reads it (text), or the receiver takes
     the sender's cache (cache); then the receiver answers ``answer_tokens`` tokens.
     """
-    if message_tokens < 1 or context_tokens < 0 or hops < 1:
-        raise ConfigError("message_tokens and hops must be ≥ 1, context_tokens ≥ 0")
+    if message_tokens < 1 or context_tokens < 0:
+        raise ConfigError("message_tokens must be ≥ 1 and context_tokens ≥ 0")
     N, C, K, P0 = message_tokens, context_tokens, answer_tokens, prefix_tokens
     R, O, I = ROLE_TOKENS, TURN_OVERHEAD_TOKENS, INSTRUCTION_TOKENS
     pf, dec = cal.prefill_s, cal.decode_s
@@ -146,30 +154,8 @@ def advise(cal: Calibration, *, message_tokens: int, context_tokens: int, hops: 
     text_pipeline = read + text_handoff + answer(P0 + R + N + O)
     # after a cache handoff the receiver still reads its own role turn before answering
     cache_pipeline = read + cache_handoff + pf(R, S) + answer(S + R)
-    criteria = {
-        "cache_is_faster": cache_handoff < text_handoff,
-        "one_trust_domain": not cross_domain,
-        "compatible_models": same_model or fuser_available,
-        "short_chain": hops <= hop_limit,
-    }
-    reasons = []
-    if cross_domain:
-        reasons.append("agents are in different trust domains: caches never cross, use text")
-    if not (same_model or fuser_available):
-        reasons.append("different models and no trained fuser for the pair: use text")
-    if hops > hop_limit:
-        reasons.append(f"chain of {hops} hops exceeds the limit of {hop_limit}: text with reference ids")
-    if not criteria["cache_is_faster"]:
-        reasons.append(f"moving {nbytes / 1e6:.1f} MB of K/V ({cache_handoff:.3f}s) costs more than "
-                       f"writing and reading {N} tokens ({text_handoff:.3f}s)")
-    decision = "cache" if all(criteria.values()) else "text"
-    if decision == "cache":
-        reasons.append(f"cache handoff {cache_handoff:.3f}s vs text {text_handoff:.2f}s "
-                       f"({text_handoff / max(cache_handoff, 1e-9):.0f}x); same domain, compatible models, "
-                       f"{hops} hop(s) within the limit of {hop_limit}")
-    return Advice(decision=decision, reasons=tuple(reasons), text_handoff_s=text_handoff,
-                  cache_handoff_s=cache_handoff, text_pipeline_s=text_pipeline, cache_pipeline_s=cache_pipeline,
-                  artifact_bytes=nbytes, criteria=criteria)
+    return Advice(text_handoff_s=text_handoff, cache_handoff_s=cache_handoff, text_pipeline_s=text_pipeline,
+                  cache_pipeline_s=cache_pipeline, artifact_bytes=nbytes, message_tokens=N)
 
 
 # ------------------------------------------------------------------ calibration

@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 from c2c.cli.main import add_runtime_flags, add_json_flag, command, emit
-from c2c.config import settings
 
 
 def register(sub) -> None:
-    p = command(sub, "advise", help="predict text vs cache latency for a hop and decide, with reasons",
+    p = command(sub, "advise", help="predict text vs cache latency for a hop and decide it (c2c.decide's rules)",
                 example="c2c advise --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 256 --context-tokens 2048\n"
                         "c2c advise --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 64 --context-tokens 512 "
                         "--bandwidth-gbps 1 --hops 4 --json",
@@ -35,6 +34,7 @@ def register(sub) -> None:
 def _advise(args: argparse.Namespace) -> int:
     from c2c import advise
     from c2c.bench.calibrate import calibrate
+    from c2c.handoff import forecast
     from c2c.runtime import zoo
 
     from c2c.runtime.dtype import resolve as resolve_dtype
@@ -47,13 +47,15 @@ def _advise(args: argparse.Namespace) -> int:
         print(f"calibrating {name} on this machine (once; about a minute)...", file=sys.stderr)
         cal = calibrate(zoo.load(args.model, dtype=args.dtype, backend=args.backend))
         advise.save_calibration(cal)
-    a = advise.advise(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
-                      hop_limit=settings().max_hops if args.hop_limit is None else args.hop_limit,
-                      bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,
-                      same_model=not args.other_model, fuser_available=args.fuser)
-    text = (f"decision: {a.decision.upper()}\n"
-            f"  text  handoff {a.text_handoff_s:8.3f}s   pipeline {a.text_pipeline_s:8.2f}s\n"
-            f"  cache handoff {a.cache_handoff_s:8.3f}s   pipeline {a.cache_pipeline_s:8.2f}s   "
-            f"({a.artifact_bytes / 1e6:.1f} MB)\n" + "\n".join(f"  - {r}" for r in a.reasons))
-    emit(args, {**a.to_dict(), "calibration": cal.__dict__}, text)
+    d = forecast(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
+                 hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,
+                 other_model=args.other_model, fuser_available=args.fuser)
+    a = d.advice
+    text = (f"decision: {d.path.upper()}: {d.reason}\n"
+            f"  text  handoff {a['text_handoff_s']:8.3f}s   pipeline {a['text_pipeline_s']:8.2f}s\n"
+            f"  cache handoff {a['cache_handoff_s']:8.3f}s   pipeline {a['cache_pipeline_s']:8.2f}s   "
+            f"({a['artifact_bytes'] / 1e6:.1f} MB)\n" + "\n".join(f"  - {c.name}: {c.detail}" for c in d.checks
+                                                                   if c.ok is not None))
+    emit(args, {"decision": d.path, "reason": d.reason, "checks": [c.to_dict() for c in d.checks], **a,
+                "calibration": cal.__dict__}, text)
     return 0

@@ -32,11 +32,29 @@ def register(sub) -> None:
                         'domain "default" (refused off loopback unless --allow-open)')
     p.add_argument("--max-queue", type=int, default=16, metavar="N",
                    help="requests that may wait per model; more get 429 with Retry-After (default 16)")
+    p.add_argument("--max-queue-per-tenant", type=int, default=None, metavar="N",
+                   help="requests one tenant (trust domain) may have on a model, running or waiting; more get "
+                        "429 (default: an even share, (--max-queue + 1) / domains in --tokens)")
+    p.add_argument("--fair-half-life", type=float, default=5.0, metavar="S",
+                   help="a model's next forward pass goes to the tenant that used it least recently; use S "
+                        "seconds ago counts half (default 5)")
     p.add_argument("--session-budget-mb", type=float, default=1024, metavar="M",
                    help="K/V megabytes all sessions may hold; past it the least recently used are evicted "
                         "(and rebuilt from their messages when used again; default 1024)")
+    p.add_argument("--session-budget-per-tenant-mb", type=float, default=None, metavar="M",
+                   help="K/V megabytes one tenant's sessions may hold; past it that tenant's least recently used "
+                        "are evicted, never another's (default: --session-budget-mb / domains)")
+    p.add_argument("--max-sessions", type=int, default=4096, metavar="N",
+                   help="session records kept; past it the least recently used of the tenant keeping the most "
+                        "are forgotten (default 4096)")
+    p.add_argument("--max-sessions-per-tenant", type=int, default=None, metavar="N",
+                   help="session records one tenant may keep; past it its least recently used are forgotten "
+                        "(default: --max-sessions / domains)")
     p.add_argument("--max-body-mb", type=float, default=8, metavar="M",
                    help="largest request body in megabytes; larger ones get 413 (default 8)")
+    p.add_argument("--read-timeout", type=float, default=30, metavar="S",
+                   help="seconds a request's headers and body may take to arrive; past it 408 and the "
+                        "connection is closed (default 30)")
     p.add_argument("--request-timeout", type=float, default=300, metavar="S",
                    help="seconds a request may take, queueing included; past it 504 (default 300)")
     p.add_argument("--default-max-tokens", type=int, default=512, metavar="N",
@@ -44,16 +62,22 @@ def register(sub) -> None:
     p.add_argument("--verify-kv", choices=["none", "sample", "strict"], default="none",
                    help="KV check of an attached cache besides signature, fingerprint and prefix (default none)")
     p.add_argument("--allow-open", action="store_true",
-                   help="allow open access (no --tokens) on a non-loopback address")
+                   help="allow open access (no --tokens) on a non-loopback address, for any Host name "
+                        "(without it, open access answers only requests to 127.0.0.1, localhost or [::1])")
 
 
 def config_from(args: argparse.Namespace):
     """The :class:`~c2c.serve.ServeConfig` the flags describe."""
     from c2c.serve.serve_config import DEFAULT_MODEL, MB, ServeConfig
 
+    per_tenant_mb = args.session_budget_per_tenant_mb
     return ServeConfig(models=tuple(args.model or (DEFAULT_MODEL,)), store_url=args.store, host=args.host,
                        port=args.port, tokens_file=args.tokens, max_queue=args.max_queue,
-                       session_budget_bytes=int(args.session_budget_mb * MB), max_body_bytes=int(args.max_body_mb * MB),
+                       max_queue_per_tenant=args.max_queue_per_tenant, fair_half_life_s=args.fair_half_life,
+                       session_budget_bytes=int(args.session_budget_mb * MB),
+                       session_budget_per_tenant_bytes=None if per_tenant_mb is None else int(per_tenant_mb * MB),
+                       max_sessions=args.max_sessions, max_sessions_per_tenant=args.max_sessions_per_tenant,
+                       max_body_bytes=int(args.max_body_mb * MB), read_timeout_s=args.read_timeout,
                        request_timeout_s=args.request_timeout, default_max_tokens=args.default_max_tokens,
                        verify_kv=args.verify_kv, allow_open=args.allow_open, dtype=args.dtype,
                        backend=args.backend)

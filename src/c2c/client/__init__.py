@@ -13,8 +13,8 @@ Chat completions go through any OpenAI client; these helpers build the request's
     print(Client("http://127.0.0.1:8000", api_key=TOKEN).commit(commit)["stale"])
 
 A refusal raises the :mod:`c2c.errors` class the server named in the error's
-``type`` (e.g. :class:`~c2c.errors.StaleCommitError`), with ``.status`` set; a
-schema error raises :class:`~c2c.errors.ConfigError`. Needs ``httpx`` (the
+``c2c_error`` field (e.g. :class:`~c2c.errors.StaleCommitError`), with ``.status``
+set; a schema error raises :class:`~c2c.errors.ConfigError`. Needs ``httpx`` (the
 ``serve`` extra).
 """
 
@@ -28,6 +28,7 @@ import httpx
 from c2c import errors
 
 __all__ = ["Client", "attach_records", "c2c_of", "c2c_options", "error_from", "published"]
+_BY_TYPE = {"invalid_request_error": errors.ConfigError, "authentication_error": errors.AuthError}
 
 
 def c2c_options(session: str | None = None, *, publish: str | bool | None = None, labels: Sequence[str] = (),
@@ -73,15 +74,17 @@ def attach_records(response: Any) -> list[dict[str, Any]]:
 
 
 def error_from(response: httpx.Response) -> errors.C2CError:
-    """The :mod:`c2c.errors` exception an error response names (``.status`` holds the HTTP status)."""
+    """The :mod:`c2c.errors` exception an error response names in ``c2c_error`` (``.status`` holds the
+    HTTP status); without one, :class:`~c2c.errors.ConfigError` for an invalid request (the schema),
+    :class:`~c2c.errors.AuthError` for a 401, else :class:`~c2c.errors.ServeError`."""
     try:
         e = response.json()["error"]
-        kind, message = str(e.get("type")), str(e.get("message"))
-    except (ValueError, KeyError, TypeError):
-        kind, message = "", response.text[:500]
-    cls = getattr(errors, kind, None)
+        kind, name, message = str(e.get("type")), str(e.get("c2c_error")), str(e.get("message"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        kind, name, message = "", "", response.text[:500]
+    cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, errors.C2CError)):
-        cls = errors.ConfigError if kind == "invalid_request_error" else errors.ServeError
+        cls = _BY_TYPE.get(kind, errors.ServeError)
     try:
         exc = cls(message)
     except TypeError:  # a class with a richer constructor

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from c2c.artifact import Artifact
+from c2c.handoff.decide import Party, decide
+from c2c.handoff.paths import receive
+from c2c.handoff.policy import HandoffPolicy
+from c2c.store.hops import hop_report
 from c2c.team.agent import Agent
 
 
@@ -22,13 +25,27 @@ def publish(store, agent: Agent, parents: tuple[str, ...] = ()) -> str:
 
 
 def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False) -> bool:
-    """Attach commit ``commit_id`` to ``agent``. Returns whether it was stale.
+    """Attach commit ``commit_id`` to ``agent``, as every hop goes: the receiving team's trust checks
+    (where it has a keyring), then :func:`c2c.handoff.decide` (domain, model, prefix, the chain's hop
+    count from the store, staleness). Returns whether it was stale.
 
     Raises:
         StaleCommitError: the commit is stale and ``allow_stale`` is False.
+        TrustError, ArtifactError: it does not verify for the agent's domain.
+        DomainMismatchError, FingerprintMismatchError, PrefixMismatchError, HandoffError: a check refused it.
     """
-    rec = store.get(commit_id, allow_stale=allow_stale)
-    agent.attach(Artifact.decode(rec.data))
+    rec = store.get(commit_id, allow_stale=True)
+    art, report = receive(agent, rec.data)
+    h = art.header
+    signer = (report or {}).get("signer") or {}
+    sender = Party(name=h.producer.get("agent", "?"), domain=signer.get("domain", h.producer.get("domain")),
+                   fingerprint=h.fingerprint, prefix=h.prefix)
+    decision = decide(sender, Party.of(agent), HandoffPolicy(mode=h.kind), hops=hop_report(store, commit_id).depth + 1,
+                      stale=rec.stale_reason if rec.stale and not allow_stale else None)
+    refusal = decision.refusal()
+    if refusal is not None:
+        raise refusal
+    agent.attach(art)
     return rec.stale
 
 

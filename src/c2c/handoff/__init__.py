@@ -34,7 +34,8 @@ from typing import Any, Callable
 from c2c import advise
 from c2c.artifact import Artifact
 from c2c.errors import C2CError
-from c2c.handoff.decide import CHECKS, Check, Decision, Party, decide
+from c2c.handoff.decide import CHECKS, Check, Decision, Party, decide, fall_back
+from c2c.handoff.forecast import forecast
 from c2c.handoff.paths import CachePath, FusedPath, TextPath
 from c2c.handoff.policy import DEFAULT_MESSAGE_PROMPT, MODES, HandoffPolicy
 from c2c.handoff.record import Handoff
@@ -44,7 +45,7 @@ from c2c.team.agent import Agent
 
 __all__ = ["CHECKS", "CachePath", "Check", "DEFAULT_MESSAGE_PROMPT", "Decision", "DirectoryTransport", "FusedPath",
            "Handoff", "HandoffPolicy", "MODES", "Party", "SharedTransport", "ShmChannel", "ShmListener", "TextPath",
-           "Transport", "advice_for", "decide", "hand_off"]
+           "Transport", "advice_for", "decide", "fall_back", "forecast", "hand_off"]
 
 
 def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None, *,
@@ -84,10 +85,9 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
         h = path.run(sender, receiver, policy, mode=decision.mode, labels=decision.labels,
                      requested=policy.mode, reason=decision.reason)
     except C2CError as e:
-        if policy.mode != "auto":
-            raise
-        h = TextPath().run(sender, receiver, policy, requested="auto",
-                           reason=f"fell back to text: {type(e).__name__}: {e}")
+        decision = fall_back(decision, policy, e)  # raises in an explicit mode
+        h = TextPath().run(sender, receiver, policy, requested="auto", reason=decision.reason)
+        record["decision"] = decision.to_dict()
     return replace(h, **record)
 
 
@@ -102,7 +102,4 @@ def advice_for(sender: Agent, policy: HandoffPolicy, calibration=None):
     n = policy.message_tokens
     context_tokens = max(len(ctx.token_ids) - ctx.prefix_len - n, 0)
     a = advise.advise(cal, message_tokens=n, context_tokens=context_tokens, prefix_tokens=ctx.prefix_len)
-    if a.decision == "text":
-        return a, "advisor: " + "; ".join(a.reasons)
-    return a, (f"advisor predicts cache {a.cache_handoff_s * 1e3:.0f} ms vs text {a.text_handoff_s:.2f} s "
-               f"for a {n}-token message")
+    return a, a.note

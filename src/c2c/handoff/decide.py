@@ -26,7 +26,7 @@ the specific error of the first failed check.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from c2c.artifact.fingerprint import Fingerprint
@@ -118,8 +118,8 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
         hops: the number of cache hops the chain holds once this one is made (1 for
             a first handoff); more than ``policy.hop_limit`` sends text.
         stale: why the sender's context is stale (a commit's ``stale_reason``), or None.
-        advice: the advisor's :class:`~c2c.advise.Advice` for this hop, or None when
-            not calibrated (``advice_note`` then says so).
+        advice: the advisor's :class:`~c2c.advise.Advice` (predicted costs) for this hop, or
+            None when not calibrated (``advice_note`` then says so).
         fuser_available: a trained fuser exists for ``sender -> receiver``.
     """
     checks = _checks(sender, receiver, policy, hops, stale, advice, advice_note)
@@ -182,7 +182,20 @@ def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, st
     out.append(Check(name="staleness", ok=stale is None, error=StaleCommitError,
                      detail="fresh context" if stale is None else f"built on stale context: {stale}"))
     if policy.mode == "auto" and advice is not None:
-        out.append(Check(name="advisor", ok=advice.decision != "text", detail=advice_note))
+        out.append(Check(name="advisor", ok=advice.cache_is_faster, detail=advice_note or advice.note))
     else:
         out.append(Check(name="advisor", ok=None, detail=advice_note or "advisor not asked"))
     return tuple(out)
+
+
+def fall_back(decision: Decision, policy: HandoffPolicy, error: C2CError) -> Decision:
+    """The hop once its cache path failed after the decision (transfer, signature, KV check):
+    text in ``auto``, with the reason; in an explicit mode the error itself is raised.
+
+    The one place this rule lives, so the library, the channel and the server fall back alike.
+    """
+    if policy.mode != "auto":
+        raise error
+    return replace(decision, path="text", mode="text", labels=(),
+                   reason=f"fell back to text: {type(error).__name__}: {error}")
+

@@ -45,6 +45,27 @@ class TextPath:
                        timings={"write_message_s": gen.prefill_s + gen.decode_s, "read_message_s": t1 - t0})
 
 
+def receive(receiver: Agent, data: bytes | bytearray, *, critical: bool = False) -> tuple[Artifact, dict | None]:
+    """The receiving side of every cache path: decode ``data`` and, where the receiver's team has a
+    keyring, run its trust checks (signature for its domain, prefix, KV per its policy).
+
+    Returns the artifact and the trust report (None without a keyring).
+
+    Raises:
+        ArtifactError, TrustError, PrefixMismatchError, FingerprintMismatchError: it may not be attached.
+    """
+    keyring = receiver.team.keyring
+    got = decode_exact(data) if keyring is not None else Artifact.decode(data)
+    if keyring is None:
+        return got, None
+    # a slice that cannot be verified (UnverifiableError) makes auto fall back to text
+    prefix_ids = receiver.context.token_ids[:receiver.context.prefix_len]
+    report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime, critical=critical,
+                         prefix_ids=prefix_ids,
+                         context=slice_context(got.header.start, prefix_ids, receiver.team.prefix_cache))
+    return got, report.to_dict()
+
+
 class CachePath:
     """The sender exports its cache (whole, or a slice); it crosses ``transport``; the receiver
     checks it (signature, prefix, KV per its team's trust policy) and attaches it."""
@@ -69,18 +90,9 @@ class CachePath:
         t2 = time.perf_counter()
         received = self.transport.receive(artifact.id)
         t3 = time.perf_counter()
-        keyring = receiver.team.keyring
-        got = decode_exact(received) if keyring is not None else Artifact.decode(received)
+        got, report = receive(receiver, received, critical=policy.critical)
         if got.id != artifact.id:
             raise HandoffError("the artifact changed in transit")
-        report = None
-        if keyring is not None:
-            # a slice that cannot be verified (UnverifiableError) makes auto fall back to text
-            prefix_ids = receiver.context.token_ids[:receiver.context.prefix_len]
-            report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime,
-                                 critical=policy.critical, prefix_ids=prefix_ids,
-                                 context=slice_context(got.header.start, prefix_ids, receiver.team.prefix_cache)
-                                 ).to_dict()
         if self.check is not None:
             self.check(got)
         receiver.attach(got)

@@ -33,9 +33,12 @@ class Generation:
     text: str
 
 
+GREEDY_BELOW = 1e-5  # a smaller temperature is greedy: it picks the argmax anyway, and logits / 1e-320 overflow
+
+
 def check_sampling(temperature: float, top_p: float) -> None:
     """Raise :class:`ConfigError` unless ``temperature >= 0`` and ``0 < top_p <= 1``."""
-    if not (isinstance(temperature, (int, float)) and temperature >= 0 and temperature == temperature):
+    if not (isinstance(temperature, (int, float)) and 0 <= temperature < float("inf")):
         raise ConfigError(f"temperature={temperature!r}: give a number >= 0 (0 is greedy)")
     if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
         raise ConfigError(f"top_p={top_p!r}: give a number in (0, 1]")
@@ -45,18 +48,19 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float 
                 generator: torch.Generator | None = None) -> int:
     """The next token from ``logits`` ``(vocab,)``.
 
-    ``temperature == 0``: the argmax (greedy). Otherwise a draw from
+    ``temperature`` below :data:`GREEDY_BELOW` (0 included): the argmax (greedy). Otherwise a draw from
     ``softmax(logits / temperature)`` restricted to the smallest set of most likely
     tokens whose probability reaches ``top_p`` (nucleus sampling), using ``generator``
     (on the logits' device) so that a seeded generator gives the same draw every time.
     """
-    if temperature == 0:
+    if temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # (vocab,)
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)  # (vocab,), (vocab,)
         # keep a token while the mass of the tokens before it is still below top_p (the first is always kept)
         keep = (torch.cumsum(sorted_p, dim=0) - sorted_p) < top_p
+        keep[0] = True  # NOTE: a top_p below float32's range (1e-46) compares as 0, which would keep none
         return int(order[torch.multinomial(sorted_p * keep, 1, generator=generator)])
     return int(torch.multinomial(probs, 1, generator=generator))
 
@@ -73,6 +77,7 @@ class RuntimeBase:
     backend = "?"
     engine_info = ""              # the engine's build and cache format, for the fingerprint
     packed = 0
+    chars_per_token: float | None = None  # the most characters one token stands for; None: unknown
 
     def encode(self, text: str) -> list[int]:
         raise NotImplementedError

@@ -105,6 +105,11 @@ class Runtime(RuntimeBase):
     def bos_ids(self) -> tuple[int, ...]:
         return tuple(hf.bos_ids(self.tokenizer, self.model))
 
+    @cached_property
+    def chars_per_token(self) -> float | None:
+        """The most characters one token stands for (``None``: unbounded); see :func:`hf.chars_per_token`."""
+        return hf.chars_per_token(self.tokenizer)
+
     # ------------------------------------------------------------- compute
     def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
                 start: int = 0) -> tuple[torch.Tensor, KVCache]:

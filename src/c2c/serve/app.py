@@ -35,17 +35,17 @@ from c2c import __version__
 from c2c.errors import C2CError
 from c2c.serve import stream
 from c2c.serve.auth import Principal
-from c2c.serve.http_errors import body as error_shape, error_body
 from c2c.serve.exchange import advise_hop
+from c2c.serve.http_errors import ErrorResponse, body as error_shape, error_body, http_code, schema_error_body
 from c2c.serve.metrics import CONTENT_TYPE
-from c2c.serve.middleware import BodyLimit, RequestMetrics
-from c2c.serve.schema import (AdviseIn, ChatCompletionIn, ChatCompletionOut, ErrorOut, InvalidateIn, c2c_headers,
-                              completion_body)
+from c2c.serve.middleware import BodyLimit, LoopbackHostOnly, RequestMetrics
+from c2c.serve.schema import (MAX_TIMEOUT_S, AdviseIn, ChatCompletionIn, ChatCompletionOut, ErrorOut, InvalidateIn,
+                              c2c_headers, completion_body, event_cursor)
 from c2c.serve.server import Server
 from c2c.serve.worker import Channel
 
 log = logging.getLogger("c2c")
-_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 413, 422, 429, 503, 504)}
+_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 408, 409, 413, 422, 429, 503, 504)}
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -70,33 +70,22 @@ def build_app(server: Server) -> FastAPI:
     @app.exception_handler(C2CError)
     async def on_c2c_error(request: Request, e: C2CError):
         status, body, headers = error_body(e)
-        return JSONResponse(body, status_code=status, headers=headers)
+        return ErrorResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, e: RequestValidationError):
-        errors = e.errors()
-        first = errors[0] if errors else {}
-        if first.get("type") == "json_invalid":
-            why = (first.get("ctx") or {}).get("error", "malformed")
-            return JSONResponse(error_shape(f"the request body is not valid JSON: {why}", "invalid_request_error",
-                                            "json_invalid"), status_code=400)
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        message = "; ".join(f"{'.'.join(str(x) for x in err.get('loc', ()) if x != 'body') or 'body'}: "
-                            f"{err.get('msg')}" for err in errors[:5])
-        return JSONResponse(error_shape(message or "invalid request", "invalid_request_error",
-                                        str(first.get("type", "invalid")), where or None), status_code=400)
+        return ErrorResponse(schema_error_body(e.errors()), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, e: StarletteHTTPException):
-        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_shape(str(e.detail), kind, str(e.status_code)), status_code=e.status_code,
-                            headers=getattr(e, "headers", None))
+        return ErrorResponse(error_shape(str(e.detail), e.status_code, http_code(e.status_code)),
+                             status_code=e.status_code, headers=getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
     async def on_bug(request: Request, e: Exception):
         log.exception("internal error on %s", request.url.path)
-        return JSONResponse(error_shape(f"internal error ({type(e).__name__}); see the server log", "internal_error",
-                                        "internal_error"), status_code=500)
+        return ErrorResponse(error_shape(f"internal error ({type(e).__name__}); see the server log", 500,
+                                         "internal_error"), status_code=500)
 
     # ------------------------------------------------------------------ OpenAI
     @app.get("/v1/models", responses=_ERRORS)
@@ -135,9 +124,10 @@ def build_app(server: Server) -> FastAPI:
     @app.get("/v1/c2c/events", responses=_ERRORS)
     async def events(request: Request, after: str = Query("0", max_length=64),
                      limit: int = Query(0, ge=0, le=100000, description="end after this many events (0: never)"),
-                     timeout_s: float = Query(0, ge=0, description="end after this many seconds (0: never)"),
+                     timeout_s: float = Query(0, ge=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+                                              description="end after this many seconds (0: never)"),
                      who: Principal = Depends(principal)):
-        cursor = request.headers.get("last-event-id") or after
+        cursor = event_cursor(request.headers.get("last-event-id") or after)
         # a bad cursor is refused here, before the stream starts
         await anyio.to_thread.run_sync(functools.partial(exchange.events, who, cursor, limit=1))
 
@@ -167,6 +157,7 @@ def build_app(server: Server) -> FastAPI:
         state = "draining" if server.draining.is_set() else "ok"
         body = {"status": state, "models": list(service.runtimes),
                 "queue": {name: w.depth for name, w in service.workers.items()},
+                "requests": {name: w.size for name, w in service.workers.items()},
                 "sessions": service.pool.stats.sessions, "session_bytes": service.pool.stats.held_bytes}
         return JSONResponse(body, status_code=200 if state == "ok" else 503)
 
@@ -174,6 +165,8 @@ def build_app(server: Server) -> FastAPI:
     def metrics():
         return Response(server.metrics.render(), media_type=CONTENT_TYPE)
 
-    app.add_middleware(BodyLimit, max_bytes=server.config.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=server.config.max_body_bytes, read_timeout_s=server.config.read_timeout_s)
+    if server.config.loopback_hosts_only:
+        app.add_middleware(LoopbackHostOnly)  # before the body is read
     app.add_middleware(RequestMetrics, metrics=server.metrics)
     return app

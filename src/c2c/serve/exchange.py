@@ -39,15 +39,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from c2c.advise import advise, load_calibration, runtime_calibration_name
+from c2c.advise import load_calibration, runtime_calibration_name
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
-from c2c.config import settings
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
                         HandoffError, KeyringError, StaleCommitError, StoreCorruptError, StoreError, StoreWriteError)
-from c2c.handoff.decide import Decision, Party, decide
+from c2c.handoff.decide import Decision, Party, decide, fall_back
+from c2c.handoff.forecast import forecast
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.engine import Runtime
 from c2c.runtime.kvcache import KVCache
@@ -84,7 +84,7 @@ class Attachment:
     """
 
     commit: str
-    used: str
+    path: str                      # the Decision's: cache | text
     parts: tuple[Part, ...]
     prefix_kv: KVCache | None
     nbytes: int
@@ -272,10 +272,8 @@ class Exchange:
             except C2CError as e:
                 if foreign:  # the class says what failed; the message may measure the owner's context
                     e = type(e)(f"commit {cid[:12]}: {type(e).__name__} (details withheld: another domain's commit)")
-                if mode != "auto":
-                    raise e from None
-                used, metric = "text", f"error:{type(e).__name__}"
-                reason = f"fell back to text: {type(e).__name__}: {e}"
+                decision = fall_back(decision, HandoffPolicy(mode=mode), e)  # raises in full / slice
+                used, reason, metric = decision.path, decision.reason, f"error:{type(e).__name__}"
         nbytes = len(rec.data)
         if used == "text":
             text = _kept_text(artifact, cid)
@@ -285,7 +283,7 @@ class Exchange:
             nbytes = len(text.encode())
         t3 = time.perf_counter()
         signer_info = {"domain": signer.domain} if foreign else {"domain": signer.domain, "key_id": signer.key_id[:16]}
-        record = {"commit": cid, "requested": mode, "used": used, "mode": h.kind if used == "cache" else "text",
+        record = {"commit": cid, "requested": mode, "used": h.kind if used == "cache" else "text", "path": used,
                   "kind": h.kind, "reason": reason, "checks": [c.to_dict() for c in decision.checks],
                   "signer": signer_info, "shared": foreign, "stale": rec.stale,
                   "hops": hops.depth + 1, "tokens": sum(len(p.token_ids) for p in parts) + (
@@ -294,7 +292,7 @@ class Exchange:
                   "timings": {"fetch_s": t1 - t0, "decide_s": t2 - t1, "check_s": t3 - t2}}
         if foreign:
             record.pop("hops")
-        return Attachment(commit=cid, used=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
+        return Attachment(commit=cid, path=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
                           metric_reason=metric)
 
     # ------------------------------------------------------------------ commits
@@ -407,7 +405,7 @@ def _redacted(decision: Decision) -> Decision:
 def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,
                bandwidth_gbps: float | None = None, cross_domain: bool = False, same_model: bool = True,
                fuser_available: bool = False) -> dict:
-    """The advisor's prediction for one hop, from the calibration of ``runtime`` (model, dtype, backend).
+    """:func:`c2c.handoff.forecast` for one hop, from the calibration of ``runtime`` (model, dtype, backend).
 
     Raises:
         ConfigError: it was never calibrated here.
@@ -419,10 +417,11 @@ def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0
         raise ConfigError(f"no calibration for {key} on this server; run `c2c advise --model {model} --dtype {dtype} "
                           f"--backend {runtime.backend} --message-tokens 64` once on this machine (it measures and "
                           "saves one)")
-    a = advise(cal, message_tokens=message_tokens, context_tokens=context_tokens, hops=hops,
-               bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, same_model=same_model,
-               fuser_available=fuser_available, hop_limit=settings().max_hops)
-    return {"model": model, "calibration_created": cal.created, **a.to_dict()}
+    d = forecast(cal, Fingerprint.of(runtime), message_tokens=message_tokens, context_tokens=context_tokens,
+                 hops=hops, bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, other_model=not same_model,
+                 fuser_available=fuser_available)
+    return {"model": model, "calibration_created": cal.created, "decision": d.path, "reason": d.reason,
+            "checks": [c.to_dict() for c in d.checks], **d.advice}
 
 
 def _refuse(decision: Decision) -> None:

@@ -6,10 +6,10 @@
 ``c2c_handoffs_total{path,reason}``           attachments by path (``cache``/``text``) and why: ``ok``
                                               for a cache, else the first failed check or error type
 ``c2c_handoff_bytes_total{direction}``        artifact (or text) bytes published and attached
-``c2c_queue_depth{model}``                    requests waiting for a model's worker
+``c2c_queue_depth{model}``                    requests on a model beyond the one running
 ``c2c_tokens_total{kind}``                    ``prompt``, ``cached`` and ``completion`` tokens
 ``c2c_sessions`` / ``c2c_session_bytes``      sessions held and the K/V bytes they hold
-``c2c_session_evictions_total``               session caches dropped to stay within the budget
+``c2c_session_evictions_total``               session caches dropped to stay within the budgets
 ============================================  ==========================================================
 """
 

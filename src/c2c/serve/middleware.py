@@ -1,23 +1,26 @@
-"""Two ASGI middlewares: a bounded request body (413), and request metrics (count, status, latency).
+"""Three ASGI middlewares: loopback ``Host`` names only in open access (400), a bounded, timely request
+body (413, 408), and request metrics (count, status, latency).
 
-Both are plain ASGI (not Starlette's ``BaseHTTPMiddleware``), so that streamed
+All are plain ASGI (not Starlette's ``BaseHTTPMiddleware``), so that streamed
 responses and client disconnects pass through untouched.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import re
 import time
 
-from c2c.errors import RequestTooLargeError
-from c2c.serve.http_errors import error_body
+from c2c.errors import ClientTimeoutError, HostNotAllowedError, RequestTooLargeError
+from c2c.serve.http_errors import error_body, error_bytes
 from c2c.serve.metrics import Metrics
+from c2c.serve.serve_config import MB, is_loopback
 
 _ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/c2c/events", "/v1/c2c/advise", "/healthz", "/metrics",
            "/docs", "/openapi.json")
 _COMMIT = re.compile(r"^/v1/c2c/commits/[^/]+(/invalidate)?$")
 _MODEL = re.compile(r"^/v1/models/[^/]+$")
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[^:\[\]]+))(?::[0-9]{1,5})?")  # name[:port], [v6][:port]
 
 
 def route_of(path: str) -> str:
@@ -32,27 +35,62 @@ def route_of(path: str) -> str:
 
 async def send_error(send, e) -> None:
     status, body, headers = error_body(e)
-    payload = json.dumps(body).encode()
+    payload = error_bytes(body)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
                 + [(k.lower().encode(), v.encode()) for k, v in headers.items()]})
     await send({"type": "http.response.body", "body": payload})
 
 
+def is_loopback_host(value: str) -> bool:
+    """True for a ``Host`` header naming this machine's loopback: ``localhost``, ``127.x.y.z`` or
+    ``[::1]``, with or without a port."""
+    m = _HOST.fullmatch(value.lower())
+    return m is not None and is_loopback(m["v6"] or m["name"])
+
+
+class LoopbackHostOnly:
+    """Refuse, with 400, every request whose ``Host`` is not a loopback name (:func:`is_loopback_host`).
+
+    For a server without tokens: anyone who reaches it is trusted, so a web page on
+    another origin must not reach it through DNS rebinding (its name resolved to
+    127.0.0.1), and such a page always sends its own name as ``Host``.
+
+    NOTE: a request with no ``Host`` at all (HTTP/1.0) passes; browsers always send one.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host")
+            if host is not None and not is_loopback_host(host.decode("latin-1")):
+                shown = host.decode("latin-1")[:100]
+                return await send_error(send, HostNotAllowedError(
+                    f"this server runs without --tokens, so it answers only requests addressed to a loopback "
+                    f"name (127.0.0.1, localhost or [::1]), not Host {shown!r}; call it at one of those, or "
+                    "restart it with --tokens FILE to serve other names"))
+        return await self.app(scope, receive, send)
+
+
 class BodyLimit:
-    """Refuse a body over ``max_bytes`` with 413, by its ``Content-Length`` or as it arrives.
+    """Refuse a body over ``max_bytes`` with 413, by its ``Content-Length`` or as it arrives; and a
+    body that has not all arrived ``read_timeout_s`` after the headers with 408, closing the
+    connection (a client that dribbles its body holds no connection for long).
 
     The body is read here in full (it is at most ``max_bytes``) and replayed to the app;
     later messages (the disconnect) pass through.
     """
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, read_timeout_s: float = 30.0):
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
 
     def _too_large(self, n: int | str) -> RequestTooLargeError:
         return RequestTooLargeError(f"the request body is {n} bytes, over this server's limit of "
-                                    f"{self.max_bytes} (--max-body-mb); send less")
+                                    f"{self.max_bytes} bytes (--max-body-mb {self.max_bytes / MB:g}); send less")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -61,8 +99,14 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await send_error(send, self._too_large(int(length)))
         body, more = bytearray(), True
+        deadline = time.monotonic() + self.read_timeout_s
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except asyncio.TimeoutError:
+                return await send_error(send, ClientTimeoutError(
+                    f"the request body did not arrive within {self.read_timeout_s:g} s (--read-timeout; "
+                    f"{len(body)} bytes came); send it at once"))
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")

@@ -22,27 +22,70 @@ Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 NOTE: OpenAI fields this server does not know are ignored (clients such as
 LangChain send a few); those it cannot honour (``n > 1``, ``tools``, ``logprobs``,
 a JSON ``response_format``) are refused. Inside ``c2c`` every unknown key is refused.
+
+Every request body is checked whole before its fields (:class:`RequestBody`): each
+string in it, keys and ignored fields included, must encode as UTF-8 (JSON's
+``"\\ud800"`` decodes to a lone surrogate, which a tokenizer or a database cannot
+take). Every number is bounded, and NaN and infinities are refused, so that no
+value overflows further down.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
+from c2c.canon import non_utf8_at
+from c2c.errors import ConfigError
 from c2c.serve.render import Message
 from c2c.serve.service import ChatRequest, Completion, PublishSpec, Started
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$"
+MAX_TOKENS = 1 << 24          # max_tokens, max_completion_tokens: far past any context, so a ContextLengthError decides
+MAX_TIMEOUT_S = 24 * 3600.0   # c2c.timeout_s, the events stream's timeout_s
+_CURSOR = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")  # what either store issues: sqlite "17", Redis "1700000000000-0"
 
 
-class TextPart(BaseModel):
+def event_cursor(value: str) -> str:
+    """An events cursor (``?after=`` or ``Last-Event-ID``) shaped like one a store issues, else ConfigError.
+
+    The store checks its own range too (:meth:`c2c.store.interface.Store.events`).
+    """
+    if not _CURSOR.fullmatch(value):
+        raise ConfigError(f"event cursor {value[:64]!r} is not one this server issued; give the id of the "
+                          "last event received, or 0 for the start")
+    return value
+
+
+class InModel(BaseModel):
+    """Any part of a request: NaN and infinities are refused."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class RequestBody(InModel):
+    """A whole request body: every string in it must encode as UTF-8 (checked once, before the fields)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _utf8(cls, data: Any) -> Any:
+        where = non_utf8_at(data)
+        if where is not None:
+            raise PydanticCustomError("invalid_utf8", "{param} is not valid UTF-8 (a lone surrogate such as "
+                                      "\\ud800); send text that encodes as UTF-8", {"param": where or "body"})
+        return data
+
+
+class TextPart(InModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["text"]
     text: str
 
 
-class ChatMessageIn(BaseModel):
+class ChatMessageIn(InModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -62,7 +105,7 @@ class ChatMessageIn(BaseModel):
         return Message(role=self.role, content=text, name=self.name)
 
 
-class PublishIn(BaseModel):
+class PublishIn(InModel):
     model_config = ConfigDict(extra="forbid")
     stream: str | None = Field(default=None, max_length=200, description="default: the caller's agent name")
     labels: list[str] = Field(default_factory=list, max_length=16,
@@ -71,28 +114,28 @@ class PublishIn(BaseModel):
                              description="other trust domains that may attach this commit (as text or cache)")
 
 
-class C2CIn(BaseModel):
+class C2CIn(InModel):
     model_config = ConfigDict(extra="forbid")
     session: str | None = Field(default=None, min_length=1, max_length=128, pattern=_NAME)
     publish: PublishIn | None = None
     attach: list[str] = Field(default_factory=list, max_length=8, description="commit ids (64 hex)")
     mode: Literal["auto", "full", "slice", "text"] = "auto"
-    timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
 
 
-class StreamOptionsIn(BaseModel):
+class StreamOptionsIn(InModel):
     model_config = ConfigDict(extra="ignore")
     include_usage: bool = False
 
 
-class ChatCompletionIn(BaseModel):
+class ChatCompletionIn(RequestBody):
     """``POST /v1/chat/completions``: OpenAI's fields this server honours, and ``c2c``."""
 
     model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=4096)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     temperature: float | None = Field(default=None, ge=0, le=2, description="default 1.0 (OpenAI's); 0 is greedy")
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
@@ -137,12 +180,12 @@ class ChatCompletionIn(BaseModel):
                                                               share=tuple(c.publish.share)))
 
 
-class InvalidateIn(BaseModel):
+class InvalidateIn(RequestBody):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=1000)
 
 
-class AdviseIn(BaseModel):
+class AdviseIn(RequestBody):
     """``POST /v1/c2c/advise``: the inputs of :func:`c2c.advise.advise` for one hop."""
 
     model_config = ConfigDict(extra="forbid")
@@ -150,7 +193,7 @@ class AdviseIn(BaseModel):
     message_tokens: int = Field(ge=1, le=1 << 20)
     context_tokens: int = Field(default=0, ge=0, le=1 << 24)
     hops: int = Field(default=1, ge=1, le=1000)
-    bandwidth_gbps: float | None = Field(default=None, gt=0)
+    bandwidth_gbps: float | None = Field(default=None, gt=0, le=1e6)
     cross_domain: bool = False
     same_model: bool = True
     fuser_available: bool = False
@@ -191,10 +234,14 @@ class ChatCompletionOut(BaseModel):
 
 
 class ErrorDetail(BaseModel):
+    """See :mod:`c2c.serve.http_errors`."""
+
     message: str
-    type: str
-    code: str | None = None
+    type: str = Field(description="OpenAI's vocabulary: invalid_request_error, authentication_error, "
+                                  "permission_error, not_found_error, rate_limit_error, server_error")
+    code: str = Field(description="c2c's stable reason, e.g. stale_commit, wrong_domain, json_invalid")
     param: str | None = None
+    c2c_error: str | None = Field(default=None, description="the c2c.errors class raised, if any")
 
 
 class ErrorOut(BaseModel):

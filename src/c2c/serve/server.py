@@ -44,7 +44,7 @@ class Server:
         store = open_store(config.store_url)
         metrics = Metrics()
         exchange = Exchange(store, Keyring(), verify_kv=config.verify_kv)
-        service = ChatService(config, runtimes, exchange, metrics)
+        service = ChatService(config, runtimes, exchange, metrics, tenants=len(tokens.domains))
         log.info("serving %s; store %s; %s", ", ".join(runtimes), store_url(config.store_url),
                  "open access in domain 'default'" if tokens.is_open else
                  f"tokens for domain(s) {', '.join(tokens.domains)}")

@@ -2,15 +2,18 @@
 
 This is what ``POST /v1/chat/completions`` calls, once. It owns the models'
 workers, the sessions, and the :class:`~c2c.serve.exchange.Exchange` with the
-store. One request, on its model's worker thread:
+store. Before a request is queued, a prompt whose characters alone cannot fit
+the model's context is refused (no tokenizing: :meth:`ChatService.submit`).
+One request, while it holds its model's turn (:mod:`c2c.serve.worker`):
 
 1. take the session (if named) out of the pool;
 2. attach the requested commits (:meth:`Exchange.attach`), or keep the session's;
 3. render the messages (:mod:`c2c.serve.render`), check the context length;
 4. reuse the session's cache and prefill the rest (:mod:`c2c.serve.reuse`);
 5. generate, streaming deltas (:mod:`c2c.serve.decode`);
-6. publish, if asked: close the reply's turn and commit the cache;
-7. put the session back (it may evict others' caches).
+6. publish, if asked: close the reply's turn and commit the cache (a whole cache is
+   signed and stored after the model's turn is given up: no forward pass is left);
+7. put the session back (it may evict its tenant's older caches: :mod:`c2c.serve.sessions`).
 """
 
 from __future__ import annotations
@@ -107,15 +110,20 @@ class ChatService:
     """Chat completions over loaded runtimes, a store and a keyring (see the module docstring)."""
 
     def __init__(self, config: ServeConfig, runtimes: dict[str, Runtime], exchange: Exchange,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, *, tenants: int = 1):
+        """``tenants``: how many trust domains share the server (the shares of ``config.shares``)."""
         self.config = config
         self.runtimes = runtimes
         self.exchange = exchange
         self.metrics = metrics or Metrics()
         self.context = {name: context_length(rt) for name, rt in runtimes.items()}
+        self.chars_per_token = {name: rt.chars_per_token for name, rt in runtimes.items()}
+        self.shares = config.shares(tenants)
         self.pool = SessionPool(config.session_budget_bytes, max_sessions=config.max_sessions,
+                                tenant_bytes=self.shares.session_bytes, tenant_sessions=self.shares.sessions,
                                 on_evict=lambda s: self.metrics.evictions.inc())
-        self.workers = {name: ModelWorker(name, max_queue=config.max_queue,
+        self.workers = {name: ModelWorker(name, max_queue=config.max_queue, tenant_queue=self.shares.queue,
+                                          half_life_s=config.fair_half_life_s,
                                           on_depth=self.metrics.queue_depth.labels(model=name).set)
                         for name in runtimes}
 
@@ -146,13 +154,41 @@ class ChatService:
         ``("done", Completion)``, ``("error", C2CError)`` or ``("cancelled", None)``.
 
         Raises:
-            UnknownModelError, QueueFullError, ServeError (shutting down).
+            UnknownModelError, ContextLengthError (too many characters to fit: :meth:`check_size`),
+            QueueFullError, ServeError (shutting down).
         """
         name = self.model_name(request.model)
         request = replace(request, model=name)
+        self.check_size(request)
         timeout = min(request.timeout_s or math.inf, self.config.request_timeout_s)
-        job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout)
+        job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout, owner=principal)
         return self.workers[name].submit(job)
+
+    def check_size(self, request: ChatRequest) -> None:
+        """Refuse a request whose messages cannot fit its model's context, by their characters alone.
+
+        Each message is tokenized on its own, into at least ``ceil(characters / c)`` tokens,
+        where ``c`` is the most characters one of the model's tokens stands for
+        (:attr:`Runtime.chars_per_token`, computed once per model). So this never refuses a
+        prompt that fits, and costs no tokenizing: an oversized message is refused before it
+        is queued, instead of holding the model while it is tokenized. The exact check
+        follows the rendering.
+
+        Raises:
+            ContextLengthError: even the fewest tokens the messages could be, plus ``max_tokens``
+                (at least 1), exceed the context.
+        """
+        per_token, window = self.chars_per_token[request.model], self.context[request.model]
+        if per_token is None:  # the tokenizer gives no bound (see c2c.runtime.hf.chars_per_token)
+            return
+        least = sum(math.ceil(len(m.content) / per_token) for m in request.messages)
+        wanted = request.max_tokens or 1
+        if least + wanted > window:
+            chars = sum(len(m.content) for m in request.messages)
+            raise ContextLengthError(
+                f"the messages hold {chars} characters: at least {least} tokens of {request.model} (one token "
+                f"stands for at most {per_token:g} characters), and {wanted} more were asked for, but "
+                f"{request.model} reads at most {window}; shorten the messages or lower max_tokens")
 
     def _run(self, job: Job, principal: Principal, req: ChatRequest) -> Completion:
         t0 = time.perf_counter()
@@ -213,6 +249,8 @@ class ChatService:
             whole = render(rt, req.messages + (Message(role="assistant", content=decoded.text),),
                            attachments=session.attachments, generation_prompt=False)
             session.cache, _ = extend(rt, session.cache, whole.token_ids)
+            if not req.publish.labels:  # a whole cache is stored as it is: no forward pass from here on
+                job.release_turn()
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
                                               cache=session.cache, rendering=whole, stream=req.publish.stream,
                                               labels=req.publish.labels, parents=attached,
@@ -260,10 +298,10 @@ class ChatService:
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode)
                  for cid in attach]
         for a in found:
-            self.metrics.handoffs.labels(path=a.used, reason=a.metric_reason).inc()
+            self.metrics.handoffs.labels(path=a.path, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
         return (tuple(p for a in found for p in a.parts), tuple(a.commit for a in found),
-                tuple(a.commit for a in found if a.used == "text"), [(a.record, len(a.parts)) for a in found],
+                tuple(a.commit for a in found if a.path == "text"), [(a.record, len(a.parts)) for a in found],
                 found[0].prefix_kv)
 
     def close(self) -> None:

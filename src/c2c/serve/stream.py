@@ -15,7 +15,7 @@ import time
 from typing import Any, AsyncIterator, Callable
 
 from c2c.errors import C2CError, RequestTimeoutError
-from c2c.serve.http_errors import error_body
+from c2c.serve.http_errors import body, error_body
 from c2c.serve.schema import chunk_body, usage
 from c2c.serve.service import Completion, Started
 from c2c.serve.worker import Channel, Job
@@ -94,7 +94,7 @@ async def chunks(job: Job, channel: Channel, started: Started, *, include_usage:
                 break
             elif kind == "error":
                 yield sse(error_body(value)[1] if isinstance(value, C2CError) else
-                          {"error": {"message": "internal error", "type": "internal_error", "code": None}})
+                          body("internal error; see the server log", 500, "internal_error"))
                 break
             elif kind == "cancelled":
                 return

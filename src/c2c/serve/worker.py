@@ -1,25 +1,46 @@
-"""One worker thread per model: the only thread that runs that model's forward passes.
+"""A model's forward passes, one at a time, shared fairly between tenants.
 
-Requests wait in a bounded queue in front of it. A full queue refuses at once
-(:class:`~c2c.errors.QueueFullError`, HTTP 429 with ``Retry-After``) rather than
-letting latency grow without bound. Each :class:`Job` carries a cancel flag (set
-when the client disconnects) and a deadline; the job's code calls
-:meth:`Job.check` between forward passes. Results and streamed deltas reach the
-asyncio side through :class:`Channel`.
+Every admitted request (a :class:`Job`) runs on a thread of its own, but only the
+job that holds the model's *turn* may run the model, so no two threads ever run
+one model's forward passes at once. A job calls :meth:`Job.check` between
+forward passes; there the turn passes to the waiting job whose tenant (trust
+domain) has used the model least recently, and within that tenant to the agent
+that has (:class:`~c2c.serve.fairness.UsageClock`). One agent's own requests run
+one after another, oldest first. So another tenant's short request does not wait
+for a tenant's long generations to end: it goes at their next forward pass.
+
+Admission is bounded, and refused at once (:class:`~c2c.errors.QueueFullError`,
+HTTP 429 with ``Retry-After``) rather than letting latency grow without bound:
+
+- a model holds at most ``max_queue`` requests beyond the one running;
+- one tenant holds at most ``tenant_queue`` of them, running or waiting (its
+  share), so one tenant cannot fill the queue for everyone.
+
+Each job carries a cancel flag (set when the client disconnects) and a deadline;
+a job waiting for the turn leaves as soon as either is set, and a running one at
+its next :meth:`Job.check`. Results and streamed deltas reach the asyncio side
+through :class:`Channel`.
+
+NOTE: a started job keeps its K/V while it waits for the turn, so a model holds
+as many live caches as it has started jobs: at most one per agent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import queue
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable
 
 from c2c.errors import QueueFullError, RequestTimeoutError, ServeError
+from c2c.serve.auth import OPEN, Principal
+from c2c.serve.fairness import UsageClock
 
 log = logging.getLogger("c2c")
+_POLL_S = 0.05  # how often a job waiting for the turn looks at its cancel flag and deadline
 
 
 class Cancelled(Exception):
@@ -44,26 +65,45 @@ class Channel:
 
 
 class Job:
-    """One request's work on a worker: ``run(job)`` is called on the worker thread.
+    """One request's work on a model: ``run(job)`` is called on the job's own thread, holding the turn.
 
     ``run`` reports through :meth:`emit` and returns the final result, which becomes a
-    ``("done", result)`` event; an exception becomes ``("error", exc)``.
+    ``("done", result)`` event; an exception becomes ``("error", exc)``. ``owner`` is whose
+    share the job counts against.
     """
 
-    def __init__(self, run: Callable[["Job"], Any], channel: Channel, *, timeout_s: float):
+    def __init__(self, run: Callable[["Job"], Any], channel: Channel, *, timeout_s: float,
+                 owner: Principal = OPEN):
         self.run = run
         self.channel = channel
+        self.owner = owner
         self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         self.cancel = threading.Event()
         self.enqueued = time.monotonic()
         self.started: float | None = None
+        self.seq = 0
+        self.worker: ModelWorker | None = None  # set when submitted
+        self.turn_since = 0.0                   # perf_counter when it last got the turn
 
     def emit(self, kind: str, value: Any = None) -> None:
         self.channel.put(kind, value)
 
     def check(self) -> None:
-        """Raise if the client went away or the deadline passed (call between forward passes)."""
+        """Raise if the client went away or the deadline passed; else let a more deserving job have
+        the turn first (call between forward passes: the only place a job gives up the turn)."""
+        self.raise_if_done()
+        if self.worker is not None:
+            self.worker.pass_turn(self)
+
+    def release_turn(self) -> None:
+        """Give up the turn for good: the job runs no forward pass after this (e.g. it only stores and
+        signs now), so the next job need not wait for it."""
+        if self.worker is not None:
+            self.worker.release(self)
+
+    def raise_if_done(self) -> None:
+        """Raise :class:`Cancelled` or :class:`~c2c.errors.RequestTimeoutError` when that is due."""
         if self.cancel.is_set():
             raise Cancelled()
         if time.monotonic() > self.deadline:
@@ -76,69 +116,170 @@ class Job:
 
 
 class ModelWorker:
-    """A thread running jobs one at a time, fed by a queue of at most ``max_queue`` waiting jobs."""
+    """The jobs of one model: admission (``max_queue``, ``tenant_queue``) and the turn (module docstring).
 
-    def __init__(self, name: str, *, max_queue: int, retry_after_s: float = 1.0,
-                 on_depth: Callable[[int], None] = lambda depth: None):
+    Args:
+        max_queue: requests that may wait beyond the one running.
+        tenant_queue: requests one tenant (``Job.owner.domain``) may hold, running or waiting;
+            ``None``: ``max_queue + 1`` (no share beyond the whole queue).
+        half_life_s: how long use of the model counts against a tenant when choosing who goes next.
+    """
+
+    def __init__(self, name: str, *, max_queue: int, tenant_queue: int | None = None, half_life_s: float = 5.0,
+                 retry_after_s: float = 1.0, on_depth: Callable[[int], None] = lambda depth: None):
         self.name = name
         self.max_queue = max_queue
+        self.tenant_queue = max_queue + 1 if tenant_queue is None else tenant_queue
         self.retry_after_s = retry_after_s
-        self._q: queue.Queue = queue.Queue()
-        self._waiting = 0
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._jobs: dict[int, Job] = {}      # admitted and not finished, by seq
+        self._ready: dict[int, Job] = {}     # waiting for the turn, by seq
+        self._holder: Job | None = None      # the job whose forward passes run now
+        self._held: Counter[str] = Counter()  # jobs per tenant
+        self._tenants = UsageClock(half_life_s)
+        self._agents = UsageClock(half_life_s)
+        self._seq = itertools.count(1)
         self._closing = False
         self._on_depth = on_depth
-        self._thread = threading.Thread(target=self._loop, name=f"c2c-serve:{name}", daemon=True)
-        self._thread.start()
 
     @property
     def depth(self) -> int:
         """Jobs waiting (not counting the one running)."""
-        return self._waiting
+        return max(len(self._jobs) - 1, 0)
+
+    @property
+    def size(self) -> int:
+        """Jobs admitted and not finished (running or waiting)."""
+        return len(self._jobs)
 
     def submit(self, job: Job) -> Job:
-        """Queue ``job``.
+        """Admit ``job`` and start its thread; it runs when it gets the turn.
 
         Raises:
-            QueueFullError: ``max_queue`` jobs are already waiting.
+            QueueFullError: ``max_queue`` jobs are already waiting, or the job's tenant holds its share.
             ServeError: the worker is shutting down.
         """
-        with self._lock:
+        tenant = job.owner.domain
+        with self._cv:
             if self._closing:
                 raise ServeError("the server is shutting down; retry on another instance or later")
-            if self._waiting >= self.max_queue:
-                raise QueueFullError(f"model {self.name} has {self._waiting} requests waiting (the limit, "
+            if len(self._jobs) > self.max_queue:
+                raise QueueFullError(f"model {self.name} has {len(self._jobs) - 1} requests waiting (the limit, "
                                      f"--max-queue {self.max_queue}); retry after {self.retry_after_s:g} s",
                                      retry_after_s=self.retry_after_s)
-            self._waiting += 1
-            self._on_depth(self._waiting)
-        self._q.put(job)
+            if self._held[tenant] >= self.tenant_queue:
+                raise QueueFullError(f"domain {tenant!r} has {self._held[tenant]} requests on model {self.name}, "
+                                     f"its share (--max-queue-per-tenant {self.tenant_queue}); retry after "
+                                     f"{self.retry_after_s:g} s", retry_after_s=self.retry_after_s)
+            job.seq, job.worker = next(self._seq), self
+            self._jobs[job.seq] = job
+            self._held[tenant] += 1
+            self._on_depth(self.depth)
+        threading.Thread(target=self._run, args=(job,), name=f"c2c-serve:{self.name}:{job.seq}",
+                         daemon=True).start()
         return job
 
     def close(self, timeout_s: float) -> None:
-        """Refuse new jobs, let queued and running ones finish (up to ``timeout_s``), stop the thread."""
-        with self._lock:
+        """Refuse new jobs, let admitted ones finish (up to ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
             self._closing = True
-        self._q.put(None)
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            log.warning("worker %s still busy after %.0f s; leaving it", self.name, timeout_s)
+            while self._jobs and time.monotonic() < deadline:
+                self._cv.wait(max(deadline - time.monotonic(), 0.0))
+            if self._jobs:
+                log.warning("model %s still has %d requests after %.0f s; leaving them", self.name,
+                            len(self._jobs), timeout_s)
 
-    def _loop(self) -> None:
-        while True:
-            job = self._q.get()
-            if job is None:
-                return
-            with self._lock:
-                self._waiting -= 1
-                self._on_depth(self._waiting)
+    # ------------------------------------------------------------- the turn
+    def _run(self, job: Job) -> None:
+        try:
+            with self._cv:
+                self._wait_for_turn(job)
             job.started = time.monotonic()
-            try:
-                job.check()
-                result = job.run(job)
-            except Cancelled:
-                job.emit("cancelled")
-            except Exception as e:  # noqa: BLE001 - every failure goes back to its request; the worker goes on
-                job.emit("error", e)
-            else:
-                job.emit("done", result)
+            job.raise_if_done()
+            result = job.run(job)
+        except Cancelled:
+            job.emit("cancelled")
+        except Exception as e:  # noqa: BLE001 - every failure goes back to its request; the others go on
+            job.emit("error", e)
+        else:
+            job.emit("done", result)
+        finally:
+            self.release(job)
+            with self._cv:
+                self._ready.pop(job.seq, None)
+                del self._jobs[job.seq]
+                self._held[job.owner.domain] -= 1
+                if not self._held[job.owner.domain]:
+                    del self._held[job.owner.domain]
+                self._on_depth(self.depth)
+                self._hand_on()
+                self._cv.notify_all()  # close() waits for the last job
+
+    def pass_turn(self, job: Job) -> None:
+        """Called by the job holding the turn, between forward passes: go on, or wait while a job
+        that deserves it more has the turn.
+
+        Raises:
+            Cancelled, RequestTimeoutError: while waiting (the job no longer holds the turn then).
+        """
+        with self._cv:
+            if self._holder is not job:  # not running on this worker's turn (e.g. called after it ended)
+                return
+            now = time.perf_counter()
+            self._charge(job, now)
+            job.turn_since = now
+            if not self._ready or self._pick([job, *self._ready.values()], now) is job:
+                return
+            self._holder = None
+            self._wait_for_turn(job)
+
+    def release(self, job: Job) -> None:
+        """``job`` runs no more forward passes: the turn goes on (a no-op if it does not hold it)."""
+        with self._cv:
+            if self._holder is job:
+                self._charge(job, time.perf_counter())
+                self._holder = None
+                self._hand_on()
+
+    def _wait_for_turn(self, job: Job) -> None:
+        """(lock held) Queue ``job`` for the turn and wait until it has it; leave early when cancelled."""
+        self._ready[job.seq] = job
+        self._hand_on()
+        while self._holder is not job:
+            if job.cancel.is_set() or time.monotonic() > job.deadline:
+                del self._ready[job.seq]
+                job.raise_if_done()
+            self._cv.wait(_POLL_S)
+
+    def _hand_on(self) -> None:
+        """(lock held) Give a free turn to the job that deserves it most, and wake the waiters."""
+        if self._holder is not None or not self._ready:
+            return
+        now = time.perf_counter()
+        job = self._pick(list(self._ready.values()), now)
+        if job is None:  # each waiting job's agent has an older one still storing its result
+            return
+        del self._ready[job.seq]
+        self._holder, job.turn_since = job, now
+        self._cv.notify_all()
+
+    def _pick(self, jobs: list[Job], now: float) -> Job | None:
+        """The tenant with the least recent use, its agent with the least, that agent's job; only an
+        agent's oldest unfinished job may go (an agent's requests run one after another, as the
+        same session's must)."""
+        first: dict[Principal, int] = {}
+        for j in self._jobs.values():  # in admission order
+            first.setdefault(j.owner, j.seq)
+        jobs = sorted((j for j in jobs if first[j.owner] == j.seq), key=lambda j: j.seq)
+        if not jobs:
+            return None
+        tenant = self._tenants.least(dict.fromkeys(j.owner.domain for j in jobs), now)
+        jobs = [j for j in jobs if j.owner.domain == tenant]
+        agent = self._agents.least(dict.fromkeys((tenant, j.owner.agent) for j in jobs), now)
+        return next(j for j in jobs if j.owner.agent == agent[1])
+
+    def _charge(self, job: Job, now: float) -> None:
+        spent = now - job.turn_since
+        self._tenants.charge(job.owner.domain, spent, now)
+        self._agents.charge((job.owner.domain, job.owner.agent), spent, now)

@@ -47,6 +47,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, NewType, Sequence
 
+from c2c.canon import check_utf8
 from c2c.errors import ArtifactTooLargeError, ConfigError, StaleCommitError, StoreError
 
 CommitId = NewType("CommitId", str)   # 64 hex chars: Artifact.id
@@ -90,7 +91,7 @@ def check_reason(reason: str) -> str:
     """An invalidation reason, stripped: 1 to :data:`MAX_REASON_CHARS` characters, else ConfigError."""
     if not isinstance(reason, str) or not reason.strip():
         raise ConfigError("invalidate needs a reason (it is shown to every consumer of a dependent)")
-    reason = reason.strip()
+    reason = check_utf8(reason.strip(), "the invalidation reason")
     if len(reason) > MAX_REASON_CHARS:
         raise ConfigError(f"the invalidation reason is {len(reason)} characters, over the limit of "
                           f"{MAX_REASON_CHARS} (MAX_REASON_CHARS); it is copied into every dependent and "

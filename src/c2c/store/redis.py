@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 import uuid
 from contextlib import contextmanager
@@ -49,6 +50,8 @@ from c2c.store.ingest import HashingBuffer, hash_while_reading, prepare_put
 from c2c.store.redis_config import RedisConfig, key_prefix
 from c2c.trust.keys import check_domain
 
+_CURSOR = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")  # a stream id, MS-SEQ (or MS alone), each part a uint64
+_MAX_ROWS = 1 << 62  # a larger count means "all" (Redis parses counts as 64-bit integers)
 READ_GROUP = 2      # chunks per pipelined round trip when reading a blob
 WALK_BATCH = 500    # commits one invalidation step (one script run) marks at most
 WALK_LEASE_S = 30   # a walk whose walker made no step for this long is finished by the next write
@@ -409,7 +412,7 @@ class RedisStore(Store):
         key = f"{self.prefix}all" if stream is None else f"{self.prefix}s:{check_stream(stream)}"
         if limit is not None and limit <= 0:
             return []
-        end = -1 if limit is None else int(limit) - 1
+        end = -1 if limit is None else min(int(limit), _MAX_ROWS) - 1
         with self._errors(writing=False):
             ids = [_s(i) for i in self._r.zrevrange(key, 0, end)]
             pipe = self._r.pipeline(transaction=False)
@@ -441,6 +444,11 @@ class RedisStore(Store):
         return CommitId(_s(hits[0]))
 
     def events(self, after: str = "0", *, limit: int = 1000, wait_s: float = 0.0) -> list[StaleEvent]:
+        if not (isinstance(after, str) and _CURSOR.fullmatch(after)):  # Redis refuses parts past 2**64 itself
+            raise ConfigError(f"event cursor {str(after)[:64]!r} is not a Redis stream id (MS-SEQ); give the "
+                              "seq of the last event received, or 0 for the start")
+        if limit < 1:
+            raise ConfigError(f"events limit {limit}: give at least 1")
         deadline = time.monotonic() + wait_s
         slice_ms = max(1, int(self.config.socket_timeout_s * 500))  # NOTE: a blocked read must beat the timeout
         with self._errors(writing=False):
@@ -448,7 +456,8 @@ class RedisStore(Store):
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 block = max(1, min(slice_ms, left_ms)) if wait_s > 0 else None
                 try:
-                    res = self._r.xread({f"{self.prefix}events": after}, count=int(limit), block=block)
+                    res = self._r.xread({f"{self.prefix}events": after}, count=min(int(limit), _MAX_ROWS),
+                                        block=block)
                 except redis.exceptions.ResponseError as e:
                     if "Invalid stream ID" in str(e):
                         raise ConfigError(f"event cursor {after!r} is not a Redis stream id") from None

@@ -111,6 +111,17 @@ DROP TABLE events_v1
 """
 _V1_DOMAIN = ("CASE WHEN json_valid(summary) AND json_type(summary, '$.producer.domain') = 'text' "
               "THEN json_extract(summary, '$.producer.domain') ELSE 'default' END")
+_MAX_ROWS = 1 << 62  # a larger LIMIT means "all" (SQLite's integers are 64-bit: 2**63 overflows)
+
+
+def _cursor(after: str) -> int:
+    """An event cursor as this store issues it: the decimal seq of an event (0: the start), below 2**63."""
+    if not (isinstance(after, str) and after.isascii() and after.isdigit() and len(after) <= 19
+            and int(after) < 1 << 63):
+        raise ConfigError(f"event cursor {str(after)[:64]!r} is not one this sqlite store issued; give the "
+                          "seq of the last event received, or 0 for the start")
+    return int(after)
+
 
 _COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
             "stale_reason, stale_chain, superseded_by")
@@ -458,7 +469,7 @@ class SQLiteStore(Store):
         return self._record(rows[0])
 
     def log(self, stream: str | None = None, *, limit: int | None = None) -> list[CommitRecord]:
-        lim = -1 if limit is None else int(limit)
+        lim = -1 if limit is None else min(int(limit), _MAX_ROWS)
         if stream is None:
             rows = self._read(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? ORDER BY seq DESC LIMIT ?",
                               (self.domain, lim))
@@ -490,14 +501,13 @@ class SQLiteStore(Store):
         return CommitId(rows[0][0])
 
     def events(self, after: str = "0", *, limit: int = 1000, wait_s: float = 0.0) -> list[StaleEvent]:
-        try:
-            cursor = int(after)
-        except ValueError:
-            raise ConfigError(f"event cursor {after!r} is not one this sqlite store issued") from None
+        cursor = _cursor(after)
+        if limit < 1:
+            raise ConfigError(f"events limit {limit}: give at least 1")
         deadline = time.monotonic() + wait_s
         while True:
             rows = self._read("SELECT dseq, commit_id, root, reason, chain, at FROM events WHERE domain = ? "
-                              "AND dseq > ? ORDER BY dseq LIMIT ?", (self.domain, cursor, int(limit)))
+                              "AND dseq > ? ORDER BY dseq LIMIT ?", (self.domain, cursor, min(int(limit), _MAX_ROWS)))
             if rows or time.monotonic() >= deadline:
                 return [StaleEvent(seq=str(s), commit=CommitId(c), root=CommitId(r), reason=why,
                                    chain=tuple(json.loads(ch)), at=at) for s, c, r, why, ch, at in rows]

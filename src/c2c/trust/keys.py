@@ -45,6 +45,7 @@ from c2c.errors import ConfigError, KeyringError, RevokedSignerError, UnknownSig
 KeyId = NewType("KeyId", str)  # 64 hex chars: sha256 of the raw Ed25519 public key
 KEYRING_VERSION = 1
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_PRIVATE_RE = re.compile(r"^(?P<domain>.+)\.(?P<kid>[0-9a-f]{16})\.pem$")  # private/<domain>.<id16>.pem
 _MAX_KEY_FILE = 1 << 20
 
 
@@ -222,14 +223,13 @@ class Keyring:
 
     def entries(self) -> list[TrustEntry]:
         data = self._load()
-        d = self._private_dir()
-        privates = {p.name.split(".")[-2] for p in d.glob("*.pem")} if d.is_dir() else set()
+        privates = {(domain, kid16) for domain, kid16, _ in self._private_files()}
         out = []
         for domain, d in sorted(data["domains"].items()):
             for kid, e in sorted(d.get("keys", {}).items()):
                 out.append(TrustEntry(key_id=KeyId(kid), domain=domain, label=e.get("label", ""),
                                       added=e.get("added", ""), revoked=kid in data["revoked"],
-                                      has_private=kid[:16] in privates))
+                                      has_private=(domain, kid[:16]) in privates))
         return out
 
     def policy_dict(self, domain: str) -> dict[str, Any] | None:
@@ -239,14 +239,17 @@ class Keyring:
     def signing_key(self, domain: str, key_id: str | None = None) -> SigningKey:
         """The newest (or the named) non-revoked private key of ``domain`` held here."""
         check_domain(domain)
-        d = self._private_dir()
-        files = sorted(d.glob(f"{domain}.*.pem"), key=lambda p: p.stat().st_mtime_ns) if d.is_dir() else []
+        files = sorted((p for dom, _, p in self._private_files() if dom == domain),
+                       key=lambda p: p.stat().st_mtime_ns)
         revoked = self._load()["revoked"]
         for p in reversed(files):
             key = SigningKey.from_pem(read_secret_file(p), domain)
+            if not p.name.endswith(f".{key.key_id[:16]}.pem"):
+                raise KeyringError(f"{p} holds key {key.key_id[:16]}, not the one its name says; "
+                                   f"rename it to {domain}.{key.key_id[:16]}.pem or remove it")
             if key.key_id not in revoked and (key_id is None or key.key_id.startswith(key_id)):
                 return key
-        raise KeyringError(f"no usable private key for domain {domain!r} in {d}; "
+        raise KeyringError(f"no usable private key for domain {domain!r} in {self._private_dir()}; "
                            f"create one with `c2c keys new --domain {domain}`")
 
     def seal_key(self, domain: str, key_id: str | None = None, *, create: bool = False) -> SealKey:
@@ -315,6 +318,20 @@ class Keyring:
     # ------------------------------------------------------------ files
     def _private_dir(self) -> Path:
         return self.root / "private"
+
+    def _private_files(self) -> list[tuple[str, str, Path]]:
+        """``(domain, key id prefix, path)`` of every ``private/<domain>.<id16>.pem``.
+
+        The name is split from the right, so ``acme.eu.<id16>.pem`` belongs to ``acme.eu``
+        and never to ``acme`` (a glob on ``acme.*.pem`` would match both).
+        """
+        d = self._private_dir()
+        out = []
+        for p in sorted(d.iterdir()) if d.is_dir() else ():
+            m = _PRIVATE_RE.match(p.name)
+            if m and _DOMAIN_RE.match(m["domain"]):
+                out.append((m["domain"], m["kid"], p))
+        return out
 
     def _seal_path(self, domain: str) -> Path:
         return self.root / "seal" / f"{check_domain(domain)}.json"

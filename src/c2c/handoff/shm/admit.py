@@ -7,11 +7,12 @@ In this order (:class:`~c2c.handoff.shm.channel.ShmChannel` calls them):
    receiver's nonce), between these two processes (both pids, as ``SO_PEERCRED`` gives them: an
    offer a third process relays names that process) and under a sequence number above every one
    seen, so an offer can be neither replayed nor moved to another channel
-   (:class:`~c2c.errors.TrustError` subclasses). The producer's domain must be the receiver's
-   (:class:`~c2c.errors.DomainMismatchError`).
-2. :func:`fits`: the model fingerprint and the shared prefix
-   (:class:`~c2c.errors.FingerprintMismatchError`, :class:`~c2c.errors.PrefixMismatchError`), and a
-   slice must start after the shared prefix.
+   (:class:`~c2c.errors.TrustError` subclasses).
+2. :func:`fits`: the hop rules, which are :func:`c2c.handoff.decide.decide`'s as for every hop: the
+   trust domain, the model fingerprint, the shared prefix and the hop limit
+   (:class:`~c2c.errors.DomainMismatchError`, :class:`~c2c.errors.FingerprintMismatchError`,
+   :class:`~c2c.errors.PrefixMismatchError`, :class:`~c2c.errors.HandoffError`); and a slice must
+   start after the shared prefix.
 3. :func:`check_tokens`, on the copied-out bytes: the ids hash to the signed ``token_digest`` and lie
    in the model's vocabulary (:class:`~c2c.errors.CorruptArtifactError`).
 
@@ -23,26 +24,27 @@ as for an in-process handoff.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.canon import sha256_hex
-from c2c.errors import BadSignatureError, CorruptArtifactError, DomainMismatchError
+from c2c.errors import BadSignatureError, CorruptArtifactError
+from c2c.handoff.decide import Party, decide
+from c2c.handoff.policy import HandoffPolicy
 from c2c.handoff.shm.offer import ShmOffer, verify_offer
 from c2c.team.agent import Agent
 
 
 def authenticate(msg: dict, agent: Agent, *, nonce: str, peer_pid: int, last_seq: int) -> ShmOffer:
-    """The offer of ``msg`` if it was signed and made for this connection, between these processes, after
-    offer ``last_seq``, by ``agent``'s trust domain; raises otherwise (module docstring, step 1)."""
+    """The offer of ``msg`` if it was signed (for ``agent``'s trust domain, where its team has a keyring) and
+    made for this connection, between these processes, after offer ``last_seq``; raises otherwise (module
+    docstring, step 1)."""
     offer = ShmOffer.from_dict(msg["offer"])
     ring, domain = agent.team.keyring, agent.team.domain
     if ring is not None:
         verify_offer(offer, msg.get("sig"), ring, domain)
-    if offer.producer.get("domain") != domain:
-        raise DomainMismatchError(f"the offer comes from trust domain {offer.producer.get('domain')!r}, not "
-                                  f"{domain!r}; caches do not cross trust domains, hand off by text")
     if offer.nonce != nonce:
         raise BadSignatureError("the offer was made for another connection (nonce differs): replayed")
     if (offer.sender_pid, offer.receiver_pid) != (peer_pid, os.getpid()):
@@ -54,10 +56,16 @@ def authenticate(msg: dict, agent: Agent, *, nonce: str, peer_pid: int, last_seq
     return offer
 
 
-def fits(offer: ShmOffer, agent: Agent, fingerprint: Fingerprint) -> None:
-    """Raise unless the offered cache is of ``agent``'s model (``fingerprint``) and follows its shared prefix."""
-    fingerprint.require_same(offer.fingerprint)
-    offer.prefix.require_match(agent.context.token_ids[:agent.context.prefix_len])
+def fits(offer: ShmOffer, agent: Agent, fingerprint: Fingerprint, *, hops: int = 1) -> None:
+    """Raise :func:`~c2c.handoff.decide.decide`'s refusal of this hop (domain, model ``fingerprint``, shared
+    prefix, ``hops`` within the limit), or if a slice starts inside the shared prefix."""
+    sender = Party(name=offer.producer.get("agent", "?"), domain=offer.producer.get("domain"),
+                   fingerprint=offer.fingerprint, prefix=offer.prefix)
+    receiver = replace(Party.of(agent), fingerprint=fingerprint)
+    mode = "slice" if offer.labels.get("span") else "full"
+    refusal = decide(sender, receiver, HandoffPolicy(mode=mode), hops=hops).refusal()
+    if refusal is not None:
+        raise refusal
     if offer.start != 0 and offer.start < offer.prefix.length:  # a slice follows the shared prefix
         raise CorruptArtifactError(f"a slice starting at {offer.start} lies inside the "
                                    f"{offer.prefix.length}-token shared prefix")

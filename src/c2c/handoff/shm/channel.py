@@ -213,8 +213,11 @@ class ShmChannel:
         return self._out[1]
 
     # ---------------------------------------------------------------- receiving
-    def receive(self, agent: Agent, *, timeout: float | None = None) -> Handoff:
-        """Wait for an offer, check it (module docstring), copy the cache out and attach it to ``agent``.
+    def receive(self, agent: Agent, *, timeout: float | None = None, hops: int = 1) -> Handoff:
+        """Wait for an offer, check it (:mod:`~c2c.handoff.shm.admit`), copy the cache out and attach it to
+        ``agent``.
+
+        ``hops``: cache hops in the chain once this one is made (as :func:`c2c.handoff.hand_off` takes it).
 
         A refused offer is answered with the error (the sender raises it too) and raised here; the
         channel goes on. A peer that breaks the protocol (a malformed message, an unsealed or oversized
@@ -242,7 +245,7 @@ class ShmChannel:
             fingerprint = agent.fingerprint
             offer = admit.authenticate(msg, agent, nonce=self._nonce, peer_pid=self.peer_pid, last_seq=self._seq_in)
             self._seq_in = offer.seq  # used up, even if the offer is refused below
-            admit.fits(offer, agent, fingerprint)
+            admit.fits(offer, agent, fingerprint, hops=hops)
             layout = arena.Layout.of(fingerprint, offer.seq_len)
             if self._in is None or layout.size > self._in[1].size:
                 raise ChannelError(f"the offer needs {layout.size} arena bytes; the peer's arena holds "
