@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from c2c.errors import AuthError, ConfigError, QueueFullError, RequestTimeoutError
-from c2c.runtime.engine import sample_next
+from c2c.runtime.sampling import sample_next
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime import hf
 from c2c.serve.auth import OPEN, Principal, TokenTable

@@ -437,7 +437,7 @@ class ShmChannel:
             ids = own[layout.tokens_at:].view("<u4")
             if sha256_hex(ids.tobytes()) != offer.token_digest:
                 raise CorruptArtifactError("the token ids in the arena do not match the offer's token_digest")
-            vocab = agent.runtime.facts.get("vocab_size")
+            vocab = agent.runtime.facts.vocab_size
             if len(ids) and vocab and int(ids.max()) >= vocab:
                 raise CorruptArtifactError(f"a token id in the offer ({int(ids.max())}) is outside the model's "
                                            f"vocabulary of {vocab}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from c2c.context import Context
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
