@@ -97,6 +97,7 @@ def test_it_has_every_member_of_the_protocol_and_typed_facts(rt):
     assert isinstance(f, ModelFacts) and len(f.windows) == len(f.layer_types) == f.num_layers > 0
     assert all((w is None) == (t == "full_attention") for w, t in zip(f.windows, f.layer_types))
     assert str(rt.dtype).removeprefix("torch.") == f.dtype and rt.context_tokens > 0
+    assert rt.chars_per_token is None or rt.chars_per_token >= 1  # a bound, where the engine knows one
     assert rt.eos_ids and max(rt.eos_ids) < f.vocab_size
     engine = rt.engine_id
     assert isinstance(engine, EngineId) and EngineId.parse(str(engine)) == engine
@@ -196,10 +197,11 @@ def test_every_operation_works_or_is_refused_naming_the_way_out(rt):
 
 def test_the_operations_above_and_the_protocol_tests_cover_every_member():
     """Adding a member to the protocol means adding it to this suite."""
+    # (adapters: tests/runtime/test_adapters.py; chars_per_token's bound: tests/serve/test_library.py)
     tested_elsewhere = {"name", "adapters", "eos_ids", "facts", "engine_id", "device", "dtype", "tokenizer_digest",
-                        "weights_digest", "context_tokens", "bos_ids", "encode", "decode", "render_chat",
-                        "render_turn", "generation_prompt", "check_cache", "prefill", "generate", "close",
-                        "attach_adapter", "detach_adapter", "train_adapter"}  # adapters: tests/runtime/test_adapters.py
+                        "weights_digest", "context_tokens", "chars_per_token", "bos_ids", "encode", "decode",
+                        "render_chat", "render_turn", "generation_prompt", "check_cache", "prefill", "generate",
+                        "close", "attach_adapter", "detach_adapter", "train_adapter"}
     assert protocol_members() == tested_elsewhere | set(OPTIONAL)
 
 
