@@ -85,14 +85,14 @@ def main() -> int:
     from c2c.artifact import Artifact
     from c2c.artifact.fingerprint import Fingerprint
     from c2c.artifact.prefix import PrefixRef
-    from c2c.runtime import hf
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime.transformers import TransformersRuntime
+    from c2c.runtime.transformers.tiny import byte_tokenizer
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: nothing measured, nothing written", file=sys.stderr)
         return 2
     dev = args.device
-    tok = hf._byte_tokenizer()  # the tiny models' byte tokenizer: a small embedding, the real layer shapes
+    tok = byte_tokenizer()  # the tiny models' byte tokenizer: a small embedding, the real layer shapes
     shape = SMALL if args.small else LLAMA3_8B
     config = transformers.LlamaConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                       bos_token_id=tok.pad_token_id, tie_word_embeddings=False, **shape)
@@ -105,7 +105,7 @@ def main() -> int:
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
     build_s = time.perf_counter() - t0
-    rt = Runtime(model, tok, name="random-llama3-8b-shape" if not args.small else "random-small", path=None)
+    rt = TransformersRuntime(model, tok, name="random-llama3-8b-shape" if not args.small else "random-small", path=None)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 256, (args.tokens + 16,), generator=g).tolist()
     head, tail = ids[:args.tokens], ids[args.tokens:]

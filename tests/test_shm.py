@@ -356,7 +356,7 @@ def test_token_ids_outside_the_vocabulary_are_refused(tiny, channel, monkeypatch
             n = obj["offer"]["seq_len"]
             at = arena.Layout.of(a.fingerprint, n).tokens_at
             ids = tx._out[1][at:at + 4 * n].view("<u4")
-            ids[-1] = rt.facts["vocab_size"] + 7
+            ids[-1] = rt.facts.vocab_size + 7
             obj["offer"]["token_digest"] = sha256_hex(ids.tobytes())  # a consistent lie
         real_send(obj, fds)
     monkeypatch.setattr(tx, "_send", out_of_vocab)

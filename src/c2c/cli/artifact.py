@@ -164,7 +164,7 @@ def _import_slot(args: argparse.Namespace) -> int:
 
     write_atomic(args.out, payload)
     info = {"id": artifact.id, "path": str(args.out), "bytes": len(payload), "tokens": artifact.header.seq_len,
-            "signed": artifact.signature is not None, "backend": artifact.header.fingerprint.backend}
+            "signed": artifact.signature is not None, "backend": str(artifact.header.fingerprint.backend)}
     if args.store:
         from c2c.store import open_store
 

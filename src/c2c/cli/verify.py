@@ -89,14 +89,14 @@ def _verify(args: argparse.Namespace) -> int:
         if args.mode != "signature":  # both run only once check() has verified the signature
             fp = artifact.header.fingerprint
             runtime = _runtime_loader(args.model, fp.model_name, args.dtype or _known_dtype(fp.dtype),
-                                      "llama.cpp" if fp.backend.startswith("llama.cpp") else None)
+                                      fp.backend.kind)
             if args.context is not None and artifact.header.start > 0:
                 context = _context_builder(args.context, artifact)
         policy = VerifyPolicy(kv="none" if args.mode == "signature" else args.mode, samples=args.samples,
                               require_signature=not args.unsigned_ok, tolerance=args.tolerance,
                               allow_partial=args.allow_partial)
         report = check(artifact, ring, domain or "", policy, runtime=runtime, context=context,
-                       rng=random.Random(args.seed) if args.seed is not None else None)
+                       rng=random.Random(args.seed) if args.seed is not None else None, exact=False)
     except (ArtifactError, TrustError, IncompatibleCacheError) as e:
         result.update(ok=False, error=type(e).__name__, reason=str(e))
         kv = getattr(e, "report", None)
@@ -171,7 +171,7 @@ def _runtime_loader(model: str | None, header_name: str, dtype: str | None = Non
             path = zoo.pull(spec.name, progress=False)  # tiny test models are built locally
         if backend == "llama.cpp":
             return zoo.load(spec.name, pull_if_missing=False, backend=backend)
-        return zoo.load(str(path), pull_if_missing=False, dtype=dtype)
+        return zoo.load(str(path), pull_if_missing=False, dtype=dtype, backend=backend)
     return load
 
 

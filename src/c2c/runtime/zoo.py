@@ -31,11 +31,15 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from c2c.config import c2c_home
 from c2c.errors import ConfigError, ModelError, UnknownModelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from c2c.runtime.protocol import Runtime
 
 log = logging.getLogger("c2c")
 
@@ -223,18 +227,18 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
     out = models_dir() / spec.name
     if (out / "c2c-pulled.json").is_file() and not force:
         return out
-    from c2c.runtime import hf  # lazy: transformers loads only when a model is converted or built
+    from c2c.runtime.transformers import loading, tiny  # lazy: transformers loads only to convert or build
 
     tmp_out = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=models_dir()))
     try:
         if spec.tiny:
-            hf.build_tiny(spec.name.removeprefix("tiny-"), tmp_out)
+            tiny.build_tiny(spec.name.removeprefix("tiny-"), tmp_out)
         else:
             with tempfile.TemporaryDirectory(prefix="c2c-pull-", dir=models_dir()) as work:
                 gguf = _assemble(spec, Path(work), progress=progress)
                 if progress:
                     log.info("converting %s from GGUF to safetensors (once; 25-80 s)...", spec.name)
-                hf.convert_gguf(gguf, tmp_out)
+                loading.convert_gguf(gguf, tmp_out)
                 gguf.rename(tmp_out / GGUF_NAME)  # kept as shipped, for the llama.cpp backend
         (tmp_out / "c2c-pulled.json").write_text(json.dumps({"name": spec.name, "architecture": spec.architecture}))
         if out.exists():
@@ -271,12 +275,12 @@ def gguf(name: str, *, progress: bool = True) -> Path:
     return path
 
 
-def _load_llama_cpp(name: str, *, dtype: str | None, device: str, pull_if_missing: bool):
+def _load_llama_cpp(name: str, *, dtype: str | None, device: str, pull_if_missing: bool) -> "Runtime":
     if dtype not in (None, "auto", "float16") or device != "cpu":
         raise ConfigError(f"the llama.cpp backend runs the GGUF as shipped, on the CPU, with an f16 KV cache; "
                           f"--dtype {dtype} / --device {device} apply to the transformers backend")
     try:
-        from c2c.runtime.llamacpp import LlamaCppRuntime  # lazy: the optional `llama` extra
+        from c2c.runtime.llama_cpp import LlamaCppRuntime  # lazy: the optional `llama` extra
     except ImportError:
         raise ConfigError("the llama.cpp backend needs llama-cpp-python: pip install 'c2c[llama]' (it builds from "
                           "source; scripts/setup.sh sets the build flags)") from None
@@ -365,7 +369,7 @@ BACKENDS = ("transformers", "llama.cpp")
 
 
 def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_missing: bool = True,
-         backend: str | None = None):
+         backend: str | None = None) -> "Runtime":
     """A runtime for a zoo name, a local model directory, or a ``.gguf`` file.
 
     ``backend``: ``transformers`` (the default; any ``dtype``) or ``llama.cpp`` (the model's
@@ -376,7 +380,7 @@ def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_mi
         raise ConfigError(f"unknown backend {backend!r}; use {' or '.join(BACKENDS)}")
     if backend == "llama.cpp":
         return _load_llama_cpp(name, dtype=dtype, device=device, pull_if_missing=pull_if_missing)
-    from c2c.runtime.engine import Runtime  # lazy: `c2c models list` runs without torch
+    from c2c.runtime.transformers import TransformersRuntime  # lazy: `c2c models list` runs without torch
 
     path = model_path(name)
     if not (path / "config.json").is_file():
@@ -384,4 +388,4 @@ def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_mi
             raise ModelError(f"{name} is not pulled yet; run `c2c models pull {name}`")
         path = pull(name)
     label = resolve(name).name if name.lower() in _ALIASES else path.name
-    return Runtime.load(path, name=label, dtype=dtype, device=device)
+    return TransformersRuntime.load(path, name=label, dtype=dtype, device=device)

@@ -49,7 +49,7 @@ from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, Co
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
 from c2c.handoff.policy import HandoffPolicy
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.render import Part, Rendering, text_turn
@@ -415,8 +415,8 @@ def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0
     if cal is None:
         dtype = str(runtime.dtype).replace("torch.", "")
         raise ConfigError(f"no calibration for {key} on this server; run `c2c advise --model {model} --dtype {dtype} "
-                          f"--backend {runtime.backend} --message-tokens 64` once on this machine (it measures and "
-                          "saves one)")
+                          f"--backend {runtime.engine_id.kind} --message-tokens 64` once on this machine (it measures "
+                          "and saves one)")
     d = forecast(cal, Fingerprint.of(runtime), message_tokens=message_tokens, context_tokens=context_tokens,
                  hops=hops, bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, other_model=not same_model,
                  fuser_available=fuser_available)

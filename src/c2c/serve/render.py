@@ -22,7 +22,7 @@ from typing import Sequence
 
 from c2c.artifact.prefix import prefix_token_ids
 from c2c.context import Context
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 
 ROLES = ("system", "developer", "user", "assistant", "tool")

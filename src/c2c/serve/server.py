@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 from c2c.runtime import zoo
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import TokenTable
 from c2c.serve.serve_config import ServeConfig
 from c2c.serve.exchange import Exchange

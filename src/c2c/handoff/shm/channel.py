@@ -256,7 +256,7 @@ class ShmChannel:
             t1 = time.perf_counter()
             own = layout.copy_out(self._in[1])  # the one copy: from here the cache is ours alone
             t2 = time.perf_counter()
-            admit.check_tokens(layout.token_ids(own), offer, agent.runtime.facts.get("vocab_size"))
+            admit.check_tokens(layout.token_ids(own), offer, agent.runtime.facts.vocab_size)
             cache = layout.cache(own, offer.start)
             agent.attach_cache(cache, fingerprint=offer.fingerprint, prefix=offer.prefix,
                                source=offer.producer.get("agent", "?"))
