@@ -97,9 +97,10 @@ def test_no_flat_modules_beyond_the_base_layer():
 
 
 @pytest.mark.parametrize("engine, home", [("transformers", "runtime/hf.py"), ("llama_cpp", "runtime/llamacpp.py"),
-                                          ("peft", "runtime/adapters.py")])
+                                          ("peft", "runtime/adapters.py"), ("vllm", "runtime/vllm/connector.py")])
 def test_exactly_one_module_touches_each_engine(engine, home):
-    """transformers only in c2c.runtime.hf, llama.cpp only in c2c.runtime.llamacpp (PEFT: adapters)."""
+    """transformers only in c2c.runtime.hf, llama.cpp only in c2c.runtime.llamacpp (PEFT: adapters, vLLM: its
+    connector)."""
     users = set()
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text())

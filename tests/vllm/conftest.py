@@ -11,17 +11,10 @@ import shutil
 
 import pytest
 
-from c2c.config import c2c_home
 from c2c.testing import RedisServer
 from c2c.testing.vllm import VllmProcess, vllm_python
 
-MODEL = "SmolLM2-135M-Instruct"
-DOMAIN = "research"
-
-
-def _model_dir():
-    path = c2c_home() / "models" / MODEL
-    return path if (path / "model.safetensors").exists() else None
+from vllm_helpers import DOMAIN, MODEL, model_dir
 
 
 def _skip_reason() -> str | None:
@@ -29,7 +22,7 @@ def _skip_reason() -> str | None:
         return "no vLLM environment (.venv-vllm): run `bash scripts/setup_vllm.sh`"
     if shutil.which("redis-server") is None:
         return "redis-server is not on PATH"
-    if _model_dir() is None:
+    if model_dir() is None:
         return f"zoo model {MODEL} is not pulled (`c2c models pull {MODEL}`)"
     return None
 
@@ -54,7 +47,7 @@ def vllm_server(tmp_path_factory, vllm_redis):
     """``vllm serve`` (domain ``research``) with the connector and its middleware, on the session's Redis."""
     root = tmp_path_factory.mktemp("vllm-a")
     store = f"redis://127.0.0.1:{vllm_redis.port}/0"
-    server = VllmProcess(_model_dir(), root / "home", store=store, domain=DOMAIN, name="smol").start()
+    server = VllmProcess(model_dir(), root / "home", store=store, domain=DOMAIN, name="smol").start()
     server.store_url = store
     yield server
     server.stop()

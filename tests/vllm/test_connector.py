@@ -7,47 +7,21 @@ cached token is one the connector imported), its store a real redis-server.
 from __future__ import annotations
 
 import pytest
-from openai import APIStatusError, OpenAI
+from openai import OpenAI
 
 from c2c.artifact import Artifact
 from c2c.store import open_store
 from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.signing import load_signed, sign
 
+from vllm_helpers import FOLLOW_UP, OTHER, QUESTION, SYSTEM, cached, chat, kv, refused
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.redis]
-
-SYSTEM = {"role": "system", "content": "You are a careful incident analyst. " + " ".join(
-    f"Log line {i}: the cache tier in zone {i % 3} lost quorum at 09:{14 + i:02d} and recovered." for i in range(12))}
-QUESTION = {"role": "user", "content": "Summarize the incident in one sentence."}
-FOLLOW_UP = {"role": "user", "content": "Now give it a short title."}
-OTHER = [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "Write about the sea."}]
-
-
-def kv(response) -> dict:
-    return ((response.model_extra or {}).get("kv_transfer_params") or {}).get("c2c") or {}
-
-
-def cached(response) -> int:
-    return response.usage.prompt_tokens_details.cached_tokens or 0
 
 
 @pytest.fixture(scope="module")
 def client(vllm_server):
     return OpenAI(base_url=vllm_server.base_url, api_key="unused", max_retries=0, timeout=300)
-
-
-def chat(client, messages, c2c=None, max_tokens=16, **extra):
-    body = {"return_token_ids": True, **extra}
-    if c2c is not None:
-        body["kv_transfer_params"] = {"c2c": c2c}
-    return client.chat.completions.create(model="smol", messages=messages, max_tokens=max_tokens, temperature=0,
-                                          extra_body=body)
-
-
-def refused(client, messages, c2c) -> APIStatusError:
-    with pytest.raises(APIStatusError) as info:
-        chat(client, messages, c2c)
-    return info.value
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                                KVConnectorRole)
 from vllm.platforms import current_platform
 
-from c2c.artifact import Artifact
+from c2c.artifact.codec import Artifact
 from c2c.errors import C2CError, ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.vllm import tickets

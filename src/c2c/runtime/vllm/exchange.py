@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from c2c._io import write_atomic
-from c2c.artifact import Artifact
+from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, HandoffError, KeyringError,
