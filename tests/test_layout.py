@@ -113,7 +113,8 @@ def test_no_flat_modules_beyond_the_base_layer():
 @pytest.mark.parametrize("engine, home", [("transformers", "runtime/transformers/"),
                                           ("tokenizers", "runtime/transformers/"),
                                           ("peft", "runtime/transformers/lora.py"),
-                                          ("llama_cpp", "runtime/llama_cpp.py")])
+                                          ("llama_cpp", "runtime/llama_cpp.py"),
+                                          ("vllm", "runtime/vllm/connector.py")])
 def test_exactly_one_module_or_package_touches_each_engine(engine, home):
     """transformers (its tokenizers, PEFT) only in c2c.runtime.transformers, llama.cpp only in c2c.runtime.llama_cpp.
 
