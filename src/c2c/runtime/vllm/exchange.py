@@ -45,7 +45,7 @@ from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.vllm import tickets
-from c2c.store.base import Store, check_id, check_stream
+from c2c.store.interface import Store, check_id, check_stream
 from c2c.store.hops import hop_report
 from c2c.store.url import open_store
 from c2c.trust.keys import Keyring, SigningKey
