@@ -10,14 +10,15 @@ import torch
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.vllm import tickets
-from c2c.runtime.vllm.config import ConnectorConfig
-from c2c.runtime.vllm.exchange import Attacher, Publisher, Request
-from c2c.runtime.vllm.middleware import error_response
+from c2c.runtime.vllm.connector_config import ConnectorConfig
+from c2c.runtime.vllm.commits import Attacher, Publisher, Request
+from c2c.runtime.vllm.api_middleware import error_response
 from c2c.store import open_store
+from c2c.runtime.facts import EngineId
 from c2c.testing.synthetic import synthetic_fingerprint
 from c2c.trust.keys import Keyring
 
-FP = replace(synthetic_fingerprint(), backend="vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128")
+FP = replace(synthetic_fingerprint(), backend=EngineId.parse("vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128"))
 TOKENS = tuple(range(1000, 1040))   # 40 tokens: two whole 16-token blocks and 8 more
 
 
@@ -94,7 +95,7 @@ def test_auto_loads_the_longest_shared_run_of_blocks_and_full_refuses_it(world):
 def test_other_engines_stale_commits_and_the_hop_limit_are_refusals(world):
     pub, attacher, url, keyring, root = world
     cid = publish(pub, root)["commit"]
-    other = attacher(fingerprint=replace(FP, backend="transformers"))
+    other = attacher(fingerprint=replace(FP, backend=EngineId.parse("transformers")))
     assert other.check(cid, "auto", list(TOKENS) + [1]).record["path"] == "text"
     assert other.check(cid, "full", list(TOKENS) + [1]).error["type"] == "FingerprintMismatchError"
     assert attacher(max_hops=0).check(cid, "full", list(TOKENS) + [1]).error["type"] == "HandoffError"

@@ -59,7 +59,7 @@ class VllmProcess:
                     *extra_args]
         if connector:
             self.cmd += ["--kv-transfer-config", connector_config(store=store, domain=domain),
-                         "--middleware", "c2c.runtime.vllm.middleware.C2CMiddleware"]
+                         "--middleware", "c2c.runtime.vllm.api_middleware.C2CMiddleware"]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("C2C_", "VLLM_"))}
         self.env.update({"C2C_HOME": str(home), "C2C_VLLM_RUN_DIR": str(home / "vllm"),
                          "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "OMP_NUM_THREADS": os.environ.get(

@@ -8,7 +8,7 @@ virtualenv: ``bash scripts/setup_vllm.sh``)::
                                "kv_connector_module_path": "c2c.runtime.vllm.connector",
                                "kv_role": "kv_both",
                                "kv_connector_extra_config": {"store": "redis://HOST:6379/0", "domain": "research"}}' \\
-        --middleware c2c.runtime.vllm.middleware.C2CMiddleware
+        --middleware c2c.runtime.vllm.api_middleware.C2CMiddleware
 
 and ask for it per request, in ``kv_transfer_params`` (``extra_body`` of the ``openai`` client):
 

@@ -1,7 +1,7 @@
 """`C2CConnector`: c2c inside vLLM, through its KV connector API (the one module of c2c that imports vLLM).
 
 vLLM builds one instance per role. The **scheduler side** decides: for a request that
-attaches a commit it fetches, verifies and rules on it (:class:`~c2c.runtime.vllm.exchange.Attacher`)
+attaches a commit it fetches, verifies and rules on it (:class:`~c2c.runtime.vllm.commits.Attacher`)
 on its own thread, answering vLLM "ask again later" meanwhile, then says how many of the
 prompt's tokens the commit fills; for a request that publishes it keeps the finished
 request's blocks until the worker has copied them. The **worker side** moves bytes:
@@ -12,7 +12,7 @@ ever waits on the store.
 
 A reply carries the outcome in ``kv_transfer_params.c2c``: ``attach`` (the decision, its
 checks, and ``imported_tokens`` / ``reused_tokens`` / ``prefilled_tokens``) and
-``publish`` (a ticket, which :class:`~c2c.runtime.vllm.middleware.C2CMiddleware` turns
+``publish`` (a ticket, which :class:`~c2c.runtime.vllm.api_middleware.C2CMiddleware` turns
 into the commit once it is in the store). A request that must fail (a bad or invisible
 id, a tampered commit, a refusal in ``full``) stops after one token and carries
 ``error``; the middleware answers it as an error in c2c's shape.
@@ -38,8 +38,8 @@ from c2c.artifact.codec import Artifact
 from c2c.errors import C2CError, ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.vllm import tickets
-from c2c.runtime.vllm.config import ConnectorConfig, run_dir
-from c2c.runtime.vllm.exchange import Attacher, Publisher, Request, Verdict, error_dict
+from c2c.runtime.vllm.connector_config import ConnectorConfig, run_dir
+from c2c.runtime.vllm.commits import Attacher, Publisher, Request, Verdict, error_dict
 from c2c.runtime.vllm.identity import instance_fingerprint, model_dir
 from c2c.runtime.vllm.paged import PagedLayout, layout_for
 from c2c.trust.keys import Keyring

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from c2c.runtime.facts import EngineId
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.canon import canonical_json, weights_digest
 from c2c.errors import RuntimeUnsupportedError
@@ -71,4 +72,4 @@ def instance_fingerprint(*, hf_config: Any, path: Path, dtype: str, backend: str
     return Fingerprint(architecture=f["architecture"], num_layers=f["num_layers"], layer_types=tuple(f["layer_types"]),
                        kv_heads=f["kv_heads"], head_dim=f["head_dim"], sliding_window=f["sliding_window"],
                        rope=canonical_json(f["rope"]).decode(), dtype=dtype, tokenizer_digest=tokenizer_digest(path),
-                       weights_digest=weights_digest(path), model_name=name, backend=backend)
+                       weights_digest=weights_digest(path), model_name=name, backend=EngineId.parse(backend))

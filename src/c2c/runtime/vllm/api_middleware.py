@@ -3,7 +3,7 @@
 ::
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "C2CConnector", ...}' \\
-        --middleware c2c.runtime.vllm.middleware.C2CMiddleware
+        --middleware c2c.runtime.vllm.api_middleware.C2CMiddleware
 
 It reads each non-streamed ``/v1/chat/completions`` and ``/v1/completions`` reply that
 carries ``kv_transfer_params.c2c`` and
@@ -37,7 +37,7 @@ from typing import Any
 
 from c2c import errors as c2c_errors
 from c2c.runtime.vllm import tickets
-from c2c.runtime.vllm.config import run_dir
+from c2c.runtime.vllm.connector_config import run_dir
 
 log = logging.getLogger("c2c.vllm")
 PATHS = ("/v1/chat/completions", "/v1/completions")
