@@ -158,3 +158,19 @@ def test_no_module_is_over_600_lines():
     long = {str(p.relative_to(SRC)): n for p in sorted(SRC.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 600}
     assert long == {}
+
+
+def test_the_architecture_page_shows_the_contracts_layers_and_names_real_modules():
+    """docs/ARCHITECTURE.md's layer diagram is the import-linter contract's, and every module path it
+    names in backticks exists."""
+    import re
+    import tomllib
+
+    root = SRC.parents[1]
+    page = (root / "docs" / "ARCHITECTURE.md").read_text()
+    contract = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    drawn = page.split("<!-- layers:")[1].split("```")[1].strip().splitlines()
+    assert drawn == contract["layers"]
+    named = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+(?:\.py)?/?)`", page))
+    missing = [p for p in sorted(named) if not (SRC / p).exists() and not (root / p).exists()]
+    assert named and missing == [], missing
