@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, NewType, Sequence
 
 from c2c.canon import check_utf8
-from c2c.errors import ArtifactTooLargeError, ConfigError, StaleCommitError, StoreError
+from c2c.errors import ArtifactTooLargeError, CommitNotFoundError, ConfigError, StaleCommitError, StoreError
 
 CommitId = NewType("CommitId", str)   # 64 hex chars: Artifact.id
 BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: sha256 of the stored bytes
@@ -338,6 +338,14 @@ class Store(ABC):
     @abstractmethod
     def show(self, commit_id: str) -> CommitRecord:
         """The commit's facts and staleness, without its bytes."""
+
+    def has(self, commit_id: str) -> bool:
+        """Whether this domain's part of the store holds ``commit_id``."""
+        try:
+            self.show(commit_id)
+        except CommitNotFoundError:
+            return False
+        return True
 
     @abstractmethod
     def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
