@@ -197,7 +197,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
         with open_store(store) as s:
             fp = Artifact.decode(s.in_domain("bench").get(out["points"][0]["cache"]["commit"]).data).header.fingerprint
-        out["engine"] = fp.backend
+        out["engine"] = str(fp.backend)
         n = args.load_length
         out["load"] = {"concurrency": args.concurrency, "duration_s": args.duration, "message_tokens": n,
                        "text": p.load(lambda: p.text(n), args.concurrency, args.duration),
