@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
     reason = _skip_reason()
     if reason:
         for item in items:
-            if item.path.parent.name == "vllm" and "vllm" in item.keywords:
+            if item.get_closest_marker("vllm") is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 

@@ -186,6 +186,8 @@ class C2CConnector(KVConnectorBase_V1):
             if t.verdict.error is not None:
                 t.error = t.verdict.error
                 request.max_tokens = 1  # NOTE: a refused full attach or a bad id: no answer is made from it
+        if t.imported:
+            return 0, False  # loaded once already (then preempted): the staged bytes are gone, vLLM recomputes
         t.reused = num_computed_tokens
         if not t.verdict.load_tokens:
             return 0, False
