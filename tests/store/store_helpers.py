@@ -76,40 +76,52 @@ class RedisServer(_RedisServer):
 
 # ---------------------------------------------------------------- backend probes
 def leftovers(store) -> int:
-    """What a killed or refused put left behind: temp files and unreferenced blobs / upload chunks."""
+    """What a killed or refused put left behind: temp files and chunks no row names / upload keys."""
     from c2c.store.redis import RedisStore
     from c2c.store.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        referenced = {row[0] for row in store._read("SELECT blob FROM commits")}  # every domain's
-        orphans = [p for p in (store.root / "blobs").glob("??/*") if p.name not in referenced]
+        rows = {(d, k) for d, k in store._read("SELECT domain, digest FROM chunks")}  # every domain's
+        orphans = [p for p in (store.root / "chunks").glob("*/??/*") if (p.parent.parent.name, p.name) not in rows]
         return len(list((store.root / "tmp").iterdir())) + len(orphans)
     assert isinstance(store, RedisStore)
-    return sum(1 for _ in store._r.scan_iter(match=f"{store.prefix}up:*", count=1000))
+    refs = {k.decode() for k in store._r.hkeys(f"{store.prefix}refs")}
+    chunks = [k.decode() for k in store._r.scan_iter(match=f"{store.prefix}chunk:*", count=1000)]
+    ups = sum(1 for _ in store._r.scan_iter(match=f"{store.prefix}up:*", count=1000))
+    return ups + sum(1 for k in chunks if k.rsplit(":", 1)[1] not in refs)
 
 
-def corrupt_blob(store, commit) -> None:
-    """Flip one stored byte of ``commit``'s blob, behind the store's back."""
-    from c2c.store.redis import RedisStore
-    from c2c.store.sqlite import SQLiteStore
-
-    if isinstance(store, SQLiteStore):
-        path = store.root / "blobs" / commit.blob[:2] / commit.blob
-        raw = bytearray(path.read_bytes())
-        raw[len(raw) // 2] ^= 0x01
-        path.write_bytes(bytes(raw))
-    else:
-        assert isinstance(store, RedisStore)
-        key = f"{store.prefix}blob:{commit.blob}:0"
-        raw = bytearray(store._r.get(key))
-        raw[len(raw) // 2] ^= 0x01
-        store._r.set(key, bytes(raw))
-
-
-def drop_blob(store, commit) -> None:
+def chunk_location(store, commit, index: int = 0):
+    """Where chunk ``index`` of ``commit`` is kept: a file path (SQLite) or a key (Redis)."""
     from c2c.store.redis import RedisStore
 
+    digest = store._load(commit.id)[2][index][0]
     if isinstance(store, RedisStore):
-        store._r.delete(f"{store.prefix}blob:{commit.blob}:0")
+        return f"{store.prefix}chunk:{digest}"
+    return store._chunk_path(store.domain, digest)
+
+
+def corrupt_blob(store, commit, index: int = 0) -> None:
+    """Flip one stored byte of ``commit``'s chunk ``index``, behind the store's back."""
+    from c2c.store.redis import RedisStore
+
+    where = chunk_location(store, commit, index)
+    if isinstance(store, RedisStore):
+        raw = bytearray(store._r.get(where))
+        raw[len(raw) // 2] ^= 0x01
+        store._r.set(where, bytes(raw))
     else:
-        (store.root / "blobs" / commit.blob[:2] / commit.blob).unlink()
+        raw = bytearray(where.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        where.write_bytes(bytes(raw))
+
+
+def drop_blob(store, commit, index: int = 0) -> None:
+    """Delete ``commit``'s chunk ``index`` behind the store's back."""
+    from c2c.store.redis import RedisStore
+
+    where = chunk_location(store, commit, index)
+    if isinstance(store, RedisStore):
+        store._r.delete(where)
+    else:
+        where.unlink()

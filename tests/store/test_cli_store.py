@@ -89,7 +89,7 @@ def test_gc_and_verify_failures(env, capsys, tmp_path):
     assert code == 0 and "removed 2 commit(s)" in out
     code, out, _ = run(capsys, "store", "log", "--json")
     assert [r["id"] for r in json.loads(out)] == [ids[2]]
-    blob = next((tmp_path / "store" / "blobs").glob("??/*"))
+    blob = next((tmp_path / "store" / "chunks").glob("*/??/*"))  # the commit's one chunk (#33)
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")
     code, out, _ = run(capsys, "store", "verify", "--json")
     assert code == 1 and json.loads(out)["problems"][0]["commit"] == ids[2]

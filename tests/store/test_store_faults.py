@@ -189,8 +189,8 @@ def test_redis_out_of_memory_is_a_clear_error_and_writes_nothing(own_redis):
 
 
 # ------------------------------------------------------------------- sqlite disks
-def test_enospc_while_writing_a_blob_is_a_clear_error(tmp_path, monkeypatch):
-    """Disk full simulated by monkeypatching os.write to raise ENOSPC."""
+def test_enospc_while_writing_a_chunk_is_a_clear_error(tmp_path, monkeypatch):
+    """Disk full simulated by monkeypatching os.write and os.writev (chunks are written with writev) to raise ENOSPC."""
     store = open_store(f"sqlite:///{tmp_path / 'store'}")
     ok = store.put(artifact_bytes(1), stream="s")
 
@@ -198,6 +198,7 @@ def test_enospc_while_writing_a_blob_is_a_clear_error(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "writev", full)
     data = artifact_bytes(2)
     with pytest.raises(StoreWriteError, match="No space left"):
         store.put(data, stream="s")
@@ -260,12 +261,12 @@ def test_a_really_full_disk_refuses_cleanly(tiny_tmpfs, monkeypatch):
     assert leftovers(store) == 0 and [r.id for r in store.log()] == [c.id for c in reversed(acked)]
     _assert_intact(store, [c.id for c in acked])
 
-    # Now fill the disk right after the blob lands, so the metadata commit itself hits SQLITE_FULL.
+    # Now fill the disk right after the chunks land, so the metadata commit itself hits SQLITE_FULL.
     filler = tiny_tmpfs / "filler"
-    real_publish = SQLiteStore._publish_blob
+    real_publish = SQLiteStore._publish
 
-    def publish_then_fill(self, tmp, blob):
-        real_publish(self, tmp, blob)
+    def publish_then_fill(self, manifest, staged):
+        published = real_publish(self, manifest, staged)
         try:
             with open(filler, "ab") as f:
                 while True:
@@ -273,8 +274,9 @@ def test_a_really_full_disk_refuses_cleanly(tiny_tmpfs, monkeypatch):
                     f.flush()
         except OSError:
             pass  # the disk is full now
+        return published
 
-    monkeypatch.setattr(SQLiteStore, "_publish_blob", publish_then_fill)
+    monkeypatch.setattr(SQLiteStore, "_publish", publish_then_fill)
     small = make_artifact(500, seq=64)  # small enough that its retry fits beside its orphaned first blob
     before = [r.id for r in store.log()]
     try:

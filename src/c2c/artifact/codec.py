@@ -53,6 +53,13 @@ _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The header's name for a tensor dtype (``F32``, ``F16``, ``BF16``); CorruptArtifactError for others."""
+    if dtype not in _NAMES:
+        raise CorruptArtifactError(f"cannot export a cache of dtype {dtype}")
+    return _NAMES[dtype]
+
+
 def _tensor_names(num_layers: int) -> list[str]:
     return [f"{kv}.{i:03d}" for i in range(num_layers) for kv in ("k", "v")]
 
@@ -181,6 +188,31 @@ def _parse(data, max_bytes: int, *, materialize: bool | None):
     if materialize is None:  # peek: the head only
         return header, signature, None
     return header, signature, _tensors(header, layout, body, materialize=materialize)
+
+
+def head_length(data: bytes | bytearray | memoryview) -> int:
+    """``8 + n``: the length of an artifact's head (length field and table), from its first 8 bytes.
+
+    Raises:
+        ArtifactError: as :meth:`Artifact.decode` would for the length field.
+    """
+    return 8 + _header_length(bytes(memoryview(data)[:8]), len(data))
+
+
+def read_head(head: bytes | bytearray | memoryview) -> tuple[ArtifactHeader, dict | None]:
+    """The validated header and signature dict from an artifact's head alone (its first ``8 + n`` bytes).
+
+    The tensor table is checked against the header, as :meth:`Artifact.peek` does; no tensor byte is needed.
+
+    Raises:
+        ArtifactError: the head is malformed, or longer or shorter than it declares.
+    """
+    n = _header_length(bytes(memoryview(head)[:8]), len(head))
+    if 8 + n != len(head):
+        raise CorruptArtifactError(f"an artifact head of {len(head)} bytes declares {8 + n}")
+    header, signature, table = _parse_head(bytes(memoryview(head)[8:]))
+    _layout(header, table)
+    return header, signature
 
 
 def _header_length(lead: bytes, total: int) -> int:
