@@ -219,6 +219,14 @@ class RedisStore(Store):
         if self.domain in self._laid_out:
             return
         p = self.prefix
+        try:
+            if _s(self._r.get(f"{p}layout") or b"") == LAYOUT:
+                self._laid_out.add(self.domain)
+                return
+        except redis.exceptions.NoPermissionError:
+            return  # a user of another domain: each call it makes is refused ("may not") as it comes
+        except redis.exceptions.RedisError:
+            pass  # reported below
         with self._errors(writing=True):
             token = uuid.uuid4().hex
             deadline = time.monotonic() + 600
@@ -345,7 +353,7 @@ class RedisStore(Store):
         """The chunks of ``manifest`` this domain lacks (first index of each); QuotaExceededError
         (nothing written yet) when storing them would pass the domain's quota."""
         p = self.prefix
-        with self._errors(writing=False):
+        with self._errors(writing=True):
             if self._r.exists(self._ckey(cid)):
                 return []  # putting it again changes nothing
             have: set[str] = set()
