@@ -125,3 +125,41 @@ def drop_blob(store, commit, index: int = 0) -> None:
         store._r.delete(where)
     else:
         where.unlink()
+
+
+def audit(store) -> None:
+    """The store's chunk references and usage are exactly what its live commits list.
+
+    Every chunk a live commit lists is stored and counted once per listing (nothing freed under a
+    live commit), no chunk is counted that no live commit lists (no leak), and the domain's usage
+    (commits, logical and stored bytes, chunks) adds up.
+    """
+    from collections import Counter
+
+    from c2c.store.redis import RedisStore
+
+    want, sizes, logical, heads = Counter(), {}, 0, 0
+    records = store.log()
+    for rec in records:
+        _, head, stored = store._load(rec.id)
+        for digest, size, _ in stored:
+            want[digest] += 1
+            sizes[digest] = size
+        logical += rec.commit.size
+        heads += len(head)
+    if isinstance(store, RedisStore):
+        refs = {k.decode(): int(v) for k, v in store._r.hgetall(f"{store.prefix}refs").items()}
+        kept = {k.decode().rsplit(":", 1)[1] for k in store._r.scan_iter(match=f"{store.prefix}chunk:*", count=1000)}
+        lengths = {d: store._r.strlen(f"{store.prefix}chunk:{d}") for d in want}
+    else:
+        refs = dict(store._read("SELECT digest, refs FROM chunks WHERE domain = ?", (store.domain,)))
+        kept = {d for d in want if store._chunk_path(store.domain, d).exists()}
+        lengths = {d: store._chunk_path(store.domain, d).stat().st_size for d in kept}
+    assert refs == dict(want), "chunk reference counts differ from what the live commits list"
+    assert set(want) <= kept, f"chunks of live commits are missing: {sorted(set(want) - kept)[:3]}"
+    if isinstance(store, RedisStore):
+        assert kept == set(want), "chunks are kept that no live commit lists"
+    assert all(lengths[d] == sizes[d] for d in want)
+    u = store.usage()
+    assert (u.commits, u.logical_bytes, u.stored_bytes, u.chunks) == (
+        len(records), logical, heads + sum(sizes.values()), len(want)), u

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from store_helpers import leftovers
+from store_helpers import audit, leftovers
 from store_helpers import artifact_bytes, make_artifact, sized_artifact_bytes
 
 from c2c.artifact import Artifact
@@ -93,6 +93,7 @@ def test_a_writer_sigkilled_mid_publish_never_leaves_a_partial_commit(store_url,
     _assert_intact(store, ids)                       # ...and so is everything visible
     # a killed put never consumed a version: 1..n without holes
     assert sorted(r.commit.version for r in log) == list(range(1, len(log) + 1))
+    audit(store)  # no chunk of a killed put is counted (references and usage are the live commits' alone)
     if isinstance(store, SQLiteStore):
         store.sweep_orphans(0)                     # temp files of killed writers
         assert leftovers(store) == 0
@@ -100,6 +101,7 @@ def test_a_writer_sigkilled_mid_publish_never_leaves_a_partial_commit(store_url,
     else:                                          # partial uploads always expire on their own
         for key in store._r.scan_iter(match=f"{store.prefix}up:*"):
             assert store._r.ttl(key) > 0
+    audit(store)
 
 
 @pytest.mark.redis

@@ -80,7 +80,10 @@ local function mark(ck, ek, id, root, cause, reason, chain, now, out)
                          'reason', reason, 'chain', cj, 'at', now)
   out[#out + 1] = {eid, id, root, reason, cj, now}
 end
-local function int(x) return string.format('%.0f', x) end
+local function int(x)  -- an integer argument: never '1e+15', never '-0' (Redis refuses both)
+  if x == 0 then return '0' end
+  return string.format('%.0f', x)
+end
 local function renew(wsk, root)
   redis.call('ZADD', wsk, tonumber(redis.call('TIME')[1]) + LEASE, root)
 end
@@ -280,7 +283,7 @@ end
 redis.call('HINCRBY', KEYS[usk], 'commits', -1)
 redis.call('HINCRBY', KEYS[usk], 'logical', '-' .. h[4])
 redis.call('HINCRBY', KEYS[usk], 'stored', int(-released))
-redis.call('HINCRBY', KEYS[usk], 'chunks', -freed)
+redis.call('HINCRBY', KEYS[usk], 'chunks', int(-freed))
 redis.call('DEL', ck, kk)
 redis.call('ZREM', sk, id)
 if redis.call('ZCARD', sk) == 0 then redis.call('SREM', streamsk, h[1]) end

@@ -1,0 +1,94 @@
+"""Fetch only what is missing: a commit's bytes, with the chunks the reader holds taken from its own cache.
+
+A receiver that already holds a prefix of a commit's tokens (its team's shared
+prefix, its own session) asks the store for the rest only
+(:meth:`~c2c.store.base.Store.fetch` with a :class:`~c2c.store.manifest.HeldPrefix`),
+then writes its own K/V for the held chunks into their places. Each of those is
+checked against the digest the commit's signed header names: the bytes handed on
+are exactly the commit's, and the usual checks (``Artifact.decode``,
+:func:`c2c.trust.signing.load_signed`) pass or fail as for a whole get. A held chunk
+whose bytes differ (the receiver computed those tokens in another split, say, and
+rounded differently) is read from the store after all, and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from c2c.runtime.kvcache import KVCache
+from c2c.store.base import CommitRecord, Store
+from c2c.store.manifest import HeldPrefix
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchReport:
+    """What crossed the wire for one commit.
+
+    Attributes:
+        commit: its id.
+        bytes_fetched: bytes read from the store (head and chunks).
+        bytes_referenced: bytes of the whole artifact.
+        chunks: chunks the commit lists.
+        chunks_held: chunks taken from the reader's own cache.
+        chunks_refetched: chunks the reader held but whose bytes differed, read from the store after all.
+    """
+
+    commit: str
+    bytes_fetched: int
+    bytes_referenced: int
+    chunks: int
+    chunks_held: int = 0
+    chunks_refetched: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"commit": self.commit, "bytes_fetched": self.bytes_fetched, "bytes_referenced": self.bytes_referenced,
+                "chunks": self.chunks, "chunks_held": self.chunks_held, "chunks_refetched": self.chunks_refetched}
+
+
+def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerprint=None,
+          allow_stale: bool = False) -> tuple[CommitRecord, FetchReport]:
+    """``store.get(commit_id)``, reading only the chunks ``held`` does not cover.
+
+    Args:
+        held: the reader's cache from position 0 (its shared prefix, its session), or None.
+        fingerprint: the :class:`~c2c.artifact.fingerprint.Fingerprint` of the model that made ``held``.
+
+    Returns:
+        The record with the whole artifact's bytes, and what was fetched.
+
+    Raises:
+        As :meth:`Store.get`.
+    """
+    prefix = HeldPrefix.of_cache(held, fingerprint) if held is not None and fingerprint is not None else None
+    got = store.fetch(commit_id, held=prefix, allow_stale=allow_stale)
+    data = memoryview(got.record.data)
+    differ = [i for i in got.held if not _place(held, got.manifest, i, data)]
+    fetched = got.bytes_read + (store.fill(got, differ) if differ else 0)
+    report = FetchReport(commit=got.record.id, bytes_fetched=fetched, bytes_referenced=got.bytes_referenced,
+                         chunks=len(got.manifest.chunks), chunks_held=len(got.held) - len(differ),
+                         chunks_refetched=len(differ))
+    return got.record, report
+
+
+def _place(cache: KVCache, manifest, index: int, data: memoryview) -> bool:
+    """Write ``cache``'s K/V of chunk ``index`` into its runs of ``data``; whether they match its digest."""
+    ref = manifest.chunks[index]
+    a, b = ref.tokens
+    flat = torch.frombuffer(data, dtype=torch.uint8) if len(data) else None
+    full = [i for i, w in enumerate(cache.windows) if w is None]
+    runs = iter(ref.runs)
+    for layer in full:
+        for t in (cache.keys[layer], cache.values[layer]):
+            if t.dtype != cache.dtype or t.shape[2] < b:
+                return False
+            rows = t[0, :, a:b]                                   # (H, b - a, D)
+            for h in range(rows.shape[0]):
+                o, n = next(runs)
+                src = rows[h].detach().to("cpu").contiguous().view(-1).view(torch.uint8)
+                if src.numel() != n:
+                    return False
+                flat[o: o + n].copy_(src)
+    return ref.hash(ref.views(data)) == ref.digest
