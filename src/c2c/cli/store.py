@@ -85,6 +85,27 @@ def register(sub) -> None:
     c.add_argument("--png", type=Path, help="also draw the DAG into this PNG file")
     _common(c)
 
+    c = command(s, "stats", help="logical bytes, stored bytes and dedup ratio of each trust domain, against its quota",
+                example="c2c store stats --json", func=_stats)
+    _common(c)
+
+    c = command(s, "quota", help="bound the domain's stored bytes; a put past it fails and writes nothing",
+                example="c2c store quota 20GB --domain research\nc2c store quota none --domain research",
+                func=_quota)
+    c.add_argument("size", help="bytes, with an optional unit (500MB, 20GB, 1TiB), or 'none' to lift the quota")
+    _common(c)
+
+    c = command(s, "retention", help="keep only a stream's last N versions, or those younger than a TTL, "
+                                     "applied on every put (without --keep-last / --ttl: show it)",
+                example="c2c store retention --stream analyst --keep-last 3\n"
+                        "c2c store retention --ttl 7d          # the domain's default for every stream\n"
+                        "c2c store retention --stream analyst --clear", func=_retention)
+    c.add_argument("--stream", help="the stream; default: the domain's default for streams without their own")
+    c.add_argument("--keep-last", type=int, help="keep the newest N versions (N >= 1; the head always stays)")
+    c.add_argument("--ttl", help="drop versions older than this: seconds, or 90s, 30m, 12h, 7d")
+    c.add_argument("--clear", action="store_true", help="remove the stream's (or the default) retention")
+    _common(c)
+
     c = command(s, "events", help="stale events after a cursor, oldest first (what subscribers receive)",
                 example="c2c store events --after 0 --wait 5", func=_events)
     c.add_argument("--after", default="0", help="cursor: the seq of the last event already seen (default 0)")
@@ -235,6 +256,66 @@ def _graph(args: argparse.Namespace) -> int:
     data = {"commits": [r.to_dict() for r in graph.records.values()],
             "png": str(args.png) if args.png else None}
     emit(args, data, text)
+    return 0
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _size(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text or "")
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"quota {text!r} is not a size; use bytes or 500MB, 20GB, 1TiB, or 'none'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        stats = store.stats()
+    rows = [f"{'domain':<24}{'commits':>8}{'logical':>12}{'stored':>12}{'dedup':>7}{'quota':>12}{'used':>7}"]
+    for d in (*stats.domains, stats.total):
+        used = f"{d.stored_bytes / d.quota_bytes:.0%}" if d.quota_bytes else "-"
+        rows.append(f"{d.domain[:23]:<24}{d.commits:>8}{_bytes(d.logical_bytes):>12}{_bytes(d.stored_bytes):>12}"
+                    f"{d.dedup_ratio:>6.2f}x{_bytes(d.quota_bytes):>12}{used:>7}")
+    if stats.partial:
+        rows.append("(some domains could not be read with these credentials)")
+    emit(args, stats.to_dict(), "\n".join(rows))
+    return 0
+
+
+def _quota(args: argparse.Namespace) -> int:
+    quota = _size(args.size)
+    with _open(args) as store:
+        store.set_quota(quota)
+        usage = store.usage()
+    emit(args, usage.to_dict(), f"domain {usage.domain}: quota {_bytes(usage.quota_bytes)}, "
+                                f"{_bytes(usage.stored_bytes)} stored")
+    return 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    ttl = _duration(args.ttl, "--ttl") if args.ttl else None
+    with _open(args) as store:
+        if args.clear or args.keep_last is not None or ttl is not None:
+            store.set_retention(args.stream, keep_last=None if args.clear else args.keep_last,
+                                ttl_s=None if args.clear else ttl)
+        own = store.retention(args.stream)
+    what = f"stream {args.stream}" if args.stream else "the domain's default"
+    text = (f"{what}: keep last {own.keep_last or '-'}, ttl {own.ttl_s if own.ttl_s is not None else '-'} s"
+            if own.active else f"{what}: no retention (versions stay until `c2c store gc`)")
+    emit(args, {"stream": args.stream, **own.to_dict()}, text)
     return 0
 
 

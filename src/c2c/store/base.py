@@ -493,8 +493,9 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def retention(self, stream: str):
-        """The :class:`~c2c.store.gc.Retention` of ``stream``: its own, else the domain's default."""
+    def retention(self, stream: str | None):
+        """The :class:`~c2c.store.gc.Retention` of ``stream``: its own, else the domain's default
+        (``stream`` None: the default alone)."""
 
     @abstractmethod
     def usage(self):

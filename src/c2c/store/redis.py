@@ -724,9 +724,10 @@ class RedisStore(Store):
             else:
                 self._r.hdel(f"{self.prefix}retention", name)
 
-    def retention(self, stream: str) -> Retention:
+    def retention(self, stream: str | None) -> Retention:
+        name = "" if stream is None else check_stream(stream)
         with self._errors(writing=False):
-            own, default = self._r.hmget(f"{self.prefix}retention", [check_stream(stream), ""])
+            own, default = self._r.hmget(f"{self.prefix}retention", [name, ""])
         raw = own if own is not None else default
         return Retention.from_dict(json.loads(raw)) if raw is not None else Retention()
 

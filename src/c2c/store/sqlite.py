@@ -714,9 +714,10 @@ class SQLiteStore(Store):
             else:
                 db.execute("DELETE FROM retention WHERE domain = ? AND stream = ?", (self.domain, name))
 
-    def retention(self, stream: str) -> Retention:
+    def retention(self, stream: str | None) -> Retention:
+        name = "" if stream is None else check_stream(stream)
         rows = self._read("SELECT keep_last, ttl_s FROM retention WHERE domain = ? AND stream IN (?, '') "
-                          "ORDER BY stream DESC LIMIT 1", (self.domain, check_stream(stream)))
+                          "ORDER BY stream DESC LIMIT 1", (self.domain, name))
         return Retention(keep_last=rows[0][0], ttl_s=rows[0][1]) if rows else Retention()
 
     def usage(self) -> DomainUsage:
