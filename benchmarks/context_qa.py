@@ -204,8 +204,7 @@ def main() -> int:
               "command": "python benchmarks/context_qa.py " + " ".join(x for x in sys.argv[1:] if x != "--report-only"),
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "examples": [q.to_dict() | {"document": q.document[:300] + "..."} for q in questions[:3]]}
-    plot(result, out.with_suffix(".png"))
-    status = write(out, result, markdown(result))
+    status = write(out, result, markdown(result), plot=lambda path: plot(result, path))
     if args.out is None:
         summary(RESULTS)
     return status
@@ -351,8 +350,7 @@ def summary(results: Path) -> int:
     lines += ["", "Curves measured at: " + "; ".join(f"{k.replace('_', ' ')} {', '.join(map(str, v)) or 'none'}"
                                                   for k, v in curves.items()) + " tokens.", "", "## Acceptance", ""]
     lines += [f"- {k}: **{'PASS' if v else 'FAIL'}**" for k, v in result["acceptance"].items()]
-    summary_plot(runs, results / "context_qa.png")
-    return write(results / "context_qa", result, "\n".join(lines) + "\n")
+    return write(results / "context_qa", result, "\n".join(lines) + "\n", plot=lambda path: summary_plot(runs, path))
 
 
 def summary_plot(runs: dict[int, dict], path: Path) -> None:

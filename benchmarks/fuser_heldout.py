@@ -26,9 +26,7 @@ unchanged checkpoint. Usage (CPU; ~1 h on one thread, most of it pair (a)'s 1.5B
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
-import io
 import json
 import random
 import sys
@@ -307,15 +305,12 @@ def main(argv: list[str] | None = None) -> int:
                 write_atomic(recs_path, "".join(json.dumps(r) + "\n" for r in records).encode(), durable=False)
             del sharer
     report = build(records, sample_ids, pool, args.limit, args.seed)
-    md = render(report)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plot(report, out.with_suffix(".png"))
+    status = results.write(out, report, render(report), records=records, plot=lambda path: plot(report, path),
+                           echo=not args.json)
     if args.json:
-        with contextlib.redirect_stdout(io.StringIO()):
-            results.write(out, report, md, records=records)
         print(json.dumps(report, indent=1))
         return 0
-    return results.write(out, report, md, records=records)
+    return status
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from fuser_report import BASE, BENCHMARKS, CONTROL, FUSED, POOLED, RESULTS, load_meta, run_records
 
+from c2c.bench import results
+
 CONDITIONS = BASE + FUSED + CONTROL
 
 
@@ -77,7 +79,11 @@ def write_all(root: Path) -> dict:
             report |= {f"{bench}:{r['id']}": r for r in run_records(root, run, bench)}
         recs = [r | {"id": f"{r['bench']}:{r['id']}"} for r in recs]
         out["runs"][key] = compare(recs, report) | {"threads": recs[0]["threads"], "fuser_id": run["fuser_id"]}
-    (root / "fuser_latency.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    results.write(root / "fuser_latency", out, markdown(out), echo=False)
+    return out
+
+
+def markdown(out: dict) -> str:
     lines = ["# Fuser latency, every condition in one process on the same questions", "",
              "`benchmarks/fuser_latency.py`: the first questions of each of the report's subsets, every condition "
              "asked one after another in one process (transformers, float32, one thread, nice), against the "
@@ -94,8 +100,7 @@ def write_all(root: Path) -> dict:
         if s["t2t_over_c2c"]:
             lines += ["", f"t2t / c2c latency on these questions: here {s['t2t_over_c2c']['here']:.1f}x, "
                           f"in the report {s['t2t_over_c2c']['report']:.1f}x.", ""]
-    (root / "fuser_latency.md").write_text("\n".join(lines).rstrip() + "\n")
-    return out
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import fuser_report as rep
 
+from c2c.bench.fuser_records import read_records
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "fuser"
 COMMITTED = ROOT / "checkpoints" / "fuser"
@@ -92,7 +94,7 @@ def report_status(pair: str, kind: str, meta: dict) -> dict:
         for key, group, tag in (("base", None, run.get("base_tag")), ("fused", kind, {"fuser_id": run["fuser_id"]}),
                                 ("control", f"{kind}.control",
                                  {"control_id": run["control_id"]} if run.get("control_id") else None)):
-            got = rep.read_records(rep.records_path(rep.RESULTS, pair, bench, group), tag) if tag else {}
+            got = read_records(rep.records_path(rep.RESULTS, pair, bench, group), tag) if tag else {}
             counts[key] = sum(i in got for i in ids)
         out[bench] = counts | {"of": len(ids), "complete": all(v == len(ids) for v in counts.values())}
     return out

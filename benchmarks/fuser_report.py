@@ -47,23 +47,16 @@ import sys
 import time
 from pathlib import Path
 
+from c2c.bench import results
+from c2c.bench.fuser_records import BASE, BENCHMARKS, CONTROL, FUSED, Records, record_file
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-BENCHMARKS = {  # name -> path under the data root; the first four are reported splits, never trained on
-    "ARC-Challenge dev": "eval/arc_challenge/ARC-Challenge-Dev.jsonl",
-    "OpenBookQA": "eval/openbookqa/test.jsonl",
-    "MMLU val": "eval/mmlu/val",
-    "C-Eval val": "eval/ceval/val",
-    "ARC-Easy test": "eval/arc_easy/ARC-Easy-Test.jsonl",
-}
 # The four that #16 names, pooled and judged. The Receiver sits at chance on all four under lm-eval scoring, so
 # ARC-Easy, where it does not, is reported beside them, never pooled, and only for a fuser (and control) that
 # never trained on it: the task-tuned fusers drew multiple-choice examples from ARC-Easy.
 POOLED = ("ARC-Challenge dev", "OpenBookQA", "MMLU val", "C-Eval val")
 HELD_OUT_UNLESS_TRAINED = {"ARC-Easy test": "arc_easy"}  # benchmark -> the training source that would spoil it
-BASE = ("receiver", "sharer", "t2t", "t2t_choice")           # independent of the fuser
-FUSED = ("c2c", "c2c_other", "c2c_zero")                     # per fuser checkpoint
-CONTROL = ("control",)                                       # per control checkpoint
 KINDS = ("general", "task-tuned")
 SHOWN = ("receiver", "sharer", "oracle", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
 CHANCE = dict.fromkeys(BENCHMARKS, 0.25)  # four options each
@@ -76,38 +69,20 @@ def benchmarks_for(sources: dict | None) -> tuple[str, ...]:
     return POOLED + tuple(b for b, src in HELD_OUT_UNLESS_TRAINED.items() if src not in used)
 
 
-def slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name.lower()).strip("_")
+def pair_folder(root: Path, pair: str) -> Path:
+    """Where a pair's records live (:mod:`c2c.bench.fuser_records`)."""
+    return root / "fuser_records" / f"pair_{pair}"
 
 
 def records_path(root: Path, pair: str, bench: str, group: str | None) -> Path:
     """``group``: None (the fuser-free conditions), a kind (its fuser's), or ``KIND.control``."""
-    return root / "fuser_records" / f"pair_{pair}" / f"{slug(bench)}.{group or 'base'}.jsonl"
+    return record_file(pair_folder(root, pair), bench, group)
 
 
-def read_records(path: Path, ident: dict | None = None) -> dict[str, dict]:
-    """Complete lines by question id (a run killed mid-write leaves a partial line, skipped); with
-    ``ident``, only the records made with the same checkpoints and settings."""
-    out = {}
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(r, dict) and "id" in r and (ident is None or all(r.get(k) == v for k, v in ident.items())):
-            out[r["id"]] = r
-    return out
-
-
-def open_for_append(path: Path):
-    """Append to ``path``, first cutting a partial last line (a killed run's), so nothing glues onto it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(path, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-    return open(path, "a")
+def run_store(root: Path, m: dict) -> Records:
+    """The records of one (pair, kind) of ``runs.json`` (``m``: its entry)."""
+    return Records(folder=pair_folder(root, m["pair"]), kind=m["kind"], base_tag=m.get("base_tag"),
+                   fuser_id=m["fuser_id"], control_id=m.get("control_id"))
 
 
 def meta_path(root: Path) -> Path:
@@ -140,27 +115,10 @@ def update_meta(path: Path, key: str, run: dict) -> dict:
     return meta
 
 
-def joined(base: dict[str, dict], fused: dict[str, dict], control: dict[str, dict], ids: list[str]) -> list[dict]:
-    """One record per question holding the base and the fused conditions (and the control's where
-    measured); only questions that have both base and fused records."""
-    out = []
-    for i in ids:
-        if i in base and i in fused:
-            cond = base[i]["cond"] | fused[i]["cond"] | (control[i]["cond"] if i in control else {})
-            delta = fused[i].get("delta", {}) | (control[i].get("delta", {}) if i in control else {})
-            out.append({"id": i, "answer": base[i]["answer"], "cond": cond} | ({"delta": delta} if delta else {}))
-    return out
-
-
 def run_records(root: Path, m: dict, bench: str) -> list[dict]:
     """One (pair, kind)'s records on one benchmark (``m``: its ``runs.json`` entry), the three passes joined per
     question, in the subset's order; only records made with its models, fuser, control and settings."""
-    pair, kind = m["pair"], m["kind"]
-    control = read_records(records_path(root, pair, bench, f"{kind}.control"),
-                           {"control_id": m["control_id"]}) if m.get("control_id") else {}
-    return joined(read_records(records_path(root, pair, bench, None), m.get("base_tag")),
-                  read_records(records_path(root, pair, bench, kind), {"fuser_id": m["fuser_id"]}),
-                  control, m["questions"][bench])
+    return run_store(root, m).read(bench, m["questions"][bench])
 
 
 def build_report(root: Path, meta: dict) -> dict:
@@ -211,7 +169,7 @@ def _cell(row: dict | None, paired: dict | None, metric: str) -> str:
     return f"**{text}**" if paired and paired[metric]["clears"] else text
 
 
-def render(report: dict, outdir: Path) -> None:
+def markdown(report: dict) -> str:
     lines = ["# Heterogeneous C2C, scored as lm-evaluation-harness scores", "",
              "Generated by `benchmarks/fuser_report.py` from the per-question records in `fuser_records/`. "
              "Each cell: accuracy in % (95% bootstrap interval). Context `Question: ...\\nAnswer:`, each option's "
@@ -292,8 +250,7 @@ def render(report: dict, outdir: Path) -> None:
     lines += ["## Acceptance (#16, general pair (a), pooled over the four benchmarks)", ""]
     for k, v in acceptance(report).items():
         lines.append(f"- {k}: **{v if isinstance(v, str) else ('PASS' if v else 'FAIL')}**")
-    (outdir / "fuser.md").write_text("\n".join(lines) + "\n")
-    _plot(report, outdir)
+    return "\n".join(lines) + "\n"
 
 
 def agreement_lines(summary: dict, where: str) -> list[str]:
@@ -392,7 +349,7 @@ def plot_panels(report: dict) -> list[tuple[str, dict]]:
     return panels
 
 
-def _plot(report: dict, outdir: Path) -> None:
+def _plot(report: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -418,17 +375,15 @@ def _plot(report: dict, outdir: Path) -> None:
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", rotation=40, labelsize=7)
     fig.tight_layout()
-    fig.savefig(outdir / "fuser.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def write_all(root: Path, meta: dict) -> dict:
     report = build_report(root, meta)
     report["acceptance"] = acceptance(report)
-    tmp = root / f"fuser.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(report, indent=1, sort_keys=True))
-    os.replace(tmp, root / "fuser.json")
-    render(report, root)
+    # NOTE: the status is not returned: the acceptance is #16's research bar, and failing it is a finding
+    results.write(root / "fuser", report, markdown(report), plot=lambda path: _plot(report, path), echo=False)
     return report
 
 
@@ -527,22 +482,15 @@ def main(argv: list[str] | None = None) -> int:
             "checkpoint_name": Path(args.checkpoint).name, "limit": args.limit, "seed": args.seed,
             "hint_tokens": args.hint_tokens, "threads": args.threads}
     root_data = data_root()
+    store = run_store(root, run)
+    conditions = [c for g, conds in (("base", BASE), ("fused", FUSED), ("control", CONTROL if control else ()))
+                  if g in groups_run for c in conds]
     for bench in benches:
         qs = subset(load_questions(root_data / BENCHMARKS[bench]), args.limit, args.seed)
         run["questions"][bench] = [q.id for q in qs]
         meta = update_meta(meta_path(root), key, run)
         t0 = time.perf_counter()
-        groups = [("base", None, BASE, base_tag), ("fused", args.kind, FUSED, {"fuser_id": link.meta.fuser_id})]
-        if control is not None:
-            groups.append(("control", f"{args.kind}.control", CONTROL, {"control_id": run["control_id"]}))
-        for _, group, conds, tag in (g for g in groups if g[0] in groups_run):
-            path = records_path(root, args.pair, bench, group)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            done = list(read_records(path, tag).values())
-            with open_for_append(path) as f:
-                ev.evaluate(qs, conds, done=done, desc=f"{bench} ({group or 'base'})",
-                            on_record=lambda rec: (f.write(json.dumps(rec | tag | {"threads": args.threads}) + "\n"),
-                                                   f.flush()))
+        store.run(ev, bench, qs, conditions, extra={"threads": args.threads})
         report = write_all(root, meta)
         s = report["pairs"][key]["benchmarks"][bench]["conditions"]
         print(f"{bench} ({time.perf_counter() - t0:.0f} s): "

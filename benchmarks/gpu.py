@@ -1,6 +1,6 @@
 """One prepared GPU run (#14, item 4): an 8B-shaped model on CUDA, its 512-token KV across processes, exactness.
 
-    .venv/bin/python benchmarks/gpu.py                          # on a CUDA machine: benchmarks/results/gpu.json
+    .venv/bin/python benchmarks/gpu.py                          # on a CUDA machine: benchmarks/results/gpu.{json,md}
     .venv/bin/python benchmarks/gpu.py --device cpu --small     # the same steps on small shapes (a dry run)
 
 Nothing needs to travel with it but the repository: the weights are random, in bf16, of
@@ -17,7 +17,7 @@ the vocabulary is c2c's 259-token byte tokenizer, so the embedding is small), se
    pinned -> its device. Each step is timed with CUDA synchronisation, beside a device-to-device
    copy of the same bytes, and the second process checks the bytes' sha256.
 
-Writes ``--out`` (default benchmarks/results/gpu.json).
+Writes ``--out`` ``.json`` and ``.md`` (default benchmarks/results/gpu).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="small shapes (a dry run anywhere)")
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", default=str(RESULTS / "gpu.json"))
+    ap.add_argument("--out", default=str(RESULTS / "gpu"), help="output path prefix")
     args = ap.parse_args()
 
     import torch
@@ -85,14 +85,14 @@ def main() -> int:
     from c2c.artifact import Artifact
     from c2c.artifact.fingerprint import Fingerprint
     from c2c.artifact.prefix import PrefixRef
-    from c2c.runtime import hf
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime.transformers import TransformersRuntime
+    from c2c.runtime.transformers.tiny import byte_tokenizer
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: nothing measured, nothing written", file=sys.stderr)
         return 2
     dev = args.device
-    tok = hf._byte_tokenizer()  # the tiny models' byte tokenizer: a small embedding, the real layer shapes
+    tok = byte_tokenizer()  # the tiny models' byte tokenizer: a small embedding, the real layer shapes
     shape = SMALL if args.small else LLAMA3_8B
     config = transformers.LlamaConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                       bos_token_id=tok.pad_token_id, tie_word_embeddings=False, **shape)
@@ -105,7 +105,7 @@ def main() -> int:
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
     build_s = time.perf_counter() - t0
-    rt = Runtime(model, tok, name="random-llama3-8b-shape" if not args.small else "random-small", path=None)
+    rt = TransformersRuntime(model, tok, name="random-llama3-8b-shape" if not args.small else "random-small", path=None)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 256, (args.tokens + 16,), generator=g).tolist()
     head, tail = ids[:args.tokens], ids[args.tokens:]
@@ -180,11 +180,30 @@ def main() -> int:
         "command": "python benchmarks/gpu.py " + " ".join(sys.argv[1:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    return 0 if result["exact"] and same_bytes and result["across_processes_pinned"]["bytes_identical"] else 1
+    result["acceptance"] = {"exact": result["exact"], "received_bytes_identical": same_bytes,
+                            "pinned_bytes_identical": result["across_processes_pinned"]["bytes_identical"]}
+    from c2c.bench import results
+
+    return results.write(args.out, result, markdown(result))
+
+
+def markdown(r: dict) -> str:
+    p = r["across_processes_pinned"]
+    s = r["shape"]
+    lines = [f"# GPU run: {r['device']}, a {r['tokens']}-token bf16 KV of {s['num_hidden_layers']} layers x "
+             f"{s['num_key_value_heads']} KV heads x {s.get('head_dim', s['hidden_size'] // s['num_attention_heads'])}",
+             "",
+             f"Command: `{r['command']}` ({r['created']}).", "",
+             "| step | seconds | GB/s |", "|---|---:|---:|",
+             f"| artifact round trip (encode, decode, back on the device) | {r['artifact_roundtrip_s']:.4f} | – |",
+             f"| across processes: device -> pinned memfd | {p['d2h_s']:.4f} | – |",
+             f"| across processes: pinned memfd -> device | {p['h2d_s']:.4f} | – |",
+             f"| across processes, total | {p['total_s']:.4f} | {p['gbps']:.2f} |",
+             f"| device-to-device copy of the same bytes | {r['device_to_device_copy_s']:.4f} | "
+             f"{r['device_to_device_gbps']:.2f} |", "",
+             f"KV: {r['kv_bytes']:,} bytes. " + ", ".join(f"{k}: **{'PASS' if v else 'FAIL'}**"
+                                                         for k, v in r["acceptance"].items()), ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

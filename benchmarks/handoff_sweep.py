@@ -16,14 +16,13 @@ pipeline on the fastest engine we have here.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
 from c2c import advise
-from c2c.bench import handoff
+from c2c.bench import handoff, results
 from c2c.bench.calibrate import calibrate
 from c2c.runtime import alloc, zoo
 
@@ -69,14 +68,9 @@ def main() -> int:
             r["advisor_decision"] = "cache" if a.cache_is_faster else "text"
             r["calibration"] = cal.__dict__
             rows.append(r)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "python benchmarks/handoff_sweep.py " + " ".join(sys.argv[1:])
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd.strip(), "results": rows}, indent=2))
-    out.with_suffix(".md").write_text(table(rows, cmd.strip()))
-    plot(rows, out.with_suffix(".png"))
-    print(table(rows, cmd.strip()))
-    return 0
+    return results.write(args.out, {"command": cmd.strip(), "results": rows}, table(rows, cmd.strip()),
+                         plot=lambda path: plot(rows, path))
 
 
 def _llama(name: str, threads: int):

@@ -25,11 +25,13 @@ import torch
 from slice_repair import load_arc, option_logprobs, render  # noqa: E402
 from tqdm import tqdm
 
+from c2c.bench import results
 from c2c.config import c2c_home, data_dir
 from c2c.runtime import adapters, zoo
 from c2c.team.roles import divergence
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ROLES = ("base", "coder", "writer")
 
 
 def training_texts() -> dict[str, list[str]]:
@@ -68,7 +70,7 @@ def main() -> int:
         else:
             adapters.attach(rt, root / f"{rt.name}-{role}", role)
 
-    roles = ["base", "coder", "writer"]
+    roles = ROLES
     # --- divergence matrix -------------------------------------------------
     rng = random.Random(0)
     div = {f"{a}->{b}": [] for a in roles for b in roles}
@@ -105,23 +107,24 @@ def main() -> int:
     rows = [{"condition": c, "accuracy": s["correct"] / n, "agreement_with_own": s["agree"] / n,
              "mean_kl_from_own": s["kl"] / n} for c, s in stats.items()]
     cmd = ("python benchmarks/lora_roles.py " + " ".join(sys.argv[1:])).strip()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "model": rt.name, "n": n, "training": curves,
-                                                    "divergence": div_mean, "answers": rows}, indent=2))
-    md = [f"# LoRA roles on {rt.name}\n", f"Produced by `{cmd}`.\n",
+    result = {"command": cmd, "model": rt.name, "n": n, "training": curves, "divergence": div_mean, "answers": rows}
+    return results.write(args.out, result, markdown(result))
+
+
+def markdown(r: dict) -> str:
+    div, roles = r["divergence"], ROLES
+    md = [f"# LoRA roles on {r['model']}\n", f"Produced by `{r['command']}`.\n",
           "Training (next-token loss, first vs last quarter of steps): " + ", ".join(
-              f"{r}: {c['first_loss']:.2f} → {c['last_loss']:.2f} in {c['steps']} steps" for r, c in curves.items()),
+              f"{role}: {c['first_loss']:.2f} → {c['last_loss']:.2f} in {c['steps']} steps"
+              for role, c in r["training"].items()),
           "\n## Divergence (largest relative K/V error at sampled positions; rows: made under, cols: used under)\n",
           "| made \\ used | " + " | ".join(roles) + " |", "|---|" + "---:|" * len(roles)]
-    md += [f"| {a} | " + " | ".join(f"{div_mean[f'{a}->{b}']:.4f}" for b in roles) + " |" for a in roles]
-    md += [f"\n## Answers of the writer role, ARC-Challenge dev (n={n})\n",
+    md += [f"| {a} | " + " | ".join(f"{div[f'{a}->{b}']:.4f}" for b in roles) + " |" for a in roles]
+    md += [f"\n## Answers of the writer role, ARC-Challenge dev (n={r['n']})\n",
            "| cache | accuracy | agreement with own prefill | mean KL(own‖cache) |", "|---|---:|---:|---:|"]
-    md += [f"| {r['condition']} | {r['accuracy']:.3f} | {r['agreement_with_own']:.3f} | {r['mean_kl_from_own']:.4f} |"
-           for r in rows]
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-    return 0
+    md += [f"| {x['condition']} | {x['accuracy']:.3f} | {x['agreement_with_own']:.3f} | {x['mean_kl_from_own']:.4f} |"
+           for x in r["answers"]]
+    return "\n".join(md) + "\n"
 
 
 if __name__ == "__main__":

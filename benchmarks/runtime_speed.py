@@ -11,10 +11,15 @@ In one process, one model at a time, with ``--threads`` torch/llama.cpp threads:
   over tokens, then over repeats), the end of turn suppressed so every run decodes them all.
 
 Rows: ``float32`` (the reference), ``bfloat16`` (c2c's default on CPUs with AVX512-BF16
-or AMX: linear layers packed for oneDNN, bit-identical), ``bfloat16-unpacked`` (the same
-without packing: what packing buys), and, when ``llama-cpp-python`` is installed,
-``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.generate``) and
+or AMX: linear layers packed for oneDNN), ``bfloat16-unpacked`` (the same without packing:
+what packing buys, and whether it changes a token on this CPU), and, when ``llama-cpp-python``
+is installed, ``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.generate``) and
 ``c2c-llama.cpp`` (c2c's llama.cpp backend on the same file).
+
+Each row records the runtime's numerics as its fingerprint names them (``fingerprint_backend``),
+and the result the machine: the CPU model, vendor and the flags that choose kernels
+(``amx_bf16``, ``avx512_bf16``, ...), and for llama.cpp the CPU features its build was compiled
+with (``llama_print_system_info``) and the ``CMAKE_ARGS`` ``scripts/setup.sh`` built it with.
 
 Outputs benchmarks/results/runtime_speed.{json,md,png} (or --out PREFIX).
 """
@@ -68,7 +73,8 @@ def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode
         decode.append(statistics.median(steps))
         tokens = out if tokens is None else tokens
     row = {"model": name, "engine": "transformers", "dtype": str(rt.dtype).replace("torch.", ""),
-           "packed_linears": rt.packed, "prompt_tokens": len(ids), "decode_tokens": n_decode,
+           "packed_linears": rt.packed, "fingerprint_backend": str(rt.engine_id),
+           "prompt_tokens": len(ids), "decode_tokens": n_decode,
            "prefill_tok_s": len(ids) / statistics.median(prefill), "decode_ms": 1e3 * statistics.median(decode),
            "prefill_s_all": prefill, "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens}
     del rt
@@ -79,12 +85,12 @@ def gemm_gflops(m: int = 512, k: int = 896, n: int = 4864, repeats: int = 10) ->
     """Throughput of one prefill-sized matrix product: fp32, bf16, and bf16 packed for oneDNN."""
     import torch
 
-    from c2c.runtime import hf
+    from c2c.runtime.transformers import packing
 
     x, w = torch.randn(m, k), torch.randn(n, k)
     lin = torch.nn.Linear(k, n, bias=False)
     lin.weight.data = w.bfloat16()
-    packed = hf.PackedLinear(lin) if hf.can_pack(torch.nn.Sequential(lin)) else None
+    packed = packing.PackedLinear(lin) if packing.can_pack(torch.nn.Sequential(lin)) else None
     cases = {"float32": lambda: torch.nn.functional.linear(x, w),
              "bfloat16": lambda: torch.nn.functional.linear(x.bfloat16(), lin.weight)}
     if packed is not None:
@@ -118,11 +124,11 @@ def time_c2c_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, re
         prefill.append(g.prefill_s)
         decode.append(g.decode_s / max(len(g.token_ids) - 1, 1))
         tokens = list(g.token_ids) if tokens is None else tokens
-    row = {"model": name, "engine": "c2c llama.cpp backend", "dtype": f"gguf ({rt.facts['quantization']}), kv f16",
+    row = {"model": name, "engine": "c2c llama.cpp backend", "dtype": f"gguf ({rt.facts.quantization}), kv f16",
            "prompt_tokens": len(ids), "decode_tokens": n_decode,
            "prefill_tok_s": len(ids) / statistics.median(prefill), "decode_ms": 1e3 * statistics.median(decode),
            "prefill_s_all": prefill, "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens,
-           "fingerprint_backend": rt.engine_info}
+           "fingerprint_backend": str(rt.engine_id)}
     rt.close()
     return row
 
@@ -159,10 +165,20 @@ def time_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeat
            "llama_cpp_python": llama_cpp.__version__, "gguf": path.name, "prompt_tokens": len(ids),
            "decode_tokens": n_decode, "prefill_tok_s": len(ids) / statistics.median(prefill),
            "decode_ms": 1e3 * statistics.median(decode), "prefill_s_all": prefill,
-           "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens,
-           "build_flags": os.environ.get("C2C_LLAMA_CMAKE_ARGS", "")}
+           "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens, **llama_cpp_build()}
     llm.close()
     return row
+
+
+def llama_cpp_build() -> dict:
+    """How the installed llama.cpp was built: the CPU features it was compiled with (what it runs, as
+    ``llama_print_system_info`` reports them) and the ``CMAKE_ARGS`` scripts/setup.sh built its wheel
+    with (``""`` where setup did not record them, e.g. a wheel installed by hand)."""
+    from c2c.runtime.llama_cpp import build_features
+
+    recorded = Path(sys.prefix) / ".llama-cpp-cmake-args"
+    return {"build_features": list(build_features()),
+            "build_flags": recorded.read_text().strip() if recorded.is_file() else ""}
 
 
 def _no_eos(scores, eos: int):
@@ -172,7 +188,7 @@ def _no_eos(scores, eos: int):
 
 def _tensor_types(llm) -> list[str]:
     """The file's quantization as llama.cpp reports it (e.g. ``Q4_K_M``), from its metadata."""
-    from c2c.runtime.llamacpp import FTYPES
+    from c2c.runtime.llama_cpp import FTYPES
 
     ftype = llm.metadata.get("general.file_type")
     return [FTYPES.get(int(ftype), f"file_type {ftype}")] if ftype is not None else ["unknown"]
@@ -193,14 +209,14 @@ def main() -> int:
         from c2c.bench.results import write
 
         result = json.loads(Path(args.out).with_suffix(".json").read_text())
-        plot(result, Path(args.out).with_suffix(".png"))
-        return write(args.out, result, markdown(result))
+        return write(args.out, result, markdown(result), plot=lambda path: plot(result, path))
 
     import torch
 
     from c2c.bench.results import write
     from c2c.runtime import alloc
     from c2c.runtime.dtype import cpu_flags, resolve
+    from c2c.runtime.numerics import machine_record
 
     alloc.keep_large_buffers()
     torch.set_num_threads(args.threads)
@@ -248,18 +264,19 @@ def main() -> int:
                if "c2c_llama_cpp_over_own" in q else {}),
         },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "bf16_flags": sorted({"avx512_bf16", "amx_bf16"} & cpu_flags())},
+                    "bf16_flags": sorted({"avx512_bf16", "amx_bf16"} & cpu_flags()), **machine_record()},
         "command": "python benchmarks/runtime_speed.py " + " ".join(sys.argv[1:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    plot(result, Path(args.out).with_suffix(".png"))
-    return write(args.out, result, markdown(result))
+    return write(args.out, result, markdown(result), plot=lambda path: plot(result, path))
 
 
 def markdown(r: dict) -> str:
     lines = ["# Runtime speed: prefill and decode per dtype and engine", "",
-             f"`{r['command']}` — {r['created']}, {r['machine']['cpus']} CPUs, {r['threads']} threads, "
-             f"torch {r['machine']['torch']}, CPU bf16 flags: {', '.join(r['machine']['bf16_flags']) or 'none'}; "
+             f"`{r['command']}` — {r['created']}, {r['machine']['cpus']} CPUs"
+             f"{' (' + r['machine']['cpu_model'] + ')' if r['machine'].get('cpu_model') else ''}, {r['threads']} "
+             f"threads, torch {r['machine']['torch']}, CPU bf16 flags: "
+             f"{', '.join(r['machine']['bf16_flags']) or 'none'}; "
              f"`--dtype auto` picks **{r['default_dtype_here']}** here. Prompt {r['prompt_tokens']} tokens, "
              f"{r['decode_tokens']} greedy decoded tokens, median of {r['repeats']} runs, all in one process.", "",
              "| model | engine | dtype | prefill tok/s | decode ms/token |", "|---|---|---|---:|---:|"]
@@ -273,13 +290,23 @@ def markdown(r: dict) -> str:
         lines.append(f"| {name} | {q['prefill_bf16_over_fp32']:.2f}× | {q['decode_fp32_over_bf16']:.2f}× | "
                      f"{q['decode_unpacked_over_packed']:.2f}× | {q['bf16_tokens_equal_unpacked']} | {own} |")
     lines += ["", "`bfloat16` is c2c's bf16 runtime: transformers with its linear layers packed once for oneDNN "
-              "(`c2c.runtime.hf.PackedLinear`; the products are bit-identical to unpacked bf16, and the tokens "
-              "column checks it) and one-token attention computed in fp32 (PyTorch's CPU flash kernel is slow "
-              "for a single bf16 query). `bfloat16-unpacked` is the same runtime without packing. llama.cpp "
-              "runs the zoo's GGUF as shipped (quantized), through llama-cpp-python's `generate`; `c2c llama.cpp backend` "
-              "is c2c's own runtime on the same file (`c2c.runtime.llamacpp`, `Runtime.generate`, whose cache is "
-              "exported once at the end), which refuses Gemma 3 (sliding-window layers).", "",
-              "## Acceptance", ""]
+              "(`c2c.runtime.transformers.packing.PackedLinear`; whether its products equal unpacked bf16's bit "
+              "for bit depends on the CPU, and the tokens column checks it here; the fingerprint names the "
+              "kernel and the CPU class either way) and one-token attention computed in fp32 (PyTorch's CPU "
+              "flash kernel is slow for a single bf16 query). `bfloat16-unpacked` is the same runtime without "
+              "packing. llama.cpp runs the zoo's GGUF as shipped (quantized), through llama-cpp-python's "
+              "`generate`; `c2c llama.cpp backend` is c2c's own runtime on the same file "
+              "(`c2c.runtime.llama_cpp`, `LlamaCppRuntime.generate`, whose cache is exported once at the end), "
+              "which refuses Gemma 3 (sliding-window layers).", ""]
+    builds = {tuple(x["build_features"]): x.get("build_flags", "") for x in r["rows"] if x.get("build_features")}
+    for features, flags in builds.items():
+        lines += [f"llama.cpp build: compiled for {', '.join(features)}; CMAKE_ARGS `{flags or 'not recorded'}`.", ""]
+    numerics = sorted({x["fingerprint_backend"] for x in r["rows"]  # (results before #31 held no engine id)
+                       if x.get("fingerprint_backend", "").split(" ")[0] in ("transformers", "llama.cpp", "vllm")})
+    if numerics:
+        lines += ["Fingerprint backends (engine, build and numerics) of the rows:", ""]
+        lines += [f"- `{n}`" for n in numerics] + [""]
+    lines += ["## Acceptance", ""]
     if "amx_bf16" not in r["machine"]["bf16_flags"]:
         g = r.get("gemm_gflops")
         measured = (f" (a 512x896 by 896x4864 product, measured in this run: bf16 {g['bfloat16_packed']:.0f} "

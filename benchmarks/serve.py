@@ -33,8 +33,9 @@ from pathlib import Path
 import httpx
 import openai
 
-from c2c.testing import serve as _serve
-from c2c.testing.serve import c2c_field  # noqa: F401  (serve_load imports it from here)
+from c2c.bench import results
+from c2c.testing import server_process as _serve
+from c2c.testing.server_process import c2c_field  # noqa: F401  (serve_load imports it from here)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOKENS = {"analyst": ("tok-analyst-0123456789abcdef", "research"),
@@ -53,7 +54,7 @@ def write_tokens(path: Path) -> Path:
 
 
 class Serve(_serve.ServeProcess):
-    """c2c.testing.serve.ServeProcess with openai clients for this benchmark's agents."""
+    """c2c.testing.server_process.ServeProcess with openai clients for this benchmark's agents."""
 
     def client(self, agent: str, **kw) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=TOKENS[agent][0], max_retries=0,
@@ -270,12 +271,7 @@ def finish(out: dict, args) -> int:
 
 
 def write(out: dict, prefix: Path) -> int:
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
-    prefix.with_suffix(".md").write_text(markdown(out))
-    plot(out, prefix.with_suffix(".png"))
-    print(markdown(out))
-    return 0
+    return results.write(prefix, out, markdown(out), plot=lambda path: plot(out, path))
 
 
 def markdown(r: dict) -> str:

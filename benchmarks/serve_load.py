@@ -51,6 +51,8 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve import RESULTS, TOKENS, Serve, c2c_field, make_home, write_tokens  # noqa: E402
 
+from c2c.bench import results  # noqa: E402
+
 SYSTEM = {"role": "system", "content": "You are one agent of a two-agent team. Be brief."}
 QUESTION = {"role": "user", "content": "What happened, in a few words?"}
 
@@ -250,12 +252,7 @@ def main() -> int:
     }
     out["acceptance"] = {"zero_5xx": out["five_xx"] == 0,
                          "every_acknowledged_commit_readable": not missing and not bad and not http_failed}
-    prefix = Path(args.out)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps({**out, "rows": rows}, indent=1) + "\n")
-    prefix.with_suffix(".md").write_text(markdown(out))
-    print(markdown(out))
-    return 0
+    return results.write(args.out, {**out, "rows": rows}, markdown(out))
 
 
 def _fmt(x, f="{:.1f}"):
@@ -406,8 +403,7 @@ def cpu_info() -> dict:
 
 
 def two_tenant(args) -> int:
-    from c2c.bench.results import write
-    from c2c.testing import serve as _serve
+    from c2c.testing import server_process as _serve
 
     root = Path(tempfile.mkdtemp(prefix="c2c-two-tenant-"))
     tokens = _serve.write_tokens(root / "tokens.json", TENANT_TOKENS)
@@ -486,7 +482,7 @@ def two_tenant(args) -> int:
     out["acceptance"] = {"short_p99_under_flood_within_2x_alone": ratio is not None and ratio <= 2.0,
                          "zero_5xx": not five,
                          "every_acknowledged_commit_readable_by_its_owner": bool(acked) and not unreadable}
-    return write(args.out or RESULTS / "serve_two_tenant", out, two_tenant_markdown(out), records=rows)
+    return results.write(args.out or RESULTS / "serve_two_tenant", out, two_tenant_markdown(out), records=rows)
 
 
 def two_tenant_markdown(r: dict) -> str:

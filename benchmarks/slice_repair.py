@@ -5,7 +5,10 @@
 Task: ARC-Challenge dev (real questions with ground truth, read from ../shared/data).
 The sender has worked on an unrelated document before it reads the question; the
 question span is exported as a slice and attached after the receiver's prefix,
-repaired with ratio r. The receiver answers by option log-likelihood.
+repaired with ratio r. The receiver answers by option log-likelihood (:func:`c2c.mc.score_options`: each label
+as the continuation of ``"The answer is"``). NOTE: the committed results were scored with
+an earlier method (the label's first token after ``"The answer is "``), which favoured one
+label on nearly every question; a rerun scores with ``c2c.mc``.
 
 Conditions: `text` (the receiver reads the question itself: the text handoff
 when the message is the question verbatim), `full` (the receiver continues from
@@ -29,8 +32,10 @@ import torch
 from tqdm import tqdm
 
 from c2c.artifact.prefix import SharedPrefix
+from c2c.bench import results
 from c2c.bench.handoff import corpus_text, take_tokens
 from c2c.config import data_dir
+from c2c.mc import score_options
 from c2c.runtime import zoo
 from c2c.runtime.repair import repair
 from c2c.team.agent import Agent, Team
@@ -52,12 +57,11 @@ def render(q: dict) -> tuple[str, list[str], str]:
 
 
 def option_logprobs(rt, cache, labels: list[str]) -> torch.Tensor:
-    """Log-probabilities over the option labels for the next token after the answer prompt."""
-    prompt = rt.encode(rt.render_turn("user", "Answer with the label of the correct option only.")
-                       + rt.generation_prompt() + "The answer is ")
-    logits = rt.logits(prompt, cache)[-1]                       # (vocab,)
-    ids = [rt.encode(lab)[0] for lab in labels]
-    return torch.log_softmax(logits[ids], dim=-1)               # (n_options,)
+    """``(n_options,)`` log-probabilities over the option labels after ``cache``: each label scored by
+    :func:`c2c.mc.score_options` as the continuation of the answer prompt, normalized over the options."""
+    prompt = (rt.render_turn("user", "Answer with the label of the correct option only.")
+              + rt.generation_prompt() + "The answer is")
+    return score_options(rt, prompt, labels, past=cache).distribution()
 
 
 def main() -> int:
@@ -110,20 +114,19 @@ def main() -> int:
     rows = [{"condition": c, "accuracy": s["correct"] / n, "agreement_with_text": s["agree"] / n,
              "mean_kl_from_text": s["kl"] / n, "mean_ready_s": s["seconds"] / n} for c, s in stats.items()]
     cmd = "python benchmarks/slice_repair.py " + " ".join(sys.argv[1:])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd.strip(), "model": rt.name, "n": n,
-                                                    "distractor_tokens": args.distractor_tokens,
-                                                    "data": "ARC-Challenge-Dev", "rows": rows}, indent=2))
-    md = [f"# Slice repair on {rt.name}, ARC-Challenge dev (n={n})\n", f"Produced by `{cmd.strip()}`.\n",
+    result = {"command": cmd.strip(), "model": rt.name, "n": n, "distractor_tokens": args.distractor_tokens,
+              "data": "ARC-Challenge-Dev", "rows": rows}
+    return results.write(args.out, result, markdown(result),
+                         plot=lambda path: plot(rows, path, rt.name, n))
+
+
+def markdown(r: dict) -> str:
+    md = [f"# Slice repair on {r['model']}, ARC-Challenge dev (n={r['n']})\n", f"Produced by `{r['command']}`.\n",
           "| condition | accuracy | agreement with text | mean KL(text‖cond) | receiver ready (s) |",
           "|---|---:|---:|---:|---:|"]
-    md += [f"| {r['condition']} | {r['accuracy']:.3f} | {r['agreement_with_text']:.3f} | "
-           f"{r['mean_kl_from_text']:.4f} | {r['mean_ready_s']:.3f} |" for r in rows]
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    plot(rows, out.with_suffix(".png"), rt.name, n)
-    print("\n".join(md))
-    return 0
+    md += [f"| {x['condition']} | {x['accuracy']:.3f} | {x['agreement_with_text']:.3f} | "
+           f"{x['mean_kl_from_text']:.4f} | {x['mean_ready_s']:.3f} |" for x in r["rows"]]
+    return "\n".join(md) + "\n"
 
 
 def plot(rows, path: Path, model: str, n: int) -> None:

@@ -42,8 +42,6 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -99,39 +97,16 @@ def small_artifact(seed: int, parents=()) -> bytes:
 
 
 # ----------------------------------------------------------------- redis-server
-class RedisServer:
-    def __init__(self, binary: str, directory: Path, *, aof: bool):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        directory.mkdir(parents=True, exist_ok=True)
-        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(directory),
-                     "--save", "", "--appendonly", "yes" if aof else "no", "--appendfsync", "everysec",
-                     "--logfile", str(directory / "redis.log")]
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import redis
+def start_redis(binary: str, directory: Path, *, aof: bool):
+    """A loopback redis-server (c2c.testing's launcher: it leaves no process behind if it fails to start)."""
+    from c2c.testing import RedisServer
 
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if redis.Redis(port=self.port, socket_connect_timeout=0.2).ping():
-                    break
-            except redis.RedisError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("redis-server did not start")
-                time.sleep(0.05)
+    return RedisServer(directory, appendonly=aof, appendfsync="everysec", binary=binary).start()
 
-    def url(self, domain: str) -> str:
-        return f"redis://127.0.0.1:{self.port}/0?domain={domain}"
 
-    def version(self) -> str:
-        import redis
-
-        return redis.Redis(port=self.port).info("server")["redis_version"]
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
+def redis_version(server) -> str:
+    with server.client() as r:
+        return r.info("server")["redis_version"]
 
 
 # ---------------------------------------------------------------- measurements
@@ -381,7 +356,7 @@ def readpath_worker(url: str, variant: str, data_path: str) -> None:
                       "parser": redis.connection.DefaultParser.__name__}))
 
 
-def read_paths(server: "RedisServer", data: bytes, reps: int, work: Path, hiredis_path: str | None) -> dict:
+def read_paths(server, data: bytes, reps: int, work: Path, hiredis_path: str | None) -> dict:
     """put+get of ``data`` via c2c.store.resp vs redis-py's pipelined GETs, without and with hiredis."""
     path = work / "readpath.bin"
     path.write_bytes(data)
@@ -417,9 +392,13 @@ def read_paths(server: "RedisServer", data: bytes, reps: int, work: Path, hiredi
 
 
 # --------------------------------------------------------------------- report
-def write_report(res: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "store.json").write_text(json.dumps(res, indent=2) + "\n")
+def write_report(res: dict, out: Path) -> int:
+    from c2c.bench import results
+
+    return results.write(out / "store", res, markdown(res), plot=lambda path: plot(res, path), echo=False)
+
+
+def markdown(res: dict) -> str:
     raw = res["raw"]
     rows = [("raw write+fsync+read", raw, 1.0, "-")]
     for name, label, bar in (("sqlite", "sqlite:// put+get", 0.50), ("redis", "redis:// put+get", 0.25),
@@ -497,8 +476,7 @@ def write_report(res: dict, out: Path) -> None:
               "", "Reproduce: `.venv/bin/python benchmarks/store_bench.py`; one section into the existing results: "
                   "`--only dag` or `--only readpaths --reps 7 --hiredis-path DIR` (DIR from "
                   "`pip install --target DIR hiredis`).", ""]
-    (out / "store.md").write_text("\n".join(lines))
-    plot(res, out / "store.png")
+    return "\n".join(lines)
 
 
 def plot(res: dict, path: Path) -> None:
@@ -625,9 +603,9 @@ def main() -> int:
             res = {"artifact_bytes": len(data), "artifact_MiB": len(data) / (1 << 20), "reps": args.reps,
                    "environment": env}
         if not args.no_redis and redis_bin:
-            server = RedisServer(redis_bin, work / "redis", aof=False)
-            server_aof = RedisServer(redis_bin, work / "redis-aof", aof=True)
-            env["redis_version"] = server.version()
+            server = start_redis(redis_bin, work / "redis", aof=False)
+            server_aof = start_redis(redis_bin, work / "redis-aof", aof=True)
+            env["redis_version"] = redis_version(server)
             env["redis_config"] = "loopback; persistence off, and AOF everysec for redis+aof; no RDB"
         if "putget" in sections:
             res["environment"] = env
@@ -644,7 +622,7 @@ def main() -> int:
             print(f"10k DAG: sqlite invalidate {dag['sqlite']['invalidate_s']:.3f}s", flush=True)
             if server:
                 dag["redis"] = dag_invalidation(server.url("dag"), arts, redis_port=server.port)
-                dag["redis_server"] = f"redis-server {server.version()} on loopback, persistence off"
+                dag["redis_server"] = f"redis-server {redis_version(server)} on loopback, persistence off"
                 print(f"10k DAG: redis invalidate {dag['redis']['invalidate_s']:.3f}s, longest script "
                       f"{dag['redis']['longest_script_ms']:.2f} ms", flush=True)
             dag["environment"] = section_env(env, before)
@@ -662,14 +640,14 @@ def main() -> int:
             res["read_paths"] = rp
         if "putget" in sections:
             env["loadavg_after"] = _loadavg()
-        write_report(res, args.out)
+        status = write_report(res, args.out)
     finally:
         for srv in (server, server_aof):
             if srv:
                 srv.stop()
         shutil.rmtree(work, ignore_errors=True)
     print((args.out / "store.md").read_text())
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ the minimum is the least disturbed) and the median. Steps:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import torch
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
+from c2c.bench import results
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring
 from c2c.trust.seal import open_sealed, seal
@@ -111,13 +111,7 @@ def main() -> int:
         print(f"{size:.1f} MB done", file=sys.stderr)
     cmd = ("python benchmarks/trust_cost.py " + " ".join(sys.argv[1:])).strip()
     result = {"command": cmd, "threads": args.threads, "rows": rows}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0
+    return results.write(args.out, result, table(result))
 
 
 def table(r: dict) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import resource
 import sys
 import tempfile
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 from c2c.artifact import Artifact  # noqa: E402
+from c2c.bench import results  # noqa: E402
 from c2c.errors import C2CError  # noqa: E402
 from c2c.testing import hostile  # noqa: E402
 from c2c.trust.signing import load_signed  # noqa: E402
@@ -182,13 +182,7 @@ def main() -> int:
                        and flips["refused"] == flips["flips"],
                        "corpus all specific": all(c["ok"] for c in corpus)},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0 if all(result["acceptance"].values()) else 1
+    return results.write(args.out, result, table(result))
 
 
 def _cls(name: str):

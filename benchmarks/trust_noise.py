@@ -10,10 +10,11 @@ Outputs benchmarks/results/trust_noise.{json,md,png} (or --out PREFIX).
 For each question the system prompt and the user turn (question and lettered
 choices) are prefilled into a cache; :func:`c2c.trust.noise.add_noise` adds
 Gaussian noise of std ``sigma x`` each head's own std to every K and V; then
-the assistant prefix ``"Answer:"`` is run *from the noisy cache* with
-``runtime.logits`` and the choices are scored by the log-likelihood of their
-label token (``--scoring label``) or by the mean log-likelihood of their text
-(``--scoring text``, 4-5x slower). The data is read from
+the choices are scored *from the noisy cache* by :func:`c2c.mc.score_options`, as
+continuations of the assistant's opening ``"Answer:"``: their labels (``--scoring
+label``: summed log-likelihood of ``" A"``, as lm-eval scores letters) or their texts
+(``--scoring text``: log-likelihood per character, lm-eval's ``acc_norm``; 4-5x slower).
+The data is read from
 ``../shared/data/eval/arc_challenge`` (``--data``); nothing is copied.
 """
 
@@ -28,8 +29,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from c2c.bench import results
 from c2c.bench.stats import wilson
 from c2c.config import data_dir
+from c2c.mc import OptionScores, score_options
 from c2c.runtime import zoo
 from c2c.trust.noise import NoiseConfig, add_noise
 
@@ -60,30 +63,9 @@ def prompt_ids(rt, q: dict) -> list[int]:
     return list(rt.bos_ids) + rt.encode(text)
 
 
-def score(rt, cache, q: dict, scoring: str, lead: list[int]) -> list[float]:
-    """Log-likelihood of each choice after ``lead`` (the assistant prefix), continuing from ``cache``."""
-    if scoring == "label":
-        # " A" is one token; " 1" is two (" ", "1"): sum log p over the label's tokens, one call per prefix
-        memo: dict[tuple[int, ...], torch.Tensor] = {}
-        out = []
-        for lab in q["labels"]:
-            toks = rt.encode(" " + lab)
-            total = 0.0
-            for j, tok in enumerate(toks):
-                pre = tuple(toks[:j])
-                if pre not in memo:
-                    memo[pre] = rt.logits(lead + list(pre), past=cache)[-1].log_softmax(-1)  # (vocab,)
-                total += float(memo[pre][tok])
-            out.append(total)
-        return out
-    out = []
-    for t in q["texts"]:
-        opt = rt.encode(" " + t)
-        lp = rt.logits(lead + opt, past=cache).log_softmax(-1)             # (len, vocab)
-        # logits at position j predict token j + 1
-        picks = [float(lp[len(lead) - 1 + j, tok]) for j, tok in enumerate(opt)]
-        out.append(sum(picks) / len(picks))
-    return out
+def score(rt, cache, q: dict, scoring: str, lead: str) -> OptionScores:
+    """Each choice (its label, or its text) scored as the continuation of ``lead`` after ``cache``."""
+    return score_options(rt, lead, q["labels"] if scoring == "label" else q["texts"], past=cache)
 
 
 def main() -> int:
@@ -101,7 +83,8 @@ def main() -> int:
     sigmas = [float(s) for s in args.sigmas.split(",")]
     rt = zoo.load(args.model)
     qs = load_questions(args.data, args.n)
-    lead = rt.encode(rt.generation_prompt() + "Answer:")
+    lead = rt.generation_prompt() + "Answer:"
+    metric = "acc" if args.scoring == "label" else "norm"
     per = {s: {"correct": 0, "gold_logprob": 0.0, "same_as_clean": 0} for s in sigmas}
     t0 = time.perf_counter()
     for i, q in enumerate(tqdm(qs, desc="questions", file=sys.stderr)):
@@ -110,8 +93,8 @@ def main() -> int:
         for s in sigmas:
             noisy = add_noise(cache, NoiseConfig(sigma=s, seed=i))
             sc = score(rt, noisy, q, args.scoring, lead)
-            pick = max(range(len(sc)), key=sc.__getitem__)
-            norm = torch.tensor(sc).log_softmax(0)                            # over the choices
+            pick = sc.choice(metric)
+            norm = sc.distribution(metric)                                    # (n_choices,) over the choices
             per[s]["correct"] += int(pick == q["answer"])
             per[s]["gold_logprob"] += float(norm[q["answer"]])
             if clean_pick is None:
@@ -129,14 +112,7 @@ def main() -> int:
     cmd = ("python benchmarks/trust_noise.py " + " ".join(sys.argv[1:])).strip()
     result = {"command": cmd, "model": rt.name, "data": str(args.data), "questions": n, "scoring": args.scoring, "threads": args.threads,
               "chance": chance, "seconds": time.perf_counter() - t0, "rows": rows}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    plot(result, out.with_suffix(".png"))
-    print(md)
-    return 0
+    return results.write(args.out, result, table(result), plot=lambda path: plot(result, path))
 
 
 def table(r: dict) -> str:

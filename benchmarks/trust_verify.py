@@ -52,11 +52,12 @@ import torch
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
+from c2c.bench import results
 from c2c.errors import UnverifiableError, VerificationFailedError
 from c2c.runtime import zoo
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring, SigningKey
-from c2c.trust.policy import VerifyPolicy, check
+from c2c.trust.verify_policy import VerifyPolicy, check
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import default_tolerance, layer0_errors, probe_errors, relative_errors, verify_kv
 
@@ -433,10 +434,8 @@ def main() -> int:
     key = SigningKey.generate("bench")
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     cmd = ("python benchmarks/trust_verify.py " + " ".join(sys.argv[1:])).strip()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if args.part == "slices":  # keep the saved full-cache results, replace the slice part
-        saved = out.with_suffix(".json")
+        saved = Path(args.out).with_suffix(".json")
         if not saved.is_file():
             raise SystemExit(f"--part slices merges into {saved}, which does not exist; run --part all")
         result = json.loads(saved.read_text())
@@ -444,12 +443,7 @@ def main() -> int:
         result = {"command": cmd, **full_part(args, rt, fp, key, ks, rng, log)}
     if args.part != "full":
         result["slices"] = {"command": cmd, **slice_part(args, rt, fp, key, log)}
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    md = table(result)
-    out.with_suffix(".md").write_text(md)
-    plot(result, out.with_suffix(".png"))
-    print(md)
-    return 0
+    return results.write(args.out, result, table(result), plot=lambda path: plot(result, path))
 
 
 def table(r: dict) -> str:

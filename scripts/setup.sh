@@ -14,7 +14,10 @@ fi
 # instruction on these machines). The wheel is kept per set of flags, so a machine with other SIMD
 # levels (AVX2 only, or AVX-512) never reuses a build it cannot run: pip's own wheel cache keys a
 # source build by its version alone. A cold build takes about 7 minutes on 2 cores.
-# (AMX flags, GGML_AMX_*, need a CPU with AMX; set CMAKE_ARGS to build with them there.)
+# AMX stays off (ggml's GGML_AMX_* options default to OFF, and these args never turn them on): on
+# an Intel Xeon of these machines an AMX build (-DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON
+# -DGGML_AMX_BF16=ON on top of these flags) built and generated from a short prompt, then died with
+# an illegal instruction on a 512-token prefill. To try it anyway, set CMAKE_ARGS yourself.
 if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo ]; then
   cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   has() { case "$cpu_flags" in *" $1 "*) echo ON ;; *) echo OFF ;; esac; }
@@ -43,6 +46,8 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$LLAMA_KEY" ]; then  # a bu
     "$LLAMA_WHEELS"/llama_cpp_python-*.whl
   echo "$LLAMA_KEY" > .venv/.llama-cpp-build
 fi
+# the flags the installed build was made with (its key is their hash), for benchmarks to record
+printf '%s\n' "$CMAKE_ARGS" > .venv/.llama-cpp-cmake-args
 echo "== installing c2c and its pinned dependencies"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 echo "== c2c $(.venv/bin/python -c 'import c2c; print(c2c.__version__)') ready in .venv"

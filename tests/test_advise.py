@@ -1,7 +1,7 @@
 import pytest
 
 from c2c.advise import Calibration, advise, load_calibration, save_calibration
-from c2c.advise.model import fit_nonnegative
+from c2c.advise.cost_model import fit_nonnegative
 from c2c.bench.calibrate import calibrate
 from c2c.errors import ConfigError
 from c2c.handoff import forecast

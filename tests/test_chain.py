@@ -1,13 +1,13 @@
 import pytest
 
-from c2c.demos import chain
+from c2c.demos import stale_chain
 from c2c.store.url import open_store
 
 
 @pytest.mark.parametrize("policy", ["re-pull", "continue"])
 def test_chain_goes_stale_and_recovers(tiny, tmp_path, policy):
     with open_store(f"sqlite:///{tmp_path}/store.db") as store:
-        rep = chain.run(tiny("qwen2"), store, policy=policy, answer_tokens=3)
+        rep = stale_chain.run(tiny("qwen2"), store, policy=policy, answer_tokens=3)
         whats = [s.what for s in rep.steps]
         stale_step = rep.steps[whats.index("analyst's commit is now")]
         assert stale_step.stale and "researcher" in stale_step.note

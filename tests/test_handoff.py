@@ -173,7 +173,7 @@ def test_auto_asks_the_advisor_and_records_its_prediction(tiny, tmp_path, monkey
     team = Team(shared=SHARED)
     fast = Calibration(model=rt.name, decode_s_per_token=0.05, decode_s_per_position=0.0, prefill_s_fixed=0.01,
                        prefill_s_per_token=0.001, prefill_s_per_pair=0.0, prefill_s_per_past=0.0,
-                       kv_bytes_per_token=rt.facts["num_layers"] * 2 * 2 * 16 * 4, handoff_points=((10**6, 0.001),))
+                       kv_bytes_per_token=rt.facts.num_layers * 2 * 2 * 16 * 4, handoff_points=((10**6, 0.001),))
     c, d = Agent("c", rt, team), Agent("d", rt, team)
     c.read(DOC)
     h = hand_off(c, d, mode="auto", calibration=fast)

@@ -34,3 +34,18 @@ def test_acc_and_acc_norm_choices_and_scoring_after_a_cache(tiny):
     assert a.loglik != b.loglik  # the cache changes what the options follow
     with pytest.raises(ConfigError):
         score_options(rt, "Question: x\nAnswer:", [])
+
+
+def test_one_scores_object_gives_acc_acc_norm_and_the_distribution_over_the_options():
+    """What the noise and slice-repair benchmarks read off c2c.mc instead of scoring options themselves."""
+    from c2c.mc.score import OptionScores
+
+    s = OptionScores(loglik=(-10.0, -6.0, -6.0), chars=(40, 4, 3))
+    assert s.scores("acc") == s.loglik and s.scores("norm") == (-0.25, -1.5, -2.0)
+    assert (s.choice("acc"), s.choice("norm")) == (1, 0) == (s.acc_choice, s.norm_choice)
+    d = s.distribution()                                              # (3,) log-probabilities
+    assert float(d.exp().sum()) == pytest.approx(1.0) and d[1] == d[2] > d[0]
+    assert float(d[1] - d[0]) == pytest.approx(4.0)
+    assert s.distribution("norm").argmax() == 0
+    with pytest.raises(ConfigError, match="unknown metric"):
+        s.scores("f1")

@@ -15,7 +15,7 @@ from test_shm import agents, channel, exchange  # noqa: F401  (channel is a fixt
 import c2c.flows.chain
 import c2c.flows.router
 import c2c.handoff
-import c2c.handoff.shm
+import c2c.handoff.shm.admit
 from c2c.advise import Calibration
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import ChannelError
@@ -40,11 +40,11 @@ def no_decisions(monkeypatch):
     def refuse(*args, **kwargs):
         raise Asked()
 
-    import c2c.serve.handoff  # noqa: F401  (needs the serve extra, which the test extra installs)
+    import c2c.serve.exchange  # noqa: F401  (needs the serve extra, which the test extra installs)
 
     # (the package re-exports forecast(), which shadows its module's name)
-    for module in (c2c.handoff, c2c.handoff.shm, c2c.flows.chain, c2c.flows.router,
-                   sys.modules["c2c.handoff.forecast"], c2c.serve.handoff):
+    for module in (c2c.handoff, c2c.handoff.shm.admit, c2c.flows.chain, c2c.flows.router,
+                   sys.modules["c2c.handoff.forecast"], c2c.serve.exchange):
         monkeypatch.setattr(module, "decide", refuse)
 
 
@@ -86,7 +86,7 @@ def test_the_router_and_the_advisor_ask_decide(tiny, team, no_decisions):
 
 def test_the_servers_exchange_asks_decide(tiny, team, tmp_path, no_decisions):
     from c2c.serve.auth import Principal
-    from c2c.serve.handoff import Exchange
+    from c2c.serve.exchange import Exchange
 
     rt = tiny("qwen2")
     a, _ = agents(rt, team)

@@ -61,3 +61,18 @@ def test_prefix_tokens_are_identical_for_two_agents(tiny):
     sp = SharedPrefix.build("You are a team.", context={"k": "v"})
     assert sp.token_ids(rt) == SharedPrefix.build("You are a team.", context={"k": "v"}).token_ids(rt)
     assert sp.token_ids(rt) != SharedPrefix.build("You are a team!", context={"k": "v"}).token_ids(rt)
+
+
+def test_a_team_and_the_server_make_one_prefix_of_one_system_text(tiny):
+    """The library's SharedPrefix and the server's rendering both call prefix_token_ids, which takes the
+    system text verbatim: trailing whitespace is part of the prefix, and "no system" differs from "" ."""
+    from c2c.artifact.prefix import prefix_token_ids
+    from c2c.serve.render import Message, render
+
+    rt = tiny("qwen2")
+    for system in ("You are a team.\n", "  You are a team.", ""):
+        served = render(rt, [Message(role="system", content=system), Message(role="user", content="hi")])
+        assert SharedPrefix.build(system).token_ids(rt) == served.prefix_ids == prefix_token_ids(rt, system)
+    assert prefix_token_ids(rt, "You are a team.\n") != prefix_token_ids(rt, "You are a team.")
+    assert render(rt, [Message(role="user", content="hi")]).prefix_ids == prefix_token_ids(rt, None) == tuple(
+        rt.bos_ids) != prefix_token_ids(rt, "")

@@ -15,9 +15,9 @@ def fused_receiver(receiver, sharer):
     from c2c.fuser.model import CacheFuser, FuserConfig
 
     rf, sf = receiver.facts, sharer.facts
-    cfg = FuserConfig(receiver_layers=rf["num_layers"], receiver_kv_heads=rf["kv_heads"],
-                      receiver_head_dim=rf["head_dim"], sharer_kv_heads=sf["kv_heads"], sharer_head_dim=sf["head_dim"],
-                      layer_map=layer_map("terminal", rf["num_layers"], sf["num_layers"]), hidden=16)
+    cfg = FuserConfig(receiver_layers=rf.num_layers, receiver_kv_heads=rf.kv_heads,
+                      receiver_head_dim=rf.head_dim, sharer_kv_heads=sf.kv_heads, sharer_head_dim=sf.head_dim,
+                      layer_map=layer_map("terminal", rf.num_layers, sf.num_layers), hidden=16)
     fuser = CacheFuser(cfg).eval()
     with torch.no_grad():  # a non-trivial (untrained) fuser, so fusing changes the cache
         g = torch.Generator().manual_seed(0)

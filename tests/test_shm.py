@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from c2c.artifact.prefix import SharedPrefix
+from c2c.canon import sha256_hex
 from c2c.errors import (
     ArtifactTooLargeError,
     BadSignatureError,
@@ -24,8 +25,9 @@ from c2c.errors import (
     UnknownSignerError,
     UnsignedArtifactError,
 )
-from c2c.handoff import hand_off, shm
-from c2c.handoff.shm import ShmChannel
+from c2c.handoff import hand_off
+from c2c.handoff.shm import ShmChannel, arena
+from c2c.handoff.shm import offer as wire
 from c2c.team.agent import Agent, Team
 from c2c.trust.keys import Keyring
 
@@ -196,7 +198,7 @@ def test_a_changed_replayed_or_lying_offer_is_refused(tiny, channel, tmp_path, m
     assert isinstance(exchange(tx, rx, a, agents(rt, team)[1])[1], BadSignatureError)
 
     def flip_a_token(m):  # the arena's token ids changed after the digest was signed
-        tx._out[1][shm._Layout.of(a.fingerprint, m["offer"]["seq_len"]).tokens_at] ^= 1
+        tx._out[1][arena.Layout.of(a.fingerprint, m["offer"]["seq_len"]).tokens_at] ^= 1
     tamper(flip_a_token)
     assert isinstance(exchange(tx, rx, a, agents(rt, team)[1])[1], CorruptArtifactError)
 
@@ -263,7 +265,7 @@ def test_an_offer_larger_than_the_arena_is_refused(tiny, channel):
     team = Team(shared=SHARED)
     a, b = agents(rt, team)
     assert exchange(tx, rx, a, b)[1].used == "full"  # makes and maps the arena
-    offer = shm.ShmOffer(seq=2, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=os.getpid(),
+    offer = wire.ShmOffer(seq=2, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=os.getpid(),
                          fingerprint=a.fingerprint, prefix=a.prefix, start=0,
                          seq_len=10 ** 6, token_digest="0" * 64, producer={"agent": "x", "domain": team.domain})
     tx._send({"offer": offer.to_dict(), "sig": None})
@@ -307,7 +309,7 @@ def test_a_peer_of_another_user_is_refused():
 
 def test_the_arena_copy_is_plain_bytes(tiny):
     t = torch.randn(1, 2, 5, 4).to(torch.bfloat16)
-    raw = shm._as_bytes(t)
+    raw = arena.as_bytes(t)
     assert raw.dtype == np.uint8 and raw.size == t.numel() * 2
     back = torch.from_numpy(raw.copy()).view(torch.bfloat16).view(1, 2, 5, 4)
     assert torch.equal(back, t)
@@ -318,7 +320,7 @@ def _sealed_arena(size: int) -> int:
 
     fd = os.memfd_create("big", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, size)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, shm._REQUIRED_SEALS)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, arena.REQUIRED_SEALS)
     return fd
 
 
@@ -352,10 +354,10 @@ def test_token_ids_outside_the_vocabulary_are_refused(tiny, channel, monkeypatch
     def out_of_vocab(obj, fds=()):
         if "offer" in obj:
             n = obj["offer"]["seq_len"]
-            at = shm._Layout.of(a.fingerprint, n).tokens_at
+            at = arena.Layout.of(a.fingerprint, n).tokens_at
             ids = tx._out[1][at:at + 4 * n].view("<u4")
-            ids[-1] = rt.facts["vocab_size"] + 7
-            obj["offer"]["token_digest"] = shm.sha256_hex(ids.tobytes())  # a consistent lie
+            ids[-1] = rt.facts.vocab_size + 7
+            obj["offer"]["token_digest"] = sha256_hex(ids.tobytes())  # a consistent lie
         real_send(obj, fds)
     monkeypatch.setattr(tx, "_send", out_of_vocab)
     sent, got = exchange(tx, rx, a, b)
@@ -389,8 +391,8 @@ def _signed_offer(tx, a, ring, **change):
     fields = dict(seq=tx._seq_out + 1, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=tx.peer_pid,
                   fingerprint=a.fingerprint, prefix=a.prefix, start=0, seq_len=a.cache.seq_len,
                   token_digest="0" * 64, producer={"agent": a.name, "domain": "lab"}) | change
-    offer = shm.ShmOffer(**fields)
-    return {"offer": offer.to_dict(), "sig": shm._sign(offer, ring.signing_key("lab"))}
+    offer = wire.ShmOffer(**fields)
+    return {"offer": offer.to_dict(), "sig": wire.sign_offer(offer, ring.signing_key("lab"))}
 
 
 @pytest.mark.parametrize("change, match", [
@@ -423,7 +425,7 @@ def test_a_string_that_cannot_be_signed_is_a_channel_error(tiny, channel):
     tx, rx = channel
     rt = tiny("qwen2")
     a, _ = agents(rt, Team(shared=SHARED))
-    offer = shm.ShmOffer(seq=1, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=tx.peer_pid,
+    offer = wire.ShmOffer(seq=1, nonce=tx._peer_nonce, sender_pid=os.getpid(), receiver_pid=tx.peer_pid,
                          fingerprint=a.fingerprint, prefix=a.prefix, start=0, seq_len=3, token_digest="0" * 64,
                          producer={"agent": "\ud800", "domain": "default"})  # a lone surrogate
     tx._sock.sendmsg([json.dumps({"offer": offer.to_dict(), "sig": None}).encode()])

@@ -21,7 +21,7 @@ _EXPORTS = {
     "Decision": "c2c.handoff", "decide": "c2c.handoff",
     "KVCache": "c2c.runtime.kvcache",
     "PrefixRef": "c2c.artifact.prefix", "SharedPrefix": "c2c.artifact.prefix",
-    "Runtime": "c2c.runtime.engine",
+    "Runtime": "c2c.runtime.protocol",
     "load_model": "c2c.runtime.zoo",
     "open_store": "c2c.store.url",
     "Settings": "c2c.config", "settings": "c2c.config",
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from c2c.config import Settings, settings
     from c2c.errors import C2CError
     from c2c.handoff import Decision, Handoff, HandoffPolicy, decide, hand_off
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime.protocol import Runtime
     from c2c.runtime.kvcache import KVCache
     from c2c.runtime.zoo import load as load_model
     from c2c.store.url import open_store

@@ -19,17 +19,27 @@ PRIVATE_LABELS = frozenset({"role", "scratch", "private", "tool-private"})
 
 
 @dataclass(frozen=True, kw_only=True)
-class Span:
-    """Tokens ``[start, end)`` of a context, with a label and a privacy flag."""
+class Interval:
+    """``[start, end)``: of tokens (:class:`Span`) or of characters (:class:`c2c.fuser.align.Section`)."""
 
-    label: str
     start: int
     end: int
-    private: bool
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.end:
+            raise ValueError(f"[{self.start}, {self.end}) is not a range: need 0 <= start <= end")
 
     @property
     def length(self) -> int:
         return self.end - self.start
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span(Interval):
+    """Tokens ``[start, end)`` of a context, with a label and a privacy flag."""
+
+    label: str
+    private: bool
 
 
 @dataclass(frozen=True, kw_only=True)

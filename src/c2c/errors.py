@@ -9,7 +9,8 @@ problem and say what to do instead.
     ├── ModelError                  a model cannot be found, pulled or loaded
     │   └── UnknownModelError       name is not in the zoo and not a directory
     ├── RuntimeUnsupportedError     the runtime cannot do this exactly (e.g. a slice
-    │                               outside a sliding window); it refuses
+    │                               outside a sliding window), or its engine cannot do it
+    │                               at all; it refuses, naming the way out
     ├── IncompatibleCacheError      a cache does not fit the model that would use it
     │   ├── FingerprintMismatchError  the artifact was made by a different model
     │   └── PrefixMismatchError       the receiver's shared prefix differs
@@ -217,7 +218,7 @@ class ChannelError(HandoffError):
 
 
 class ServeError(C2CError):
-    """The HTTP server refused a request (see :mod:`c2c.serve.errors` for the status of each)."""
+    """The HTTP server refused a request (see :mod:`c2c.serve.http_errors` for the status of each)."""
 
 
 class AuthError(ServeError):

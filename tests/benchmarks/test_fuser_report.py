@@ -97,17 +97,6 @@ def test_base_records_of_other_models_or_hint_lengths_are_not_used(tmp_path):
         assert rep.build_report(tmp_path, m)["pairs"]["b/general"]["benchmarks"]["OpenBookQA"]["n"] == 0
 
 
-def test_a_cut_line_is_repaired_before_appending_and_later_records_count(tmp_path):
-    rep = _report()
-    path = tmp_path / "r.jsonl"
-    path.write_text('{"id": "a", "cond": {}}\n{"id": "b", "co')  # a run killed mid-write
-    with rep.open_for_append(path) as f:
-        f.write('{"id": "c", "cond": {}}\n')
-    assert sorted(rep.read_records(path)) == ["a", "c"]
-    path.write_text('{"id": "a"}\nnot json\n{"id": "d"}\n')  # a bad line in the middle hides nothing after it
-    assert sorted(rep.read_records(path)) == ["a", "d"]
-
-
 def test_concurrent_runs_keep_each_others_entries(tmp_path):
     rep = _report()
     path = tmp_path / "runs.json"

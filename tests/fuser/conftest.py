@@ -111,9 +111,9 @@ def _link(receiver, sharer, *, perturb: int | None = None):
 
     rf = receiver.facts
     sf = (sharer or receiver).facts
-    cfg = FuserConfig(receiver_layers=rf["num_layers"], receiver_kv_heads=rf["kv_heads"],
-                      receiver_head_dim=rf["head_dim"], sharer_kv_heads=sf["kv_heads"], sharer_head_dim=sf["head_dim"],
-                      layer_map=layer_map("terminal", rf["num_layers"], sf["num_layers"]), hidden=16)
+    cfg = FuserConfig(receiver_layers=rf.num_layers, receiver_kv_heads=rf.kv_heads,
+                      receiver_head_dim=rf.head_dim, sharer_kv_heads=sf.kv_heads, sharer_head_dim=sf.head_dim,
+                      layer_map=layer_map("terminal", rf.num_layers, sf.num_layers), hidden=16)
     fuser = CacheFuser(cfg).eval()
     if perturb is not None:
         g = torch.Generator().manual_seed(perturb)

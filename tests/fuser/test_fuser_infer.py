@@ -30,7 +30,7 @@ def test_several_sharers_are_fused_in_turn(make_link, tiny_rt):
     assert both.cache.max_abs_diff(one.cache) > 0
     # by hand: fuser 2 applied to fuser 1's output
     sr = FusedReceiver(r, [l2]).links[0].sharer_context(MSGS)
-    sk, sv = aligned_sharer(sr[1], align_tokens(one.rendered, sr[0]), l2.fuser.cfg.layer_map, r.windows)
+    sk, sv = aligned_sharer(sr[1], align_tokens(one.rendered, sr[0]), l2.fuser.cfg.layer_map, r.facts.windows)
     with torch.no_grad():
         k, v = l2.fuser(list(one.cache.keys), list(one.cache.values), sk, sv)
     assert all(torch.allclose(a, b) for a, b in zip(k + v, both.cache.keys + both.cache.values))

@@ -70,13 +70,13 @@ def test_precomputed_sharer_cache_matches_a_fresh_one(tiny_rt, tmp_path):
     msgs = EXAMPLES[1].message_dicts()
     rr, sr = render(r, msgs), render(s, msgs)
     _, cache = s.prefill(list(sr.ids))
-    keys, values = aligned_sharer(cache, align_tokens(rr, sr), t.fcfg.layer_map, r.windows)
+    keys, values = aligned_sharer(cache, align_tokens(rr, sr), t.fcfg.layer_map, r.facts.windows)
     ids, sk, sv = t.store.get(1)
     assert tuple(ids) == rr.ids == t.tokens[1].context
     for a, b in zip(keys + values, sk + sv):
         assert a.shape == b.shape and torch.allclose(a, b, atol=2e-3, rtol=1e-3)  # stored as fp16
     # gemma3's sliding layers (window 16) no longer hold early tokens: those entries are zero
-    assert t.fcfg.layer_map[1] == (1, 3) and s.windows[3] == 16 and s.windows[2] is None
+    assert t.fcfg.layer_map[1] == (1, 3) and s.facts.windows[3] == 16 and s.facts.windows[2] is None
     assert (sk[1][:, :, 0] == 0).all() and (sk[1][:, :, -1] != 0).any() and (sk[0][:, :, 0] != 0).any()
     shard = next(t.store.path.glob("shard_*.safetensors"))
     mtime = shard.stat().st_mtime_ns

@@ -5,13 +5,13 @@ import pytest
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ModelError
 from c2c.runtime import adapters
-from c2c.runtime.engine import Runtime
+from c2c.runtime.transformers import TransformersRuntime
 
 
 @pytest.fixture(scope="module")
 def rt_and_adapters(tiny, tmp_path_factory):
     base = tiny("qwen2")
-    rt = Runtime.load(base.path, name="tiny-qwen2-roles")  # own copy: adapters mutate the model
+    rt = TransformersRuntime.load(base.path, name="tiny-qwen2-roles")  # own copy: adapters mutate the model
     d = tmp_path_factory.mktemp("adapters")
     c1 = adapters.train(rt, ["def add(a, b): return a + b"] * 4, d / "coder", steps=8, lr=1e-2, progress=False,
                         eval_texts=["def add(a, b): return a + b  "])
@@ -63,12 +63,12 @@ def test_team_adapter_policy(rt_and_adapters):
     from c2c.artifact.prefix import SharedPrefix
     from c2c.errors import FingerprintMismatchError, VerificationFailedError
     from c2c.handoff import hand_off
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime.transformers import TransformersRuntime
     from c2c.team.agent import Agent, Team
     from c2c.team.roles import AdapterPolicy
 
     rt, d, _, _ = rt_and_adapters
-    rt_y = Runtime.load(rt.path, name="tiny-qwen2-roles")  # same base, another role
+    rt_y = TransformersRuntime.load(rt.path, name="tiny-qwen2-roles")  # same base, another role
     adapters.attach(rt, d / "coder", "coder")
     adapters.attach(rt_y, d / "writer", "writer")
     try:

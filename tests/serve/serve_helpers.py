@@ -1,4 +1,4 @@
-"""Helpers of the server tests: tokens for two trust domains, and a `c2c serve` subprocess (c2c.testing.serve)."""
+"""Helpers of the server tests: tokens for two trust domains, and a `c2c serve` subprocess (c2c.testing.server_process)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import openai
 
-from c2c.testing import serve as _serve
-from c2c.testing.serve import c2c_field, make_home  # noqa: F401  (re-exported for the tests)
+from c2c.testing import server_process as _serve
+from c2c.testing.server_process import c2c_field, make_home  # noqa: F401  (re-exported for the tests)
 
 TOKENS = {
     "analyst": ("tok-analyst-0123456789abcdef", "research"),

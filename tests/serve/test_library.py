@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from c2c.errors import AuthError, ConfigError, QueueFullError, RequestTimeoutError
-from c2c.runtime.engine import sample_next
+from c2c.runtime.sampling import sample_next
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime import hf
+from c2c.runtime.transformers import tokenizer as hf_tokenizer
 from c2c.serve.auth import OPEN, Principal, TokenTable
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.render import Message, render
 from c2c.serve.reuse import prepare
@@ -293,13 +293,13 @@ def test_no_text_is_fewer_tokens_than_its_characters_over_chars_per_token(tiny):
 
 
 def test_normalizers_that_can_drop_text_give_no_bound():
-    assert hf._composes(None) is False and hf._composes({"type": "NFC"}) is True
-    assert hf._composes({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},
+    assert hf_tokenizer._composes(None) is False and hf_tokenizer._composes({"type": "NFC"}) is True
+    assert hf_tokenizer._composes({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},
                                                              {"type": "NFKC"}]}) is True
     for dropping in ({"type": "Strip"}, {"type": "StripAccents"}, {"type": "BertNormalizer"},
                      {"type": "Replace", "pattern": {"String": "  "}, "content": " "},
                      {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}):
-        assert hf._composes(dropping) is None
+        assert hf_tokenizer._composes(dropping) is None
 
 
 # ------------------------------------------------------------ tokens and config

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from serve_helpers import SYSTEM, ServeProcess, c2c_field, make_home
-from c2c.testing.serve import write_tokens
+from c2c.testing.server_process import write_tokens
 
 TOKENS = {"acme-analyst": ("tok-acme-analyst-0123456789abcdef", "acme"),
           "acme-writer": ("tok-acme-writer-0123456789abcdef", "acme"),

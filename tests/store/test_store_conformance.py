@@ -17,7 +17,7 @@ from c2c.artifact import Artifact
 from c2c.errors import (ArtifactError, ArtifactTooLargeError, CommitNotFoundError, ConfigError, StaleCommitError,
                         StoreCorruptError, TruncatedArtifactError)
 from c2c.store import GCPolicy, Graph, Store, collect, hop_report
-from c2c.store.base import MAX_REASON_CHARS, MAX_SUMMARY_CHARS, MAX_SUMMARY_STRING_CHARS
+from c2c.store.interface import MAX_REASON_CHARS, MAX_SUMMARY_CHARS, MAX_SUMMARY_STRING_CHARS
 from c2c.store.redis import RedisStore
 from c2c.store.sqlite import SQLiteStore
 

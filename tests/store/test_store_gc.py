@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from c2c.errors import ConfigError
-from c2c.store.base import Commit, CommitRecord
+from c2c.store.interface import Commit, CommitRecord
 from c2c.store.gc import GCPolicy, plan
 
 

@@ -14,7 +14,8 @@ from c2c.artifact.chunks import CHUNK_TOKENS
 from c2c.errors import ChunkCorruptError, ConfigError
 from c2c.store import open_store
 from c2c.store.manifest import Manifest
-from c2c.store.redis import RedisConfig, _s, key_prefix
+from c2c.store.redis import _s
+from c2c.store.redis_config import RedisConfig, key_prefix
 
 
 def test_url_options_are_ours_and_the_rest_goes_to_redis_py():

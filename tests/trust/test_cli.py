@@ -161,8 +161,8 @@ def test_verify_checks_a_slice_after_its_context_or_refuses(capsys, tmp_path, qw
 def test_verify_never_loads_a_model_the_header_names(capsys, tmp_path, qwen, monkeypatch):
     from dataclasses import replace
 
-    from c2c.runtime import hf, zoo
-    from c2c.runtime.engine import Runtime
+    from c2c.runtime import zoo
+    from c2c.runtime.transformers import TransformersRuntime, loading
     from c2c.trust.signing import sign
 
     ring, key, good, _ = signed_slices(tmp_path, qwen)
@@ -174,8 +174,9 @@ def test_verify_never_loads_a_model_the_header_names(capsys, tmp_path, qwen, mon
     art = Artifact.build(honest.cache, fingerprint=replace(h.fingerprint, model_name=str(evil)), prefix=h.prefix)
     calls = []
     monkeypatch.setattr(zoo, "load", lambda *a, **k: calls.append(("zoo.load", a)))
-    monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, *a, **k: calls.append(("Runtime.load", a))))
-    monkeypatch.setattr(hf, "load", lambda *a, **k: calls.append(("hf.load", a)))
+    monkeypatch.setattr(TransformersRuntime, "load",
+                        classmethod(lambda cls, *a, **k: calls.append(("TransformersRuntime.load", a))))
+    monkeypatch.setattr(loading, "load", lambda *a, **k: calls.append(("loading.load", a)))
     path = tmp_path / "evil.c2c"
     art.with_signature(sign(honest, key).signature).write(path)  # a signature that is not this header's
     for mode in ("sample", "strict"):

@@ -6,7 +6,7 @@ import torch
 from c2c.context import Context
 from c2c.errors import ConfigError, HandoffError
 from c2c.trust.isolation import (
-    decide,
+    domain_rule,
     exportable_ranges,
     exported_tokens,
     minimize,
@@ -17,10 +17,10 @@ from c2c.trust.isolation import (
 
 
 def test_cross_domain_is_always_text():
-    same = decide("lab", "lab")
+    same = domain_rule("lab", "lab")
     assert same.transport == "cache" and same.allows_cache and "lab" in same.reason
     for s, r in (("lab", "ops"), ("ops", "lab"), (None, "lab"), ("lab", None), ("", "")):
-        d = decide(s, r)
+        d = domain_rule(s, r)
         assert d.transport == "text" and not d.allows_cache and d.reason
 
 

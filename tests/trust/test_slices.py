@@ -14,7 +14,7 @@ import torch
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import BadSignatureError, ConfigError, PrefixMismatchError, UnverifiableError, VerificationFailedError
 from c2c.team.agent import Team
-from c2c.trust.policy import VerifyPolicy, check
+from c2c.trust.verify_policy import VerifyPolicy, check
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import verify_kv
 
@@ -144,3 +144,30 @@ def test_policy_allow_partial_round_trips_and_is_validated():
     assert p.for_handoff(critical=True).allow_partial is False
     with pytest.raises(ConfigError):
         VerifyPolicy(allow_partial="yes")
+
+
+def test_slice_context_is_the_receivers_prefix_cache_for_a_slice_that_follows_it_and_nothing_else(qwen, ring, key):
+    """The one rule the library's handoff, the server and `c2c continue`/`verify` verify slices by."""
+    from c2c.artifact.prefix import prefix_token_ids
+    from c2c.trust.verify import slice_context
+
+    agent = slice_sender(qwen, ring)
+    honest = agent.export(labels=("evidence",))                          # recompute: starts after the prefix
+    positions = agent.export(labels=("evidence",), isolation="positions")  # after the private role
+    ids = prefix_token_ids(qwen, SYSTEM)
+    assert honest.header.start == len(ids) < positions.header.start
+    assert slice_context(0, ids) is None                                 # a full cache needs no context
+    assert slice_context(positions.header.start, ids) is None            # computed after what we do not hold
+    made = slice_context(honest.header.start, ids)(qwen)
+    assert made.start == 0 and made.token_ids == ids and made.end == honest.header.start
+    assert torch.equal(made.keys[-1], receiver_prefix(qwen).keys[-1])
+    cached = Team(shared=SharedPrefix.build(SYSTEM), domain=DOMAIN)
+    assert slice_context(honest.header.start, ids, cached.prefix_cache) == cached.prefix_cache
+    # through check(): computed only after the signature and prefix checks, and it catches deep noise
+    assert check(honest, ring, DOMAIN, runtime=qwen, prefix_ids=ids,
+                 context=slice_context(honest.header.start, ids)).kv.layers == "all"
+    with pytest.raises(VerificationFailedError):
+        check(noised_above_layer0(honest, key), ring, DOMAIN, runtime=qwen, prefix_ids=ids,
+              context=slice_context(honest.header.start, ids))
+    with pytest.raises(UnverifiableError, match="not verified beyond layer 0"):
+        check(positions, ring, DOMAIN, runtime=qwen, prefix_ids=ids, context=slice_context(positions.header.start, ids))

@@ -3,18 +3,28 @@
 Two agents can share a KV-cache only when their models produce the same K/V for
 the same tokens: same architecture and layer layout, same KV heads and head
 dimension, same sliding windows, same RoPE, same dtype, the same tokenizer, the
-same weights and the same adapters, and the same cache format. A mismatch in
-RoPE or tokenizer breaks silently, so every one of these is compared and every
-difference is named.
+same weights and the same adapters, the same engine and cache format, and the same
+numerics (kernels, CPU class: :mod:`c2c.runtime.numerics`). A mismatch in RoPE or
+tokenizer breaks silently, so every one of these is compared and every difference
+is named. A check that compares K/V within a tolerance (:mod:`c2c.trust.verify`)
+compares everything but the numerics (``require_same(..., exact=False)``).
+
+The inputs come from the runtime's typed :class:`~c2c.runtime.facts.ModelFacts` and
+:class:`~c2c.runtime.facts.EngineId`; ``backend`` is the engine id, written on disk as
+the one string it always was (``"transformers"`` by default, left out of the header).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from c2c.canon import canonical_json, sha256_hex
 from c2c.errors import FingerprintMismatchError
+from c2c.runtime.facts import EngineId
+
+if TYPE_CHECKING:  # pragma: no cover
+    from c2c.runtime.protocol import Runtime
 
 CACHE_FORMAT_VERSION = 1
 DEFAULT_BACKEND = "transformers"
@@ -38,29 +48,28 @@ class Fingerprint:
     adapters: tuple[str, ...] = ()
     cache_format: int = CACHE_FORMAT_VERSION
     model_name: str = ""          # informational: never compared
-    # the engine and its cache format, e.g. "llama.cpp 0.3.36 gguf:Q4_K_M kv:f16 v_trans:1"; the default
-    # is left out of the header (so artifacts made before this field stay canonical)
-    backend: str = DEFAULT_BACKEND
+    # the engine, its build, cache format and numerics, written as one string, e.g. "llama.cpp 0.3.36
+    # gguf:Q4_K_M kv:f16 v_trans:1 numerics:cpu/avx2+..."; the default ("transformers", as caches made
+    # before this field were) is left out of the header, so those stay canonical
+    backend: EngineId = EngineId(kind=DEFAULT_BACKEND)
 
     # -------------------------------------------------------------- building
     @classmethod
-    def of(cls, runtime) -> "Fingerprint":
+    def of(cls, runtime: "Runtime") -> "Fingerprint":
         f = runtime.facts
         return cls(
-            architecture=f["architecture"], num_layers=f["num_layers"],
-            layer_types=tuple(f["layer_types"]), kv_heads=f["kv_heads"], head_dim=f["head_dim"],
-            sliding_window=f["sliding_window"], rope=canonical_json(f["rope"]).decode(),
-            dtype=f["dtype"], tokenizer_digest=runtime.tokenizer_digest,
+            architecture=f.architecture, num_layers=f.num_layers, layer_types=f.layer_types,
+            kv_heads=f.kv_heads, head_dim=f.head_dim, sliding_window=f.sliding_window, rope=f.rope,
+            dtype=f.dtype, tokenizer_digest=runtime.tokenizer_digest,
             weights_digest=runtime.weights_digest, adapters=tuple(runtime.adapters),
-            model_name=runtime.name,
-            backend=" ".join(x for x in (getattr(runtime, "backend", DEFAULT_BACKEND),
-                                         getattr(runtime, "engine_info", "")) if x),
+            model_name=runtime.name, backend=runtime.engine_id,
         )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["layer_types"] = list(self.layer_types)
         d["adapters"] = list(self.adapters)
+        d["backend"] = str(self.backend)
         if d["backend"] == DEFAULT_BACKEND:
             del d["backend"]
         return d
@@ -90,6 +99,7 @@ class Fingerprint:
                 raise ValueError(f"fingerprint {name} must be a list of strings (at most 256 characters each)")
         d["layer_types"] = tuple(d.get("layer_types", ()))
         d["adapters"] = tuple(d.get("adapters", ()))
+        d["backend"] = EngineId.parse(d.get("backend", DEFAULT_BACKEND))
         if len(d["layer_types"]) != d["num_layers"]:
             raise ValueError("fingerprint layer_types must list every layer")
         return cls(**d)
@@ -102,27 +112,40 @@ class Fingerprint:
         return sha256_hex(canonical_json(d))
 
     # ------------------------------------------------------------- comparing
-    def diff(self, other: "Fingerprint") -> dict[str, tuple[Any, Any]]:
-        """Every compared field that differs, as ``{field: (ours, theirs)}``."""
+    def diff(self, other: "Fingerprint", *, exact: bool = True) -> dict[str, tuple[Any, Any]]:
+        """Every compared field that differs, as ``{field: (ours, theirs)}`` (the backend as its string).
+
+        ``exact=False`` leaves the engines' numerics out: for checks within a tolerance.
+        """
         out = {}
         for f in fields(self):
             if f.name == "model_name":
                 continue
             a, b = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "backend" and not exact:
+                a, b = a.without_numerics(), b.without_numerics()
             if a != b:
-                out[f.name] = (a, b)
+                out[f.name] = (str(a), str(b)) if f.name == "backend" else (a, b)
         return out
 
-    def require_same(self, other: "Fingerprint") -> None:
-        """Raise :class:`FingerprintMismatchError` naming every differing field."""
-        d = self.diff(other)
+    def require_same(self, other: "Fingerprint", *, exact: bool = True) -> None:
+        """Raise :class:`FingerprintMismatchError` naming every differing field (see :meth:`diff`)."""
+        d = self.diff(other, exact=exact)
         if d:
-            parts = ", ".join(f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(d.items()))
+            parts = [f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(d.items()) if k != "backend"]
+            if "backend" in d:  # the engines' strings share a long head: name the part that differs
+                ours, theirs = self.backend, other.backend
+                if ours.without_numerics() == theirs.without_numerics():
+                    parts.append(f"numerics: {_short(ours.numerics, 80)} != {_short(theirs.numerics, 80)}")
+                else:
+                    parts.append(f"backend: {_short(str(ours.without_numerics()), 80)} != "
+                                 f"{_short(str(theirs.without_numerics()), 80)}")
+            parts = ", ".join(parts)
             raise FingerprintMismatchError(
                 f"cache was made by {other.model_name or 'another model'}, not {self.model_name or 'this model'} "
                 f"({parts}); hand off by text, or use a trained fuser for this pair", d)
 
 
-def _short(v: Any) -> str:
+def _short(v: Any, limit: int = 24) -> str:
     s = str(v)
-    return s if len(s) <= 24 else s[:21] + "..."
+    return s if len(s) <= limit else s[:limit - 3] + "..."

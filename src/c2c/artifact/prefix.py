@@ -4,6 +4,9 @@ A cache is bound to the exact tokens before it. Agents of one team therefore
 share one canonical prefix: the system prompt, the tool list and the shared JSON
 context, serialized canonically (sorted keys, fixed separators), rendered with
 the model's chat template and tokenized the same way by everyone.
+:func:`prefix_token_ids` is the one place those tokens are made (BOS, then the
+system turn, its text verbatim); the library's teams, the server and
+``c2c export`` / ``import-slot`` all call it.
 
 Block hashes are chained like vLLM's: ``h_i = sha256(h_{i-1} || n || tokens_i)``
 with tokens as little-endian uint32, so they are identical across processes and
@@ -114,7 +117,8 @@ class SharedPrefix:
         return cls(system=system, tools=tuple(tools), context=canonical_context(context or {}))
 
     def text(self) -> str:
-        parts = [self.system.strip()]
+        """The system turn's text: the system prompt as given, then the tools and the context, if any."""
+        parts = [self.system]
         if self.tools:
             parts.append("Tools:\n" + "\n".join(f"- {t}" for t in self.tools))
         if self.context != "{}":
@@ -123,7 +127,19 @@ class SharedPrefix:
 
     def token_ids(self, runtime) -> tuple[int, ...]:
         """Tokens of the prefix for ``runtime``'s model: BOS (if any) + the system turn."""
-        return tuple(runtime.bos_ids) + tuple(runtime.encode(runtime.render_turn("system", self.text())))
+        return prefix_token_ids(runtime, self.text())
+
+
+def prefix_token_ids(runtime, system: str | None) -> tuple[int, ...]:
+    """The shared prefix for ``runtime``'s model: BOS (if the model has one), then the system turn of
+    ``system`` exactly as given (no system turn when ``None``; an empty one for ``""``).
+
+    NOTE: the text is not stripped or otherwise normalized: what a client sends is what the model
+    reads, and a llama-server slot holds the system text as it was sent, so ``"X\n"`` and ``"X"``
+    are two prefixes everywhere.
+    """
+    turn = runtime.encode(runtime.render_turn("system", system)) if system is not None else ()
+    return tuple(runtime.bos_ids) + tuple(turn)
 
 
 def canonical_context(obj: Any) -> str:

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Callable, Sequence
 
-from c2c.advise.model import Calibration, fit_nonnegative, runtime_calibration_name
+from c2c.advise.cost_model import Calibration, fit_nonnegative, runtime_calibration_name
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import ConfigError
 from c2c.handoff import DirectoryTransport, hand_off

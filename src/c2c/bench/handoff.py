@@ -33,7 +33,7 @@ from c2c.artifact.prefix import SharedPrefix
 from c2c.config import data_dir
 from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.handoff import DirectoryTransport, SharedTransport, hand_off
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.team.agent import Agent, Team
 
 

@@ -1,5 +1,9 @@
 """The fuser's answer quality, scored as lm-evaluation-harness scores it, with causal controls and records.
 
+The one fuser evaluator: ``c2c fuser eval`` (:func:`evaluate_checkpoints`) and
+``benchmarks/fuser_report.py`` both run :class:`HarnessEvaluator` and :func:`summarize`, and
+keep their per-question records with :mod:`c2c.bench.fuser_records`.
+
 Every condition answers the same question in lm-eval's ARC form, on every benchmark: the
 context ``"Question: {q}\\nAnswer:"`` (plain text, no chat template, no options shown) and
 each option's text as its continuation, scored by summed log-likelihood (``acc``) and per
@@ -40,21 +44,24 @@ Tensor shapes are in the comments.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from c2c.bench.fuser_records import CONDITIONS, Records
 from c2c.bench.stats import bootstrap_mean
-from c2c.errors import ConfigError
+from c2c.errors import ConfigError, FuserCheckpointError
+from c2c.fuser import checkpoint as ckpt
 from c2c.fuser.align import CONTENT, TEMPLATE, Rendered, Section, align_tokens, render
 from c2c.fuser.data import SYSTEM, Question
 from c2c.fuser.infer import FusedReceiver
 from c2c.mc import lm_eval_context, score_options
 from c2c.runtime.kvcache import KVCache
 
-CONDITIONS = ("receiver", "sharer", "t2t", "t2t_choice", "c2c", "control", "c2c_other", "c2c_zero")
 _NEEDS_SHARER = {"sharer", "t2t", "t2t_choice", "c2c", "c2c_other", "c2c_zero"}
 _NEEDS_FUSER = {"c2c", "c2c_other", "c2c_zero"}
 
@@ -208,6 +215,81 @@ class HarnessEvaluator:
             put(c, scores, took)
         rec["delta"] = cache_deltas(r_cache, made)
         return rec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What :func:`evaluate_checkpoints` found: per benchmark, one joined record per question."""
+
+    records: dict[str, list[dict]]
+    made: int  # records this run asked of the models (0: every one was read back from the records)
+
+    def summary(self) -> dict:
+        """:func:`summarize` over every benchmark's questions (pooled), with each benchmark's count."""
+        pooled = [r for recs in self.records.values() for r in recs]
+        return summarize(pooled) | {"benchmarks": {b: len(r) for b, r in self.records.items()}, "made": self.made}
+
+
+def evaluate_checkpoints(checkpoint: str | Path, control_checkpoint: str | Path | None = None, *,
+                         questions: dict[str, Sequence[Question]], conditions: Sequence[str] | None = None,
+                         hint_tokens: int = 32, device: str = "cpu", records: str | Path | None = None,
+                         kind: str = "general", extra: dict | None = None, progress: bool = True) -> Evaluation:
+    """Score a fuser checkpoint (and its matched control) on ``questions`` (by benchmark name).
+
+    With ``records`` (a pair's records folder, :mod:`c2c.bench.fuser_records`; ``kind`` names this
+    fuser's files there), the records made with these checkpoints, models and hint length are read
+    back and only what they lack is computed (and appended): when nothing is missing, no model is loaded.
+
+    Args:
+        conditions: a subset of :data:`CONDITIONS`; by default all of them (without ``control`` when no
+            control checkpoint is given).
+
+    Raises:
+        FuserCheckpointError: not a fuser checkpoint, or a control where a fuser belongs (and the reverse).
+        ConfigError: an unknown condition, or ``control`` without a control checkpoint.
+    """
+    meta = ckpt.read_meta(checkpoint)
+    if meta.is_control:
+        raise FuserCheckpointError(f"{checkpoint} is a control fuser; pass the Sharer's fuser as the checkpoint")
+    control_meta = ckpt.read_meta(control_checkpoint) if control_checkpoint is not None else None
+    if control_meta is not None and not control_meta.is_control:
+        raise FuserCheckpointError(f"{control_checkpoint} is not a control fuser (its sharer is not \"self\")")
+    if conditions is None:
+        conditions = [c for c in CONDITIONS if c != "control" or control_meta is not None]
+    bad = sorted(set(conditions) - set(CONDITIONS))
+    if bad or not conditions:
+        raise ConfigError(f"unknown conditions {bad}; choose from {', '.join(CONDITIONS)}")
+    conditions = [c for c in CONDITIONS if c in conditions]
+    if "control" in conditions and control_meta is None:
+        raise ConfigError("the control condition needs the matched control fuser's checkpoint")
+    store = Records.of(records, kind, meta, control_meta, hint_tokens=hint_tokens) if records is not None else None
+    made = 0
+    loaded: list[HarnessEvaluator] = []
+
+    def evaluator() -> HarnessEvaluator:  # the models are loaded only when a record is missing
+        if not loaded:
+            fused = FusedReceiver.load([checkpoint], device=device)
+            control = (FusedReceiver.load([control_checkpoint], receiver=fused.receiver, device=device)
+                       if control_meta is not None else None)
+            loaded.append(HarnessEvaluator(fused.receiver, sharer=fused.links[0].sharer, fused=fused,
+                                           control=control, hint_tokens=hint_tokens))
+        return loaded[0]
+
+    def count(_rec: dict) -> None:
+        nonlocal made
+        made += 1
+
+    out = {}
+    for bench, qs in questions.items():
+        ids = [q.id for q in qs]
+        if store is not None and not store.missing(bench, ids, conditions):
+            out[bench] = store.read(bench, ids, conditions)
+        elif store is not None:
+            out[bench] = store.run(evaluator(), bench, qs, conditions, extra=extra, progress=progress,
+                                   on_record=count)
+        else:
+            out[bench] = evaluator().evaluate(qs, conditions, on_record=count, progress=progress, desc=bench)
+    return Evaluation(records=out, made=made)
 
 
 def other_question(questions: Sequence[Question], i: int) -> Question | None:

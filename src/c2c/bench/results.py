@@ -1,20 +1,37 @@
-"""How a benchmark leaves its results: ``PREFIX.json``, ``PREFIX.md``, and per-item records ``PREFIX.jsonl``."""
+"""How a benchmark leaves its results: ``PREFIX.json``, ``PREFIX.md``, per-item records ``PREFIX.jsonl``
+and a plot ``PREFIX.png``. Every script under ``benchmarks/`` writes through :func:`write`, so every
+result file has one format (JSON indented by two, no trailing newline), is replaced whole (two runs
+that finish together never leave a mixed file), and one rule gives the exit status."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+from c2c._io import write_atomic
 
 
 def write(prefix: str | Path, result: dict[str, Any], markdown: str, *,
-          records: Iterable[dict[str, Any]] | None = None) -> int:
-    """Write the result files, print the table, and return the exit status (0 when every acceptance holds)."""
+          records: Iterable[dict[str, Any]] | None = None, plot: Callable[[Path], None] | None = None,
+          echo: bool = True) -> int:
+    """Write the result files, print the table, and return the exit status (0 when every acceptance holds).
+
+    Args:
+        prefix: the path without its suffix (``benchmarks/results/store``); a suffix given is replaced.
+        records: one JSON line each, to ``PREFIX.jsonl``.
+        plot: draws the figure into the path it is given (``PREFIX.png``), after the other files.
+        echo: print the markdown (a script that prints its own summary passes False).
+    """
     out = Path(prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     if records is not None:
-        out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(markdown)
-    print(markdown)
+        write_atomic(out.with_suffix(".jsonl"), "".join(json.dumps(r) + "\n" for r in records).encode(),
+                     durable=False)
+    write_atomic(out.with_suffix(".json"), json.dumps(result, indent=2).encode(), durable=False)
+    write_atomic(out.with_suffix(".md"), markdown.encode(), durable=False)
+    if plot is not None:
+        plot(out.with_suffix(".png"))
+    if echo:
+        print(markdown)
     return 0 if all(result.get("acceptance", {}).values()) else 1

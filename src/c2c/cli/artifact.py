@@ -132,13 +132,11 @@ def _continue(args: argparse.Namespace) -> int:
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     report = None
     if args.domain:
-        from c2c.trust import Keyring, check
+        from c2c.trust import Keyring, check, slice_context
 
-        # a slice is verified against what it follows here: this agent's shared-prefix cache
-        plen = agent.context.prefix_len
-        context = agent.team.prefix_cache(runtime) if artifact.header.start == plen else None
-        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime, context=context,
-                       prefix_ids=agent.context.token_ids[:plen]).to_dict()
+        prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
+        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime, prefix_ids=prefix_ids,
+                       context=slice_context(artifact.header.start, prefix_ids, agent.team.prefix_cache)).to_dict()
     agent.attach(artifact)
     gen = agent.respond(args.prompt, max_new_tokens=args.max_new_tokens)
     info = {"id": artifact.id, "attached_tokens": artifact.header.seq_len, "kind": artifact.header.kind,
@@ -149,15 +147,14 @@ def _continue(args: argparse.Namespace) -> int:
 
 def _import_slot(args: argparse.Namespace) -> int:
     from c2c._io import read_bounded
+    from c2c.artifact.prefix import prefix_token_ids
     from c2c.artifact.slots import artifact_from_slot
     from c2c.config import settings
     from c2c.runtime import zoo
 
     data = read_bounded(args.file, settings().max_artifact_bytes)
     runtime = zoo.load(args.model, backend="llama.cpp")
-    prefix = tuple(runtime.bos_ids) + (tuple(runtime.encode(runtime.render_turn("system", args.system)))
-                                       if args.system else ())
-    artifact = artifact_from_slot(data, runtime, prefix_ids=prefix)
+    artifact = artifact_from_slot(data, runtime, prefix_ids=prefix_token_ids(runtime, args.system))
     if args.sign_as:
         from c2c.trust import Keyring, sign
 
@@ -167,7 +164,7 @@ def _import_slot(args: argparse.Namespace) -> int:
 
     write_atomic(args.out, payload)
     info = {"id": artifact.id, "path": str(args.out), "bytes": len(payload), "tokens": artifact.header.seq_len,
-            "signed": artifact.signature is not None, "backend": artifact.header.fingerprint.backend}
+            "signed": artifact.signature is not None, "backend": str(artifact.header.fingerprint.backend)}
     if args.store:
         from c2c.store import open_store
 

@@ -35,19 +35,19 @@ def _demo(args: argparse.Namespace) -> int:
     from c2c.runtime import zoo
 
     if args.scenario == "router":
-        from c2c.demos import router
+        from c2c.demos import cross_model
 
-        rep = router.demo(args.model, fuser_checkpoint=args.fuser)
-        emit(args, rep, router.format_demo(rep))
+        rep = cross_model.demo(args.model, fuser_checkpoint=args.fuser)
+        emit(args, rep, cross_model.format_demo(rep))
         return 0
     runtime = zoo.load(args.model, dtype=args.dtype, backend=args.backend)
     if args.scenario == "chain":
-        from c2c.demos import chain
+        from c2c.demos import stale_chain
         from c2c.store.url import open_store
 
         with open_store(args.store) as store:
-            rep = chain.run(runtime, store, policy=args.policy)
-        emit(args, rep.to_dict(), chain.format_report(rep))
+            rep = stale_chain.run(runtime, store, policy=args.policy)
+        emit(args, rep.to_dict(), stale_chain.format_report(rep))
         return 0
     report = demo.run(runtime, questions=args.questions, message_tokens=args.message_tokens,
                       answer_tokens=args.answer_tokens)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from c2c.bench.fuser_records import BENCHMARKS, CONDITIONS
 from c2c.cli.main import add_json_flag, command, emit
 
 
@@ -38,26 +39,34 @@ def register(sub) -> None:
     _threads_flag(c)
     add_json_flag(c)
 
-    c = command(s, "eval", help="accuracy and latency of receiver / sharer / t2t / c2c / control",
-                example="c2c fuser eval --checkpoint ~/.cache/c2c/fuser/runs/pair_b \\\n"
-                        "    --data ../shared/data/eval/arc_challenge/ARC-Challenge-Dev.jsonl --limit 50 --json",
+    c = command(s, "eval", help="score a fuser as lm-evaluation-harness scores, under every condition of the "
+                                "report (c2c.bench.harness), reusing its per-question records where they exist",
+                example="c2c fuser eval --checkpoint checkpoints/fuser/general_pair_b \\\n"
+                        "    --control-checkpoint checkpoints/fuser/general_control --benchmark 'ARC-Easy test' \\\n"
+                        "    --limit 200 --records benchmarks/results/fuser_records/pair_b --kind general --json\n"
+                        "c2c fuser eval --checkpoint checkpoints/fuser/pair_b --conditions receiver,c2c \\\n"
+                        "    --data ../shared/data/eval/arc_challenge/ARC-Challenge-Dev.jsonl --limit 50",
                 func=_eval)
     c.add_argument("--checkpoint", required=True, help="fuser checkpoint directory")
     c.add_argument("--control-checkpoint", default=None,
-                   help="control fuser directory (default: <checkpoint>-control, else control/, next to it)")
-    c.add_argument("--data", required=True,
-                   help="ARC-style .jsonl file, or a folder of MMLU/C-Eval-style CSVs (or of .jsonl files)")
+                   help="its matched control fuser's directory (needed for the control condition)")
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--benchmark", action="append", choices=list(BENCHMARKS),
+                       help="a benchmark of the report, read under C2C_DATA; repeat to pool several")
+    which.add_argument("--data", help="ARC-style .jsonl file, or a folder of MMLU/C-Eval-style CSVs (or .jsonl files)")
     c.add_argument("--limit", type=int, default=None,
                    help="evaluate a fixed random subset of N questions (same subset for every condition)")
     c.add_argument("--seed", type=int, default=0, help="seed of the --limit subset")
-    c.add_argument("--conditions", default="receiver,sharer,t2t,c2c,control",
-                   help="comma-separated subset of receiver,sharer,t2t,c2c,control")
-    c.add_argument("--hint-tokens", type=int, default=48, help="t2t: most tokens the Sharer writes")
-    c.add_argument("--scoring", choices=["label", "text", "generate"], default="label",
-                   help="label: log p(label); text: mean log p per token of 'label. option text'; "
-                        "generate: the model answers greedily and the label is read from its words")
+    c.add_argument("--conditions", default=None,
+                   help=f"comma-separated subset of {','.join(CONDITIONS)} (default: all; control only "
+                        "with --control-checkpoint)")
+    c.add_argument("--hint-tokens", type=int, default=32, help="t2t: most tokens the Sharer writes")
+    c.add_argument("--records", default=None,
+                   help="a pair's records folder (as benchmarks/results/fuser_records/pair_b): read the records "
+                        "of these checkpoints and settings, compute only what is missing, append it")
+    c.add_argument("--kind", default=None, help="with --records: the label of this fuser's files there "
+                                                "(general or task-tuned)")
     c.add_argument("--device", default="cpu", help="cpu or cuda")
-    c.add_argument("--records", default=None, help="also write per-question records (JSON) to this file")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     _threads_flag(c)
     add_json_flag(c)
@@ -98,25 +107,45 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import json
+    from pathlib import Path
 
-    from c2c.fuser.data import load_questions, subset
-    from c2c.fuser.evaluate import Evaluator
+    from c2c.bench.fuser_records import slug
+    from c2c.bench.harness import evaluate_checkpoints
+    from c2c.errors import ConfigError
+    from c2c.fuser.data import data_root, load_questions, subset
 
+    if args.records is not None and not args.kind:
+        raise ConfigError("--records needs --kind: the label of this fuser's files in that folder "
+                          "(general or task-tuned)")
     _set_threads(args)
-    conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    questions = subset(load_questions(args.data), args.limit, args.seed)
-    ev = Evaluator.from_checkpoint(args.checkpoint, control_checkpoint=args.control_checkpoint,
-                                   conditions=conditions, device=args.device, hint_tokens=args.hint_tokens,
-                                   scoring=args.scoring)
-    rep = ev.evaluate(questions, conditions, data=str(args.data), progress=not (args.quiet or args.json))
-    if args.records:
-        with open(args.records, "w") as f:
-            json.dump(rep.to_dict(with_records=True), f, indent=1, ensure_ascii=False)
-    lines = [f"{args.data}: n={rep.n}", f"{'condition':<10}{'accuracy':>10}{'latency ms':>12}"]
-    lines += [f"{c:<10}{rep.accuracy[c]:>10.3f}{rep.latency_s[c] * 1000:>12.0f}" for c in rep.accuracy]
-    emit(args, rep.to_dict(), "\n".join(lines))
+    sources = {b: data_root() / BENCHMARKS[b] for b in args.benchmark} if args.benchmark else {
+        slug(Path(args.data).stem): Path(args.data)}
+    questions = {b: subset(load_questions(path), args.limit, args.seed) for b, path in sources.items()}
+    conditions = [c.strip() for c in args.conditions.split(",") if c.strip()] if args.conditions else None
+    result = evaluate_checkpoints(args.checkpoint, args.control_checkpoint, questions=questions,
+                                  conditions=conditions, hint_tokens=args.hint_tokens, device=args.device,
+                                  records=args.records, kind=args.kind or "general",
+                                  extra={"threads": args.threads or 0}, progress=not (args.quiet or args.json))
+    s = result.summary()
+    emit(args, s, _eval_text(s))
     return 0
+
+
+def _eval_text(s: dict) -> str:
+    where = ", ".join(f"{b} ({n})" for b, n in s["benchmarks"].items())
+    lines = [f"{s['n']} questions: {where}; {s['made']} new records",
+             f"{'condition':<12}{'acc % (95%)':>18}{'acc_norm %':>12}{'latency s':>11}"]
+    for c, row in s["conditions"].items():
+        lo, hi = row["acc_ci95"]
+        lat = f"{row['latency_s']:>11.2f}" if "latency_s" in row else f"{'-':>11}"
+        lines.append(f"{c:<12}{100 * row['acc']:>7.1f} ({100 * lo:.0f}-{100 * hi:.0f}){'':>2}"
+                     f"{100 * row['norm']:>12.1f}{lat}")
+    vs = s.get("paired", {}).get("receiver")
+    if vs:
+        d = vs["acc"]
+        lines.append(f"c2c - receiver: {100 * d['diff']:+.1f} ({100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}) acc"
+                     + (" (clears zero)" if d["clears"] else ""))
+    return "\n".join(lines)
 
 
 def _generate(args: argparse.Namespace) -> int:

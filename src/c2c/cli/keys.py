@@ -122,7 +122,7 @@ def _new(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from c2c.trust.policy import policy_for
+    from c2c.trust.verify_policy import policy_for
 
     ring = _ring(args)
     entries = ring.entries()
@@ -161,7 +161,7 @@ def _revoke(args: argparse.Namespace) -> int:
 def _policy(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from c2c.trust.policy import policy_for
+    from c2c.trust.verify_policy import policy_for
 
     ring = _ring(args)
     policy = policy_for(ring, args.domain)

@@ -4,7 +4,7 @@ Exit status 0: it passed. 1: it did not, or it could not be verified as asked
 (the reason is printed). 2: the check could not run (bad flag, unknown model).
 
 No work before trust: the signature and domain are checked first, and only
-then is a model loaded (lazily, by :func:`c2c.trust.policy.check`). The model
+then is a model loaded (lazily, by :func:`c2c.trust.verify_policy.check`). The model
 comes from ``--model`` or, without it, from the header's model name resolved as
 a *zoo name*; an unverified header can never make this command load a local
 directory. A slice is checked at every layer against the shared prefix it
@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from c2c.trust.keys import Keyring
-    from c2c.trust.policy import VerifyPolicy, check
+    from c2c.trust.verify_policy import VerifyPolicy, check
     from c2c.trust.seal import MAGIC, envelope_info, open_sealed
     from c2c.trust.signing import decode_exact
 
@@ -89,14 +89,14 @@ def _verify(args: argparse.Namespace) -> int:
         if args.mode != "signature":  # both run only once check() has verified the signature
             fp = artifact.header.fingerprint
             runtime = _runtime_loader(args.model, fp.model_name, args.dtype or _known_dtype(fp.dtype),
-                                      "llama.cpp" if fp.backend.startswith("llama.cpp") else None)
+                                      fp.backend.kind)
             if args.context is not None and artifact.header.start > 0:
                 context = _context_builder(args.context, artifact)
         policy = VerifyPolicy(kv="none" if args.mode == "signature" else args.mode, samples=args.samples,
                               require_signature=not args.unsigned_ok, tolerance=args.tolerance,
                               allow_partial=args.allow_partial)
         report = check(artifact, ring, domain or "", policy, runtime=runtime, context=context,
-                       rng=random.Random(args.seed) if args.seed is not None else None)
+                       rng=random.Random(args.seed) if args.seed is not None else None, exact=False)
     except (ArtifactError, TrustError, IncompatibleCacheError) as e:
         result.update(ok=False, error=type(e).__name__, reason=str(e))
         kv = getattr(e, "report", None)
@@ -171,17 +171,19 @@ def _runtime_loader(model: str | None, header_name: str, dtype: str | None = Non
             path = zoo.pull(spec.name, progress=False)  # tiny test models are built locally
         if backend == "llama.cpp":
             return zoo.load(spec.name, pull_if_missing=False, backend=backend)
-        return zoo.load(str(path), pull_if_missing=False, dtype=dtype)
+        return zoo.load(str(path), pull_if_missing=False, dtype=dtype, backend=backend)
     return load
 
 
 def _context_builder(system: str, artifact):
-    """``runtime -> cache`` of the shared prefix built from ``system``, after checking it is the artifact's."""
+    """``runtime -> cache`` a slice is verified against (:func:`c2c.trust.verify.slice_context`) for a
+    receiver whose shared prefix is ``system``'s, after checking that prefix is the artifact's."""
     def build(runtime):
-        from c2c.artifact.prefix import SharedPrefix
+        from c2c.artifact.prefix import prefix_token_ids
+        from c2c.trust.verify import slice_context
 
-        ids = list(SharedPrefix.build(system).token_ids(runtime))
+        ids = prefix_token_ids(runtime, system)
         artifact.header.prefix.require_match(ids)
-        _, cache = runtime.prefill(ids)
-        return cache
+        context = slice_context(artifact.header.start, ids)
+        return context(runtime) if context is not None else None
     return build

@@ -18,7 +18,7 @@ from c2c.artifact.prefix import SharedPrefix
 from c2c.config import data_dir
 from c2c.errors import ConfigError
 from c2c.handoff import hand_off
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.team.agent import Agent, Team
 
 SYSTEM = ("You are part of a two-agent team answering exam questions. The analyst studies the questions; "

@@ -10,19 +10,20 @@ Modules, one idea each:
 - :mod:`~c2c.fuser.precompute`: the Sharer's aligned caches, once, fp16 on disk.
 - :mod:`~c2c.fuser.train`: the resumable training loop.
 - :mod:`~c2c.fuser.infer`: fuse one or more Sharers, generate, export an artifact.
-- :mod:`~c2c.fuser.evaluate`: receiver / sharer / t2t / c2c / control, accuracy and latency.
+
+A fuser is evaluated by :mod:`c2c.bench.harness` (``c2c fuser eval``), which scores every
+condition as lm-evaluation-harness scores, with causal controls and per-question records.
 """
 
 from c2c.fuser.align import align_tokens, layer_map, render
 from c2c.fuser.checkpoint import FuserMeta
 from c2c.fuser.checkpoint import load as load_fuser
 from c2c.fuser.checkpoint import save as save_fuser
-from c2c.fuser.evaluate import CONDITIONS, EvalReport, Evaluator
 from c2c.fuser.infer import FusedReceiver
 from c2c.fuser.model import CacheFuser, FuserConfig
 from c2c.fuser.train import TrainConfig, Trainer
 
 __all__ = [
-    "CONDITIONS", "CacheFuser", "EvalReport", "Evaluator", "FusedReceiver", "FuserConfig", "FuserMeta",
+    "CacheFuser", "FusedReceiver", "FuserConfig", "FuserMeta",
     "TrainConfig", "Trainer", "align_tokens", "layer_map", "load_fuser", "render", "save_fuser",
 ]

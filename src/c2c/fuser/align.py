@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from c2c.context import Interval
 from c2c.errors import AlignmentError, ConfigError
 
 # (receiver_layer, sharer_layer) pairs, receiver layers ascending.
@@ -36,16 +37,10 @@ TEMPLATE, CONTENT = "template", "content"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Section:
+class Section(Interval):
     """Characters ``[start, end)`` of a rendering: template text or a message's content."""
 
     kind: str
-    start: int
-    end: int
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,20 +77,10 @@ def answer_instruction(q: Question) -> str:
     return f"Answer with the label of the correct option ({', '.join(q.labels)})."
 
 
-def mc_messages(q: Question, hint: str | None = None) -> list[dict]:
-    """The context for answering ``q``; ``hint`` is another model's note (text-to-text)."""
-    body = question_block(q)
-    if hint is not None:
-        body += f"\n\nA hint from another assistant: {hint.strip()}"
+def mc_messages(q: Question) -> list[dict]:
+    """The chat context a task-tuned fuser trains on for ``q``: the question, its options, the instruction."""
     return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"{body}\n\n{answer_instruction(q)}"}]
-
-
-def hint_messages(q: Question) -> list[dict]:
-    """The Sharer's prompt in text-to-text mode: write a short hint, not the answer."""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"{question_block(q)}\n\nIn one or two sentences, state the key fact "
-                                        "or reasoning needed to answer this question."}]
+            {"role": "user", "content": f"{question_block(q)}\n\n{answer_instruction(q)}"}]
 
 
 MC_RESPONSES = ("label", "label_text")

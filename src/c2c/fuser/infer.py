@@ -174,7 +174,7 @@ class FusedReceiver:
                 sv = [cache.values[s] for _, s in link.fuser.cfg.layer_map]
             else:
                 s_cache, index = sharers[link.sharer_name]
-                sk, sv = aligned_sharer(s_cache, index, link.fuser.cfg.layer_map, self.receiver.windows)
+                sk, sv = aligned_sharer(s_cache, index, link.fuser.cfg.layer_map, self.receiver.facts.windows)
             t0 = time.perf_counter()
             # [1, H_r, T, D_r] per layer in and out; hard gates
             keys, values = link.fuser(keys, values, sk, sv, tau=None)
@@ -243,7 +243,7 @@ def _check_side(recorded: dict, runtime, role: str) -> None:
 def _check_receiver(meta: ckpt.FuserMeta, receiver) -> None:
     _check_side(meta.receiver, receiver, "receiver")
     f, c = receiver.facts, meta.fuser
-    if (f["num_layers"], f["kv_heads"], f["head_dim"]) != (c.receiver_layers, c.receiver_kv_heads, c.receiver_head_dim):
+    if (f.num_layers, f.kv_heads, f.head_dim) != (c.receiver_layers, c.receiver_kv_heads, c.receiver_head_dim):
         raise FuserCheckpointError(f"the fuser is shaped for {c.receiver_layers} layers of {c.receiver_kv_heads}x"
-                                   f"{c.receiver_head_dim}; {receiver.name} has {f['num_layers']} of "
-                                   f"{f['kv_heads']}x{f['head_dim']}")
+                                   f"{c.receiver_head_dim}; {receiver.name} has {f.num_layers} of "
+                                   f"{f.kv_heads}x{f.head_dim}")

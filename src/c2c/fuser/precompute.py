@@ -41,7 +41,7 @@ def store_key(*, sharer, receiver, layer_map: LayerMap, examples: Sequence[Examp
     return sha256_hex(canonical_json({
         "align": ALIGN_VERSION, "sharer": sharer.name, "sharer_weights": sharer.weights_digest,
         "sharer_tokenizer": sharer.tokenizer_digest, "receiver_tokenizer": receiver.tokenizer_digest,
-        "receiver_windows": list(map(str, receiver.windows)), "layer_map": [list(p) for p in layer_map],
+        "receiver_windows": list(map(str, receiver.facts.windows)), "layer_map": [list(p) for p in layer_map],
         "examples": ex}))[:20]
 
 
@@ -94,7 +94,7 @@ def precompute(examples: Sequence[Example], *, sharer, receiver, layer_map: Laye
                 msgs = examples[i].message_dicts()
                 r, sh = render(receiver, msgs), render(sharer, msgs)
                 _, cache = sharer.prefill(list(sh.ids))
-                keys, values = aligned_sharer(cache, align_tokens(r, sh), layer_map, receiver.windows)
+                keys, values = aligned_sharer(cache, align_tokens(r, sh), layer_map, receiver.facts.windows)
                 tensors[f"{i}.ids"] = torch.tensor(r.ids, dtype=torch.int64)
                 for j, (k, v) in enumerate(zip(keys, values)):
                     tensors[f"{i}.k{j}"] = k[0].to("cpu", torch.float16).contiguous()  # [H_s, T_r, D_s]

@@ -172,8 +172,6 @@ class Trainer:
         self.progress = progress
         self.device = resolve_device(cfg.device)
         self.receiver = receiver or zoo.load(cfg.receiver, device=self.device, dtype=cfg.dtype)
-        for p in self.receiver.model.parameters():
-            p.requires_grad_(False)
         self.control = cfg.sharer == ckpt.SELF
         self.out = cfg.out_path()
         rf = self.receiver.facts
@@ -185,21 +183,21 @@ class Trainer:
         self.examples = [e for e, _ in self.data]
         self.tokens = [t for _, t in self.data]
         if self.control:
-            lmap = make_layer_map(cfg.layer_map, rf["num_layers"], rf["num_layers"])
-            s_heads, s_dim = rf["kv_heads"], rf["head_dim"]
+            lmap = make_layer_map(cfg.layer_map, rf.num_layers, rf.num_layers)
+            s_heads, s_dim = rf.kv_heads, rf.head_dim
             self.sharer_record = {"name": ckpt.SELF}
             self.store: SharerStore | None = None
         else:
             sharer = sharer or zoo.load(cfg.sharer, device=self.device, dtype=cfg.dtype)
             sf = sharer.facts
-            lmap = make_layer_map(cfg.layer_map, rf["num_layers"], sf["num_layers"])
-            s_heads, s_dim = sf["kv_heads"], sf["head_dim"]
+            lmap = make_layer_map(cfg.layer_map, rf.num_layers, sf.num_layers)
+            s_heads, s_dim = sf.kv_heads, sf.head_dim
             self.sharer_record = side_record(sharer)
             self.store = precompute(self.examples, sharer=sharer, receiver=self.receiver, layer_map=lmap,
                                     root=cfg.cache_path(), progress=progress)
             del sharer  # training never needs the Sharer again
-        self.fcfg = FuserConfig(receiver_layers=rf["num_layers"], receiver_kv_heads=rf["kv_heads"],
-                                receiver_head_dim=rf["head_dim"], sharer_kv_heads=s_heads, sharer_head_dim=s_dim,
+        self.fcfg = FuserConfig(receiver_layers=rf.num_layers, receiver_kv_heads=rf.kv_heads,
+                                receiver_head_dim=rf.head_dim, sharer_kv_heads=s_heads, sharer_head_dim=s_dim,
                                 layer_map=lmap, hidden=cfg.hidden, gate_init=cfg.gate_init)
         torch.manual_seed(cfg.seed)
         self.fuser = CacheFuser(self.fcfg).to(self.device)

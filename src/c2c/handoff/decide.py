@@ -34,7 +34,7 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (C2CError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
                         StaleCommitError)
 from c2c.handoff.policy import HandoffPolicy
-from c2c.trust.isolation import decide as domain_rule
+from c2c.trust.isolation import domain_rule
 
 Path = Literal["cache", "fused", "text"]
 CHECKS = ("domain", "fingerprint", "prefix", "hops", "staleness", "advisor")

@@ -17,6 +17,7 @@ from c2c.handoff.transport import SharedTransport, Transport
 from c2c.team.agent import Agent
 from c2c.trust import check as trust_check
 from c2c.trust.signing import decode_exact
+from c2c.trust.verify import slice_context
 
 _ISOLATION_REASONS = {
     "recompute": "isolation recompute: the slice was re-prefilled after the shared prefix only (no trace of "
@@ -57,13 +58,11 @@ def receive(receiver: Agent, data: bytes | bytearray, *, critical: bool = False)
     got = decode_exact(data) if keyring is not None else Artifact.decode(data)
     if keyring is None:
         return got, None
-    # A slice is verified against what it follows: the receiver's own shared-prefix cache. A slice
-    # starting elsewhere was computed after positions the receiver does not hold: no context, so a
-    # sampled or strict policy refuses it (UnverifiableError) and auto falls back to text.
-    P = receiver.context.prefix_len
-    context = receiver.team.prefix_cache(receiver.runtime) if got.header.start == P else None
+    # a slice that cannot be verified (UnverifiableError) makes auto fall back to text
+    prefix_ids = receiver.context.token_ids[:receiver.context.prefix_len]
     report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime, critical=critical,
-                         prefix_ids=receiver.context.token_ids[:P], context=context)
+                         prefix_ids=prefix_ids,
+                         context=slice_context(got.header.start, prefix_ids, receiver.team.prefix_cache))
     return got, report.to_dict()
 
 

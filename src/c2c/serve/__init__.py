@@ -7,20 +7,20 @@ any OpenAI client, and use :mod:`c2c.client` for the native endpoints.
 Modules, one idea each (the HTTP layer is thin; the logic is in the library modules):
 
 ================  ==============================================================
-``config``        :class:`ServeConfig`, every option, frozen
+``serve_config``  :class:`ServeConfig`, every option, frozen
 ``auth``          bearer tokens -> (agent, trust domain), compared in constant time
 ``render``        messages -> tokens, turn by turn, so prefixes are reused exactly
 ``reuse``         a held cache brought up to a rendering (reuse, import, prefill)
 ``sessions``      per-caller sessions under K/V byte budgets, per tenant and overall
 ``decode``        the decode loop: sampling, stop strings, streaming, cancellation
-``handoff``       publish to the store; attach commits through ``c2c.handoff.decide``
+``exchange``      publish to the store; attach commits through ``c2c.handoff.decide``
 ``service``       :class:`ChatService`: one completion, on its model's worker
 ``worker``        one forward pass at a time per model, shared fairly between tenants;
                   bounded admission, overall and per tenant (429)
 ``fairness``      who goes next: the tenant with the least recent use
 ``stream``        the asyncio side: wait for a job, or stream it as SSE
 ``schema``        pydantic models mirroring OpenAI's, plus the ``c2c`` field
-``errors``        each refusal as an HTTP status in one error shape (OpenAI's)
+``http_errors``   each refusal as an HTTP status in one error shape (OpenAI's)
 ``middleware``    loopback Host only if open (400), body limit (413) and read timeout (408), metrics
 ``metrics``       the Prometheus metrics of one server
 ``server``        :class:`Server`: the loaded pieces of one server
@@ -31,7 +31,7 @@ Modules, one idea each (the HTTP layer is thin; the logic is in the library modu
 
 from __future__ import annotations
 
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 
 __all__ = ["ServeConfig", "run"]
 

@@ -2,8 +2,8 @@
 
 Routes are thin: each validates (the pydantic models of :mod:`c2c.serve.schema`,
 the bearer token), calls the library once (:class:`~c2c.serve.service.ChatService`
-or :class:`~c2c.serve.handoff.Exchange`) and serializes. Every refusal is
-answered in OpenAI's error shape (:mod:`c2c.serve.errors`).
+or :class:`~c2c.serve.exchange.Exchange`) and serializes. Every refusal is
+answered in OpenAI's error shape (:mod:`c2c.serve.http_errors`).
 
 =====================================  ===============================================
 ``GET  /v1/models``                    the served models
@@ -35,8 +35,8 @@ from c2c import __version__
 from c2c.errors import C2CError
 from c2c.serve import stream
 from c2c.serve.auth import Principal
-from c2c.serve.errors import ErrorResponse, body as error_shape, error_body, http_code, schema_error_body
-from c2c.serve.handoff import advise_hop
+from c2c.serve.exchange import advise_hop
+from c2c.serve.http_errors import ErrorResponse, body as error_shape, error_body, http_code, schema_error_body
 from c2c.serve.metrics import CONTENT_TYPE
 from c2c.serve.middleware import BodyLimit, LoopbackHostOnly, RequestMetrics
 from c2c.serve.schema import (MAX_TIMEOUT_S, AdviseIn, ChatCompletionIn, ChatCompletionOut, ErrorOut, InvalidateIn,

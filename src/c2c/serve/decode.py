@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 import torch
 
 from c2c.errors import ConfigError
-from c2c.runtime.engine import Runtime, check_sampling, sample_next
+from c2c.runtime.protocol import Runtime
+from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 
 

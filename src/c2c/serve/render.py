@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from c2c.artifact.prefix import prefix_token_ids
 from c2c.context import Context
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -95,9 +96,9 @@ def split_system(messages: Sequence[Message]) -> tuple[Message | None, tuple[Mes
 
 
 def prefix_ids(runtime: Runtime, system: Message | None) -> tuple[int, ...]:
-    """BOS (if the model has one) and the system turn: what sender and receiver must share."""
-    turn = runtime.encode(runtime.render_turn("system", system.content)) if system is not None else []
-    return tuple(runtime.bos_ids) + tuple(turn)
+    """BOS (if the model has one) and the system turn: what sender and receiver must share
+    (:func:`c2c.artifact.prefix.prefix_token_ids`, as for every other caller)."""
+    return prefix_token_ids(runtime, system.content if system is not None else None)
 
 
 def turn(runtime: Runtime, m: Message) -> Part:

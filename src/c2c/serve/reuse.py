@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.render import Rendering
 

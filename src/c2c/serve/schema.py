@@ -52,7 +52,7 @@ _CURSOR = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")  # what either store issues:
 def event_cursor(value: str) -> str:
     """An events cursor (``?after=`` or ``Last-Event-ID``) shaped like one a store issues, else ConfigError.
 
-    The store checks its own range too (:meth:`c2c.store.base.Store.events`).
+    The store checks its own range too (:meth:`c2c.store.interface.Store.events`).
     """
     if not _CURSOR.fullmatch(value):
         raise ConfigError(f"event cursor {value[:64]!r} is not one this server issued; give the id of the "
@@ -234,7 +234,7 @@ class ChatCompletionOut(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    """See :mod:`c2c.serve.errors`."""
+    """See :mod:`c2c.serve.http_errors`."""
 
     message: str
     type: str = Field(description="OpenAI's vocabulary: invalid_request_error, authentication_error, "

@@ -10,13 +10,13 @@ import threading
 from dataclasses import dataclass, field
 
 from c2c.runtime import zoo
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import TokenTable
-from c2c.serve.config import ServeConfig
-from c2c.serve.handoff import Exchange
+from c2c.serve.serve_config import ServeConfig
+from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
 from c2c.serve.service import ChatService
-from c2c.store.base import Store
+from c2c.store.interface import Store
 from c2c.store.url import open_store, store_url
 from c2c.trust.keys import Keyring
 

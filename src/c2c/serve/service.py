@@ -1,7 +1,7 @@
 """`ChatService`: one chat completion, from validated request to result, on the model's worker.
 
 This is what ``POST /v1/chat/completions`` calls, once. It owns the models'
-workers, the sessions, and the :class:`~c2c.serve.handoff.Exchange` with the
+workers, the sessions, and the :class:`~c2c.serve.exchange.Exchange` with the
 store. Before a request is queued, a prompt whose characters alone cannot fit
 the model's context is refused (no tokenizing: :meth:`ChatService.submit`).
 One request, while it holds its model's turn (:mod:`c2c.serve.worker`):
@@ -18,28 +18,25 @@ One request, while it holds its model's turn (:mod:`c2c.serve.worker`):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import ConfigError, ContextLengthError, PrefixMismatchError, UnknownModelError
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import Principal
-from c2c.serve.config import ServeConfig
+from c2c.serve.serve_config import ServeConfig
 from c2c.serve.decode import Sampling, generate
-from c2c.serve.handoff import Exchange
+from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
 from c2c.serve.render import Message, Part, prefix_ids, render, split_system
 from c2c.serve.reuse import extend, prepare
 from c2c.serve.sessions import Session, SessionKey, SessionPool
 from c2c.serve.worker import Channel, Job, ModelWorker
 
-DEFAULT_CONTEXT = 32768
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,19 +90,6 @@ class Started:
     model: str
 
 
-def context_length(runtime: Runtime) -> int:
-    """The model's context window: the runtime's own (llama.cpp's context size), else its
-    ``config.json``'s ``max_position_embeddings``."""
-    if getattr(runtime, "context_tokens", None):
-        return int(runtime.context_tokens)
-    try:
-        cfg = json.loads((Path(runtime.path) / "config.json").read_text())
-    except (TypeError, OSError, ValueError):
-        return DEFAULT_CONTEXT
-    n = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
-    return int(n) if isinstance(n, int) and n > 0 else DEFAULT_CONTEXT
-
-
 class ChatService:
     """Chat completions over loaded runtimes, a store and a keyring (see the module docstring)."""
 
@@ -116,7 +100,7 @@ class ChatService:
         self.runtimes = runtimes
         self.exchange = exchange
         self.metrics = metrics or Metrics()
-        self.context = {name: context_length(rt) for name, rt in runtimes.items()}
+        self.context = {name: rt.context_tokens for name, rt in runtimes.items()}
         self.chars_per_token = {name: rt.chars_per_token for name, rt in runtimes.items()}
         self.shares = config.shares(tenants)
         self.pool = SessionPool(config.session_budget_bytes, max_sessions=config.max_sessions,
@@ -179,7 +163,7 @@ class ChatService:
                 (at least 1), exceed the context.
         """
         per_token, window = self.chars_per_token[request.model], self.context[request.model]
-        if per_token is None:  # the tokenizer gives no bound (see c2c.runtime.hf.chars_per_token)
+        if per_token is None:  # the tokenizer gives no bound (see c2c.runtime.transformers.tokenizer.chars_per_token)
             return
         least = sum(math.ceil(len(m.content) / per_token) for m in request.messages)
         wanted = request.max_tokens or 1
@@ -221,7 +205,7 @@ class ChatService:
             raise ContextLengthError(
                 f"the prompt is {n_prompt} tokens and {max_tokens} more were asked for, but {req.model} reads at "
                 f"most {window}; shorten the messages or lower max_tokens")
-        vocab = rt.facts["vocab_size"]
+        vocab = rt.facts.vocab_size
         if any(not 0 <= i < vocab for i, _ in req.logit_bias):
             raise ConfigError(f"logit_bias names a token id outside {req.model}'s vocabulary [0, {vocab})")
         sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,

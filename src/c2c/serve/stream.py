@@ -15,7 +15,7 @@ import time
 from typing import Any, AsyncIterator, Callable
 
 from c2c.errors import C2CError, RequestTimeoutError
-from c2c.serve.errors import body, error_body
+from c2c.serve.http_errors import body, error_body
 from c2c.serve.schema import chunk_body, usage
 from c2c.serve.service import Completion, Started
 from c2c.serve.worker import Channel, Job

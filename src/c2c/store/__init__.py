@@ -4,7 +4,7 @@ Open one by URL with :func:`open_store` (``sqlite:////ABS/PATH`` by default, or
 ``redis://HOST:PORT/DB``); every backend implements :class:`Store`.
 """
 
-from c2c.store.base import BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store
+from c2c.store.interface import BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store
 from c2c.store.gc import GCPolicy, GCReport, collect
 from c2c.store.graph import Deps, Graph
 from c2c.store.hops import HopReport, hop_report

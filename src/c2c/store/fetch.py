@@ -2,7 +2,7 @@
 
 A receiver that already holds a prefix of a commit's tokens (its team's shared
 prefix, its own session) asks the store for the rest only
-(:meth:`~c2c.store.base.Store.fetch` with a :class:`~c2c.store.manifest.HeldPrefix`),
+(:meth:`~c2c.store.interface.Store.fetch` with a :class:`~c2c.store.manifest.HeldPrefix`),
 then writes its own K/V for the held chunks into their places. Each of those is
 checked against the digest the commit's signed header names: the bytes handed on
 are exactly the commit's, and the usual checks (``Artifact.decode``,
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from c2c.runtime.kvcache import KVCache
-from c2c.store.base import CommitRecord, Store
+from c2c.store.interface import CommitRecord, Store
 from c2c.store.manifest import HeldPrefix
 
 

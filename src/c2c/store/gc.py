@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from c2c.errors import ConfigError
-from c2c.store.base import CommitId, CommitRecord, Store
+from c2c.store.interface import CommitId, CommitRecord, Store
 
 
 @dataclass(frozen=True, kw_only=True)

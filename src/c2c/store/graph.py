@@ -12,7 +12,7 @@ from pathlib import Path
 
 from c2c import _io
 from c2c.errors import CommitNotFoundError, StoreWriteError
-from c2c.store.base import CommitId, CommitRecord, Store, check_id
+from c2c.store.interface import CommitId, CommitRecord, Store, check_id
 from c2c.store.hops import HopReport, cache_parents, default_max_hops, hop_report_from
 
 

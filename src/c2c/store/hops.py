@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from c2c.config import settings
 from c2c.errors import StoreCorruptError
-from c2c.store.base import CommitId, Store, check_id
+from c2c.store.interface import CommitId, Store, check_id
 
 ENV = "C2C_MAX_HOPS"
 DEFAULT_MAX_HOPS = 3

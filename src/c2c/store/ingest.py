@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from c2c.errors import ConfigError
-from c2c.store.base import BlobDigest, CommitId, check_id, check_stream, check_summary
+from c2c.store.interface import BlobDigest, CommitId, check_id, check_stream, check_summary
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ def ingest(data: bytes | bytearray | memoryview, *, plan: Callable[[str, Any], S
     fails, its exception propagates (``stage`` cleans up after itself).
     """
     from c2c.artifact import Artifact  # lazy: torch loads only when bytes are decoded
-    from c2c.store.manifest import Manifest
+    from c2c.store.manifest import Manifest  # lazy: with the codec, as above
 
     view = memoryview(data).cast("B")
     head, _ = Artifact.peek(view)  # header, table and size checked, no tensor byte read: refuse early

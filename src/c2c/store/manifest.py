@@ -78,7 +78,7 @@ class ChunkRef:
 class HeldPrefix:
     """What a receiver already holds: the chunk keys of its own cache from position 0.
 
-    A store's :meth:`~c2c.store.base.Store.fetch` then leaves out every chunk of a commit
+    A store's :meth:`~c2c.store.interface.Store.fetch` then leaves out every chunk of a commit
     whose key is among them: same model, dtype and tokens up to that chunk's end, so the
     same K/V positions (the caller checks the bytes against the digests if it wants them).
     """

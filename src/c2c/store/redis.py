@@ -1,40 +1,18 @@
 """`RedisStore`: a store shared across processes and machines, ``redis://HOST:PORT/DB``.
 
-``rediss://`` connects over TLS. c2c's own options ride in the query string and
-are stripped before the URL reaches redis-py::
+The URL and its options (domain, cluster, timeouts, ...): :class:`~c2c.store.redis_config.RedisConfig`.
 
-    redis://user:secret@10.0.0.5:6379/0?domain=research&chunk_mb=8
-    redis://10.0.0.5:7000/0?domain=research&cluster=1          # Redis Cluster, any node to start from
-
-- ``domain`` (default ``default``) is the trust domain: every key lives under
-  ``c2c:{<domain>}:``, so an ACL user made by :func:`c2c.store.acl.create_domain_user`
-  sees its own domain only, and on Redis Cluster the whole domain is one hash slot
-  (the ``{...}`` hash tag), so every script runs on one node.
-- ``cluster=1`` talks to a Redis Cluster (``redis.cluster.RedisCluster``); the
-  database must be 0. ``cluster=0`` (the default) talks to one server.
-- ``connect_timeout_s`` (default 5) bounds opening a connection and
-  ``socket_timeout_s`` (default 10) waiting for any reply, so a server that is
-  down or unreachable fails within seconds with :class:`StoreError` (a write:
-  :class:`StoreWriteError`) naming the host and port, instead of hanging. A
-  refused or reset connection (a restarting server) is retried twice within a
-  second; a timeout is not retried. ``events(wait_s=...)`` may wait longer than
-  ``socket_timeout_s``: it blocks in slices.
-- ``chunk_mb`` (default 8; the piece size of artifacts of format version 1),
-  ``upload_ttl_s`` (default 3600) and ``max_events`` (default 100000, the event
-  stream's approximate length) tune the layout below.
-- metadata is in hashes, each chunk of a commit (:mod:`c2c.store.manifest`) is a
-  string ``chunk:<digest>`` with a reference count in the domain's ``refs`` hash, and
-  stale events go to a Redis Stream that a consumer reads from its last cursor, so
-  one that was down catches up (see :mod:`c2c.store.redis_lua` for the key layout).
-  Every chunk key carries the domain's hash tag, so a commit's chunks sit on the
-  domain's one cluster slot with its metadata.
+Metadata is in hashes, each chunk of a commit (:mod:`c2c.store.manifest`) is a string
+``chunk:<digest>`` with a reference count in the domain's ``refs`` hash (under the
+domain's hash tag, so on its one cluster slot), and stale events go to a Redis Stream
+that a consumer reads from its last cursor (key layout: :mod:`c2c.store.redis_lua`).
 
 A put asks which of its chunks the domain lacks, uploads those under a temporary
 token (each expires on its own after ``upload_ttl_s``), then one Lua script checks
 the parents and the quota, adopts the uploaded chunks and counts a reference to each
 chunk, all at once. A writer killed mid-upload leaves only expiring chunks; nothing
-is visible, and nothing is counted, until the script ran. A domain stored in the
-older layout (one blob per commit) is migrated when a handle first opens it.
+is visible, and nothing is counted, until the script ran. Older layouts migrate on
+open (:mod:`c2c.store.redis_layout`).
 
 An invalidation (and the supersession a put causes) marks the dependents in
 steps of at most :data:`WALK_BATCH` commits, one short script each, so a big
@@ -46,118 +24,45 @@ NOTE: an acknowledged put is as durable as the server's persistence: run
 redis-server with ``appendonly yes`` and ``appendfsync always`` for "acknowledged
 means on disk"; ``everysec`` can lose the last second if the server host dies.
 Keep ``maxmemory-policy noeviction`` (the default): an evicting policy would drop
-blob chunks, which reads then report as :class:`StoreCorruptError`. When memory
-runs out, puts fail with :class:`StoreWriteError` and leave nothing behind.
+chunks, which reads then report as :class:`ChunkMissingError`. When memory runs
+out, puts fail with :class:`StoreWriteError` and leave nothing behind.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import re
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterator, Sequence
-from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 import redis
 import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from c2c.errors import (ChunkCorruptError, ChunkMissingError, CommitNotFoundError, ConfigError, StoreError,
-                        StoreWriteError)
+from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteError
 from c2c.store import redis_lua, resp
-from c2c.store.base import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id, check_reason,
-                            check_stream, invalidated_reason)
 from c2c.store.gc import Retention, retain
 from c2c.store.ingest import prepare_put
+from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
+                                 check_reason, check_stream, invalidated_reason)
+from c2c.store.redis_chunks import drop_upload, read_chunks, upload
+from c2c.store.redis_config import RedisConfig, key_prefix
+from c2c.store.redis_layout import ensure_layout
 from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 
 _CURSOR = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")  # a stream id, MS-SEQ (or MS alone), each part a uint64
 _MAX_ROWS = 1 << 62  # a larger count means "all" (Redis parses counts as 64-bit integers)
-_OPTIONS = {"domain", "chunk_mb", "upload_ttl_s", "max_events", "connect_timeout_s", "socket_timeout_s", "cluster"}
-_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-READ_GROUP = 8      # chunks per pipelined round trip when reading through redis-py (cluster redirects)
-UPLOAD_GROUP = 16   # chunks per pipelined round trip when uploading
-LAYOUT = "2"        # chunks (format 1 and 2 commits); layout 1 kept one blob per commit
-_MANIFEST_TAG = b"c2c-manifest-v1\0"
 _FIELDS = ("stream", "version", "parents", "blob", "size", "created", "summary", "format", "nchunks",
            "stale_reason", "stale_chain", "superseded_by")
 WALK_BATCH = 500    # commits one invalidation step (one script run) marks at most
 WALK_LEASE_S = 30   # a walk whose walker made no step for this long is finished by the next write
 _RETRIES = 1000     # script runs that may be told "read again" in a row (each means another writer got on)
-
-
-def key_prefix(domain: str) -> str:
-    """Every key of ``domain`` starts with this; ``{domain}`` is the Redis Cluster hash tag."""
-    return f"c2c:{{{check_domain(domain)}}}:"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RedisConfig:
-    """Connection URL (without c2c options) plus c2c's options."""
-
-    connection_url: str
-    domain: str = "default"
-    chunk_bytes: int = 8 << 20
-    upload_ttl_s: int = 3600
-    max_events: int = 100_000
-    connect_timeout_s: float = 5.0
-    socket_timeout_s: float = 10.0
-    cluster: bool = False
-
-    @classmethod
-    def from_url(cls, url: str) -> "RedisConfig":
-        u = urlparse(url)
-        if u.scheme not in ("redis", "rediss") or not u.hostname:
-            raise ConfigError(f"{url!r} is not a redis://HOST:PORT/DB or rediss:// URL")
-        ours, theirs = {}, []
-        for k, v in parse_qsl(u.query, keep_blank_values=True):
-            (ours.__setitem__(k, v) if k in _OPTIONS else theirs.append((k, v)))
-        try:
-            chunk = int(float(ours.get("chunk_mb", 8)) * (1 << 20))
-            ttl = int(ours.get("upload_ttl_s", 3600))
-            maxev = int(ours.get("max_events", 100_000))
-            connect_s = float(ours.get("connect_timeout_s", 5))
-            socket_s = float(ours.get("socket_timeout_s", 10))
-        except ValueError:
-            raise ConfigError("chunk_mb, upload_ttl_s, max_events, connect_timeout_s and socket_timeout_s "
-                              "must be numbers") from None
-        if not (64 << 10) <= chunk <= (256 << 20):
-            raise ConfigError("chunk_mb must be between 0.0625 and 256")
-        if not (0 < connect_s <= 600 and 0 < socket_s <= 600):
-            raise ConfigError("connect_timeout_s and socket_timeout_s must be seconds in (0, 600]")
-        cluster = _FLAGS.get(ours.get("cluster", "0").lower())
-        if cluster is None:
-            raise ConfigError(f"cluster={ours['cluster']!r}: write cluster=1 for Redis Cluster or cluster=0")
-        if cluster and u.path.strip("/") not in ("", "0"):
-            raise ConfigError(f"Redis Cluster has database 0 only; drop {u.path!r} from the URL or write /0")
-        domain = ours.get("domain", "default")
-        key_prefix(domain)
-        return cls(connection_url=urlunparse(u._replace(query=urlencode(theirs))), domain=domain,
-                   chunk_bytes=chunk, upload_ttl_s=ttl, max_events=maxev, connect_timeout_s=connect_s,
-                   socket_timeout_s=socket_s, cluster=cluster)
-
-    @property
-    def url(self) -> str:
-        """The URL without its password, for messages."""
-        u = urlparse(self.connection_url)
-        host = f"{u.hostname}:{u.port or 6379}"
-        user = f"{u.username}@" if u.username else ""
-        tail = "&cluster=1" if self.cluster else ""
-        return f"{u.scheme}://{user}{host}{u.path or '/0'}?domain={self.domain}{tail}"
-
-    @property
-    def address(self) -> str:
-        """``HOST:PORT`` of the server (on a cluster, the node the client starts from)."""
-        u = urlparse(self.connection_url)
-        return f"{u.hostname}:{u.port or 6379}"
 
 
 class RedisStore(Store):
@@ -192,7 +97,7 @@ class RedisStore(Store):
         self._delete_leaf = self._r.register_script(redis_lua.DELETE_LEAF)
         self._migrate = self._r.register_script(redis_lua.MIGRATE)
         self._laid_out: set[str] = set()  # domains known to be in LAYOUT, shared with every in_domain view
-        self._ensure_layout()
+        ensure_layout(self)
 
     @classmethod
     def from_url(cls, url: str) -> "RedisStore":
@@ -208,65 +113,8 @@ class RedisStore(Store):
         view = copy.copy(self)  # the same connection pool and scripts; another key prefix
         view.config = replace(self.config, domain=domain)
         view.url, view.domain, view.prefix, view._owner = view.config.url, domain, key_prefix(domain), False
-        view._ensure_layout()
+        ensure_layout(view)
         return view
-
-    def _ensure_layout(self) -> None:
-        """Migrate this domain from layout 1 (one blob per commit) to chunks, once (see redis_lua.MIGRATE).
-
-        One handle migrates while it holds ``P migrating``; others wait for ``P layout``.
-        """
-        if self.domain in self._laid_out:
-            return
-        p = self.prefix
-        try:
-            if _s(self._r.get(f"{p}layout") or b"") == LAYOUT:
-                self._laid_out.add(self.domain)
-                return
-        except redis.exceptions.NoPermissionError:
-            return  # a user of another domain: each call it makes is refused ("may not") as it comes
-        except redis.exceptions.RedisError:
-            pass  # reported below
-        with self._errors(writing=True):
-            token = uuid.uuid4().hex
-            deadline = time.monotonic() + 600
-            while _s(self._r.get(f"{p}layout") or b"") != LAYOUT:
-                if not self._r.exists(f"{p}all"):
-                    self._r.set(f"{p}layout", LAYOUT)  # nothing to migrate
-                    break
-                if self._r.set(f"{p}migrating", token, nx=True, ex=120):
-                    try:
-                        self._migrate_commits()
-                        self._r.set(f"{p}layout", LAYOUT)
-                    finally:
-                        self._r.delete(f"{p}migrating")
-                    break
-                if time.monotonic() > deadline:
-                    raise StoreWriteError(f"domain {self.domain!r} of {self.url} is being migrated to chunks by "
-                                          "another client that has not finished in 600 s; try again")
-                time.sleep(0.2)
-        self._laid_out.add(self.domain)
-
-    def _migrate_commits(self) -> None:
-        p = self.prefix
-        for cid in (_s(c) for c in self._r.zrange(f"{p}all", 0, -1)):
-            self._r.expire(f"{p}migrating", 120)  # still at it
-            fmt, blob, n, size = self._r.hmget(self._ckey(cid), "format", "blob", "chunks", "size")
-            if fmt is not None or blob is None:
-                continue
-            blob, n, size = _s(blob), int(n), int(size)
-            keys = [f"{p}blob:{blob}:{i}" for i in range(n)]
-            pieces = []
-            for k in keys:  # one at a time: pieces are chunk_mb each
-                part = self._r.get(k)
-                pieces.append(None if part is None else [hashlib.sha256(part).hexdigest(), len(part), None])
-            if any(x is None for x in pieces):  # damaged before: keep it damaged, visibly (ChunkMissingError)
-                pieces = [["0" * 64, size, None]]
-                keys = keys[:1]
-            manifest = hashlib.sha256(_MANIFEST_TAG + b"".join(bytes.fromhex(x[0]) for x in pieces)).hexdigest()
-            self._migrate(keys=[self._ckey(cid), f"{p}refs", f"{p}usage", *keys,
-                                *(f"{p}chunk:{x[0]}" for x in pieces)],
-                          args=self._args(blob, len(pieces), json.dumps(pieces), manifest))
 
     def grant(self, commit_id: str, domains: Sequence[str]) -> None:
         cid = check_id(commit_id)
@@ -349,6 +197,12 @@ class RedisStore(Store):
                            chain=tuple(json.loads(_s(ch))), at=float(_s(at))) for eid, c, r, why, ch, at in raw]
 
     # ------------------------------------------------------------------- chunks
+    def _upload(self, token: str, view: memoryview, manifest, which) -> list[int]:
+        return upload(self, token, view, manifest, which)
+
+    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
+        return read_chunks(self, manifest, indices, out, commit_id)
+
     def _plan(self, cid: str, manifest) -> list[int]:
         """The chunks of ``manifest`` this domain lacks (first index of each); QuotaExceededError
         (nothing written yet) when storing them would pass the domain's quota."""
@@ -371,33 +225,6 @@ class RedisStore(Store):
         check_quota(self.domain, None if quota is None else int(quota), int(stored or 0), adding)
         return which
 
-    def _upload(self, token: str, view: memoryview, manifest, which) -> list[int]:
-        """Send chunks ``which`` under ``token`` as expiring keys (runs on an ingest thread); returns ``which``."""
-        ttl = self.config.upload_ttl_s
-        which = list(which)
-        try:
-            with self._errors(writing=True):
-                for g in range(0, len(which), UPLOAD_GROUP):
-                    pipe = self._r.pipeline(transaction=False)
-                    for i in which[g: g + UPLOAD_GROUP]:
-                        ref = manifest.chunks[i]
-                        value = ref.views(view)
-                        # NOTE: a chunk lies in many runs of the artifact; a value is one buffer
-                        pipe.set(f"{self.prefix}up:{token}:{i}", value[0] if len(value) == 1 else b"".join(value), ex=ttl)
-                    pipe.execute()
-        except StoreWriteError:
-            self._drop_upload(token, which)
-            raise
-        return which
-
-    def _drop_upload(self, token: str, which) -> None:
-        keys = [f"{self.prefix}up:{token}:{i}" for i in which]
-        try:
-            for g in range(0, len(keys), 1000):
-                self._r.delete(*keys[g: g + 1000])
-        except redis.exceptions.RedisError:
-            pass  # NOTE: the chunks expire on their own after upload_ttl_s
-
     def _load(self, commit_id: CommitId) -> tuple[CommitRecord, bytes, list]:
         with self._errors(writing=False):
             pipe = self._r.pipeline(transaction=False)
@@ -408,65 +235,13 @@ class RedisStore(Store):
             raise CommitNotFoundError(f"no commit {commit_id[:12]} in store {self.url}")
         return self._record(commit_id, values[:-1]), head or b"", json.loads(values[-1])
 
-    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
-        if not indices:
-            return 0
-        keys = [f"{self.prefix}chunk:{manifest.chunks[i].digest}" for i in indices]
-        targets = [manifest.chunks[i].views(out) for i in indices]
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="c2c-hash") as pool:
-            checks = []
-
-            def landed(k: int) -> None:  # hash chunk k while the next one is read
-                i = indices[k]
-                checks.append(pool.submit(manifest.chunks[i].check, targets[k], commit=commit_id, index=i))
-
-            with self._errors(writing=False):
-                try:
-                    n = None
-                    if self._direct_reads:
-                        try:
-                            n = resp.get_into(self._plain_client(keys[0]), keys, targets, landed)
-                        except resp.Redirected:
-                            checks.clear()  # the slot is moving (cluster resharding): redis-py follows MOVED/ASK
-                    if n is None:
-                        n = self._read_pipelined(keys, targets, landed)
-                except resp.MissingValue as e:
-                    k = keys.index(e.key)
-                    raise ChunkMissingError(f"chunk {indices[k]} of commit {commit_id[:12]} is missing ({e.key}); "
-                                            "run `c2c store verify`") from None
-                except ValueError as e:
-                    raise ChunkCorruptError(f"a chunk of commit {commit_id[:12]} has the wrong size ({e}): "
-                                            "tampered; run `c2c store verify`") from None
-            for c in checks:
-                c.result()  # raises ChunkCorruptError
-        return n
-
-    def _read_pipelined(self, keys: list[str], targets: list[list[memoryview]], landed) -> int:
-        total = 0
-        for g in range(0, len(keys), READ_GROUP):
-            pipe = self._r.pipeline(transaction=False)
-            for k in keys[g: g + READ_GROUP]:
-                pipe.get(k)
-            for k, part in enumerate(pipe.execute(), start=g):
-                if part is None:
-                    raise resp.MissingValue(keys[k])
-                if len(part) != sum(len(v) for v in targets[k]):
-                    raise ValueError(f"value {keys[k]} is {len(part)} bytes")
-                pos = 0
-                for v in targets[k]:
-                    v[:] = part[pos: pos + len(v)]
-                    pos += len(v)
-                landed(k)
-                total += len(part)
-        return total
-
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
         token = uuid.uuid4().hex
         ing, uploaded, stream, all_parents = prepare_put(
             data, stream=stream, parents=parents, plan=self._plan,
             stage=lambda view, manifest, which: self._upload(token, view, manifest, which),
-            discard=lambda which: self._drop_upload(token, which), piece_bytes=self.config.chunk_bytes)
+            discard=lambda which: drop_upload(self, token, which), piece_bytes=self.config.chunk_bytes)
         view = memoryview(data).cast("B")
         m = ing.manifest
         distinct = []  # (digest, size, uses, first index) in chunk order
@@ -487,7 +262,7 @@ class RedisStore(Store):
             self._upload(token, view, m, [i])
             uploaded.add(i)
         else:
-            self._drop_upload(token, uploaded)
+            drop_upload(self, token, uploaded)
             raise StoreWriteError(f"the chunks of {ing.id[:12]} kept being collected while it was put; nothing "
                                   "was committed, put it again")
         if code == 0:  # already committed (by an earlier put whose reply was lost, say)
@@ -543,7 +318,7 @@ class RedisStore(Store):
                 if int(res[0]) != -3:
                     return res
                 top = _s(res[1])
-        self._drop_upload(token, [i for _, _, _, i in distinct])
+        drop_upload(self, token, [i for _, _, _, i in distinct])
         raise StoreWriteError(f"stream {stream} took {_RETRIES} new versions from other writers while this put "
                               "waited; nothing was committed, put it again")
 

@@ -1,12 +1,5 @@
-"""`SQLiteStore`: the embedded default, ``sqlite:////ABSOLUTE/PATH`` or ``sqlite:///RELATIVE/PATH``.
-
-The URL follows SQLAlchemy's convention: ``sqlite://`` then ``/`` then the path,
-so an absolute path has four slashes (``sqlite:////var/c2c/store``) and three
-slashes mean relative to the working directory (``sqlite:///store``). Because
-``sqlite:///tmp/x`` reads like ``/tmp/x`` but would mean ``./tmp/x``, a relative
-path whose first component is also a top-level directory (``/tmp``, ``/var``,
-``/home``, ...) is refused as ambiguous unless written ``sqlite:///./tmp/x``.
-``sqlite://HOST/...`` and ``sqlite:PATH`` are refused too.
+"""`SQLiteStore`: the embedded default, ``sqlite:////ABSOLUTE/PATH`` or ``sqlite:///RELATIVE/PATH``
+(:mod:`c2c.store.sqlite_config`).
 
 ``PATH`` is a directory::
 
@@ -29,14 +22,13 @@ a put's transaction checks that every chunk file it adds a row for exists; a row
 deleted (its count reached 0) before its file. So a collector racing a put never
 leaves a commit with a missing chunk, and a crash never leaves a row without its file.
 
-Schema 3 (chunks) migrates schema 2 (one blob file per commit) on open: each blob
-becomes its commit's single piece (a format-1 commit), linked into the chunk directory
-of every domain that uses it; schema 1 goes through 2.
+Older schemas migrate on open (:mod:`c2c.store.sqlite_schema`); the chunk files are
+:mod:`c2c.store.sqlite_chunks`'.
 
 Several processes may share one directory: SQLite serializes the writers and
 WAL lets readers proceed while one writes.
 
-Everything is private (:mod:`c2c._io`): blob and temp files and the database are
+Everything is private (:mod:`c2c._io`): chunk and temp files and the database are
 mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the database's mode), and
 every directory the store creates is 0700. A directory that already exists, such
 as a shared parent the user pointed at, is never ``chmod``-ed.
@@ -46,115 +38,35 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import json
 import os
 import shutil
 import sqlite3
 import threading
 import time
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
-from urllib.parse import parse_qs
 
 from c2c import _io
-from c2c.errors import (ChunkCorruptError, ChunkMissingError, CommitNotFoundError, ConfigError, StoreError,
-                        StoreWriteError)
-from c2c.store.base import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id, check_reason,
-                            check_stream, invalidated_reason, stale_reason_for, superseded_reason)
+from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteError
+from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
+                                 check_reason, check_stream, invalidated_reason, stale_reason_for,
+                                 superseded_reason)
 from c2c.store.gc import Retention, retain
 from c2c.store.ingest import prepare_put
+from c2c.store.sqlite_chunks import WRITERS, ChunkFiles
+from c2c.store.sqlite_config import SQLiteConfig
+from c2c.store.sqlite_schema import SCHEMA_VERSION, migrate
 from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 
-SCHEMA_VERSION = 3
-WRITERS = 4            # chunk files written (and fsynced) at once: the disk overlaps their flushes
-READERS = 2            # chunk files read and hashed at once
+__all__ = ["SCHEMA_VERSION", "SQLiteConfig", "SQLiteStore"]
+
 _PUT_RETRIES = 5       # puts whose chunk was collected between their plan and their commit
-_MANIFEST_TAG = b"c2c-manifest-v1\0"
-
-# Version 2: every row belongs to a trust domain. A commit is (domain, id), a stream is
-# (domain, stream), and an edge, an event (numbered per domain) and a share grant live in one
-# domain; blobs stay content-addressed across domains (a blob is freed when no commit of any
-# domain uses it).
-_SCHEMA_V2 = """
-CREATE TABLE IF NOT EXISTS commits (
-    domain TEXT NOT NULL, id TEXT NOT NULL, stream TEXT NOT NULL, version INTEGER NOT NULL,
-    parents TEXT NOT NULL, blob TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL,
-    summary TEXT NOT NULL, seq INTEGER NOT NULL UNIQUE,
-    stale_root TEXT, stale_cause TEXT, stale_reason TEXT, stale_chain TEXT, stale_at REAL,
-    superseded_by TEXT,
-    PRIMARY KEY (domain, id),
-    UNIQUE (domain, stream, version)
-);
-CREATE TABLE IF NOT EXISTS edges (
-    domain TEXT NOT NULL, parent TEXT NOT NULL, child TEXT NOT NULL, PRIMARY KEY (domain, parent, child)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS edges_child ON edges (domain, child);
-CREATE INDEX IF NOT EXISTS commits_blob ON commits (blob);
-CREATE INDEX IF NOT EXISTS commits_seq ON commits (domain, seq);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, domain TEXT NOT NULL, dseq INTEGER NOT NULL,
-    commit_id TEXT NOT NULL, root TEXT NOT NULL, reason TEXT NOT NULL, chain TEXT NOT NULL, at REAL NOT NULL,
-    UNIQUE (domain, dseq)
-);
-CREATE TABLE IF NOT EXISTS shares (
-    domain TEXT NOT NULL, commit_id TEXT NOT NULL, owner TEXT NOT NULL, PRIMARY KEY (domain, commit_id)
-) WITHOUT ROWID;
-"""
-
-# Version 3: a commit is a head and a list of chunks (c2c.store.manifest); chunks are rows of their
-# domain with a reference count, files under chunks/<domain>/; domains keep their usage and quota;
-# streams (and domains, stream '') their retention. Commits of version 2 become format-1 commits of
-# one piece, their blob.
-_MIGRATE_2_3 = """
-ALTER TABLE commits ADD COLUMN format INTEGER NOT NULL DEFAULT 1;
-ALTER TABLE commits ADD COLUMN head BLOB NOT NULL DEFAULT x'';
-ALTER TABLE commits ADD COLUMN chunks TEXT NOT NULL DEFAULT '[]';
-ALTER TABLE commits ADD COLUMN nchunks INTEGER NOT NULL DEFAULT 1;
-DROP INDEX IF EXISTS commits_blob;
-CREATE TABLE IF NOT EXISTS chunks (
-    domain TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL, refs INTEGER NOT NULL,
-    PRIMARY KEY (domain, digest)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS domains (
-    domain TEXT PRIMARY KEY, quota INTEGER, commits INTEGER NOT NULL DEFAULT 0, logical INTEGER NOT NULL DEFAULT 0,
-    stored INTEGER NOT NULL DEFAULT 0, chunks INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS retention (
-    domain TEXT NOT NULL, stream TEXT NOT NULL, keep_last INTEGER, ttl_s REAL, PRIMARY KEY (domain, stream)
-) WITHOUT ROWID
-"""
-
-# Version 1 -> 2: each commit goes to the domain its header's producer names (else "default"),
-# with its edges and events; event cursors are renumbered per domain.
-_MIGRATE_1_2 = """
-ALTER TABLE commits RENAME TO commits_v1;
-ALTER TABLE edges RENAME TO edges_v1;
-ALTER TABLE events RENAME TO events_v1;
-DROP INDEX IF EXISTS edges_child;
-DROP INDEX IF EXISTS commits_blob;
-{schema}
-INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, seq, stale_root,
-                     stale_cause, stale_reason, stale_chain, stale_at, superseded_by)
-    SELECT {domain_of}, id, stream, version, parents, blob, size, created, summary, seq, stale_root, stale_cause,
-           stale_reason, stale_chain, stale_at, superseded_by FROM commits_v1;
-INSERT INTO edges (domain, parent, child)
-    SELECT c.domain, e.parent, e.child FROM edges_v1 e JOIN commits c ON c.id = e.child;
-INSERT INTO events (seq, domain, dseq, commit_id, root, reason, chain, at)
-    SELECT v.seq, c.domain, ROW_NUMBER() OVER (PARTITION BY c.domain ORDER BY v.seq), v.commit_id, v.root,
-           v.reason, v.chain, v.at FROM events_v1 v JOIN commits c ON c.id = v.commit_id;
-DROP TABLE commits_v1;
-DROP TABLE edges_v1;
-DROP TABLE events_v1
-"""
-_V1_DOMAIN = ("CASE WHEN json_valid(summary) AND json_type(summary, '$.producer.domain') = 'text' "
-              "THEN json_extract(summary, '$.producer.domain') ELSE 'default' END")
 _MAX_ROWS = 1 << 62  # a larger LIMIT means "all" (SQLite's integers are 64-bit: 2**63 overflows)
 
 
@@ -171,61 +83,6 @@ _COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
             "stale_reason, stale_chain, superseded_by, format, nchunks")
 
 
-@dataclass(frozen=True, kw_only=True)
-class SQLiteConfig:
-    """Where, in which trust domain and how durably:
-    ``sqlite:////ABS/PATH?domain=research&synchronous=FULL&busy_timeout_s=30``.
-
-    ``sqlite:////abs/dir`` (four slashes) is the absolute ``/abs/dir``; ``sqlite:///rel/dir``
-    (three) is ``rel/dir`` under the working directory, refused as ambiguous when ``/rel``
-    is an existing top-level directory (write ``sqlite:///./rel/dir`` to mean the relative one).
-    """
-
-    root: Path
-    synchronous: str = "FULL"       # NOTE: NORMAL survives process crashes but may lose the last commits on power loss
-    busy_timeout_s: float = 30.0
-    domain: str = "default"
-
-    @classmethod
-    def from_url(cls, url: str) -> "SQLiteConfig":
-        scheme, _, rest = url.partition(":")
-        if scheme.lower() == "sqlite" and rest.startswith("//") and not rest.startswith("///"):
-            raise ConfigError(f"{url!r} names a host; a sqlite store is a local directory: write "
-                              "sqlite:////ABS/PATH (four slashes) or sqlite:///RELATIVE/PATH (three)")
-        if scheme.lower() != "sqlite" or not rest.startswith("///"):
-            raise ConfigError(f"{url!r} is not a sqlite:// URL of a local directory: write "
-                              "sqlite:////ABS/PATH (four slashes) or sqlite:///RELATIVE/PATH (three)")
-        path, _, query = rest[3:].partition("?")
-        if not path:
-            raise ConfigError(f"{url!r} names no directory; use sqlite:////ABS/PATH or sqlite:///RELATIVE/PATH")
-        first = path.split("/", 1)[0]
-        if not path.startswith("/") and first not in (".", "..") and not first.startswith("~") \
-                and Path("/" + first).is_dir():
-            raise ConfigError(f"{url!r} is ambiguous: three slashes mean the relative path {path!r}, but "
-                              f"/{first} is also a top-level directory; write sqlite:////{path} for the "
-                              f"absolute path or sqlite:///./{path} for a relative one")
-        q = {k: v[-1] for k, v in parse_qs(query).items()}
-        unknown = set(q) - {"synchronous", "busy_timeout_s", "domain"}
-        if unknown:
-            raise ConfigError(f"unknown sqlite store options {sorted(unknown)}; known: domain, synchronous, "
-                              "busy_timeout_s")
-        sync = q.get("synchronous", "FULL").upper()
-        if sync not in ("FULL", "NORMAL", "EXTRA"):
-            raise ConfigError(f"synchronous={sync!r}; use FULL, EXTRA or NORMAL")
-        try:
-            timeout = float(q.get("busy_timeout_s", 30.0))
-        except ValueError:
-            raise ConfigError("busy_timeout_s must be a number of seconds") from None
-        return cls(root=Path(path).expanduser(), synchronous=sync, busy_timeout_s=timeout,
-                   domain=check_domain(q.get("domain", "default")))
-
-    @property
-    def url(self) -> str:
-        """A URL that parses back to ``root`` and the domain: ``sqlite:////abs`` or ``sqlite:///./rel``."""
-        base = f"sqlite:///{self.root}" if self.root.is_absolute() else f"sqlite:///./{self.root}"
-        return base if self.domain == "default" else f"{base}?domain={self.domain}"
-
-
 class SQLiteStore(Store):
     """A store in one local directory. Thread-safe; share the directory across processes freely."""
 
@@ -236,6 +93,7 @@ class SQLiteStore(Store):
         self.domain = config.domain
         self._owner = True
         self._lock = threading.RLock()
+        self._chunks = ChunkFiles(self.root)
         try:
             for d in (self.root, self.root / "chunks", self.root / "tmp"):
                 # 0700 if we create it; an existing one is left as it is
@@ -255,52 +113,13 @@ class SQLiteStore(Store):
             self._db.execute(f"PRAGMA synchronous = {config.synchronous}")
             with self._tx() as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, 1, 2, SCHEMA_VERSION):
-                    raise StoreError(f"store schema version {version}; this build reads 1 and 2 (migrated on open) "
-                                     f"and {SCHEMA_VERSION}: use a newer c2c")
-                scripts = {0: [_SCHEMA_V2, _MIGRATE_2_3],
-                           1: [_MIGRATE_1_2.format(schema=_SCHEMA_V2, domain_of=_V1_DOMAIN), _MIGRATE_2_3],
-                           2: [_MIGRATE_2_3]}.get(version, [])
-                for script in scripts:
-                    for statement in script.split(";"):
-                        if statement.strip():
-                            db.execute(statement)
-                if version in (1, 2):
-                    self._migrate_blobs(db)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                migrate(db, version, self.root, self._chunks.path)
             if (self.root / "blobs").is_dir():  # schema 2's blob files, every one linked into chunks/ by now
                 shutil.rmtree(self.root / "blobs", ignore_errors=True)
         except OSError as e:
             raise StoreWriteError(f"cannot create the store at {self.root}: {e.strerror or e}") from e
         except sqlite3.Error as e:
             raise StoreWriteError(f"cannot open the store at {self.root}: {e}") from e
-
-    def _migrate_blobs(self, db: sqlite3.Connection) -> None:
-        """Schema 2 -> 3 (inside the opening transaction): every blob becomes the one piece of its
-        commits, linked (not copied) into the chunk directory of each domain that uses it."""
-        rows = db.execute("SELECT domain, id, blob, size, length(head) FROM commits").fetchall()
-        pieces: dict[tuple[str, str], list[int]] = {}
-        for domain, cid, blob, size, _ in rows:
-            pieces.setdefault((domain, blob), [size, 0])[1] += 1
-            manifest = hashlib.sha256(_MANIFEST_TAG + bytes.fromhex(blob)).hexdigest()
-            db.execute("UPDATE commits SET format = 1, nchunks = 1, chunks = ?, blob = ? WHERE domain = ? AND id = ?",
-                       (json.dumps([[blob, size, None]]), manifest, domain, cid))
-        dirs = set()
-        for (domain, blob), (size, refs) in pieces.items():
-            src, dst = self.root / "blobs" / blob[:2] / blob, self._chunk_path(domain, blob)
-            _io.private_dir(dst.parent, error=StoreWriteError)
-            with contextlib.suppress(FileExistsError, FileNotFoundError):  # done before; or lost before (a
-                os.link(src, dst)                                           # read then says ChunkMissingError)
-            dirs.add(dst.parent)
-            db.execute("INSERT OR REPLACE INTO chunks (domain, digest, size, refs) VALUES (?, ?, ?, ?)",
-                       (domain, blob, size, refs))
-        for d in dirs:
-            _io.fsync_dir(d)
-        db.execute("INSERT OR REPLACE INTO domains (domain, commits, logical, stored, chunks) "
-                   "SELECT c.domain, c.n, c.logical, k.stored, k.chunks FROM "
-                   "(SELECT domain, COUNT(*) AS n, SUM(size) AS logical FROM commits GROUP BY domain) c JOIN "
-                   "(SELECT domain, SUM(size) AS stored, COUNT(*) AS chunks FROM chunks GROUP BY domain) k "
-                   "ON k.domain = c.domain")
 
     @classmethod
     def from_url(cls, url: str) -> "SQLiteStore":
@@ -370,10 +189,13 @@ class SQLiteStore(Store):
                             stale_chain=tuple(json.loads(chain)) if chain else (),
                             superseded_by=CommitId(sup) if sup else None)
 
-    def _chunk_path(self, domain: str, digest: str) -> Path:
-        return self.root / "chunks" / domain / digest[:2] / digest
-
     # --------------------------------------------------------------- chunk files
+    def _chunk_path(self, domain: str, digest: str) -> Path:
+        return self._chunks.path(domain, digest)
+
+    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
+        return self._chunks.read(self.domain, manifest, indices, out, commit_id)
+
     def _plan(self, cid: str, manifest) -> list[int]:
         """The chunks of ``manifest`` this domain lacks (first index of each); QuotaExceededError
         (nothing written yet) when storing them would pass the domain's quota."""
@@ -399,41 +221,6 @@ class SQLiteStore(Store):
         check_quota(d, quota, stored, adding)
         return which
 
-    def _stage(self, view: memoryview, manifest, which: Sequence[int]) -> dict[int, Path]:
-        """Write chunks ``which`` to fresh temp files, several at once, each fsynced (ingest threads)."""
-        def write(i: int) -> tuple[int, Path]:
-            tmp = self.root / "tmp" / uuid.uuid4().hex
-            try:
-                fd = _io.create_private(tmp)  # 0600; renamed into chunks/ as it is
-                try:
-                    _io.writev_all(fd, manifest.chunks[i].views(view))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                _unlink(tmp)
-                raise StoreWriteError(f"cannot write a chunk under {self.root}: {e.strerror or e}; "
-                                      "nothing was written") from e
-            return i, tmp
-
-        staged: dict[int, Path] = {}
-        failure = None
-        with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="c2c-chunk-write") as pool:
-            for f in [pool.submit(write, i) for i in which]:
-                try:
-                    i, tmp = f.result()
-                    staged[i] = tmp
-                except BaseException as e:  # noqa: BLE001 - the first is raised once every writer is done
-                    failure = failure or e
-        if failure is not None:
-            self._discard(staged)
-            raise failure
-        return staged
-
-    def _discard(self, staged: dict[int, Path]) -> None:
-        for tmp in staged.values():
-            _unlink(tmp)
-
     def _publish(self, manifest, staged: dict[int, Path]) -> dict[str, Path]:
         """Rename staged chunks to their content addresses and fsync their directories."""
         out: dict[str, Path] = {}
@@ -448,7 +235,7 @@ class SQLiteStore(Store):
             with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="c2c-chunk-sync") as pool:
                 list(pool.map(_io.fsync_dir, dirs))
         except OSError as e:
-            self._discard(staged)
+            self._chunks.discard(staged)
             self._free(list(out))
             raise StoreWriteError(f"cannot store chunks under {self.root}: {e.strerror or e}; "
                                   "nothing was committed") from e
@@ -466,41 +253,11 @@ class SQLiteStore(Store):
                     removed += _unlink(self._chunk_path(d, digest))
         return removed
 
-    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
-        def read(i: int) -> int:
-            ref = manifest.chunks[i]
-            path = self._chunk_path(self.domain, ref.digest)
-            views = ref.views(out)
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise ChunkMissingError(f"chunk {i} of commit {commit_id[:12]} is missing ({path}); run "
-                                        "`c2c store verify`") from None
-            except OSError as e:
-                raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-            try:
-                n = _io.readv_all(fd, views)
-                longer = bool(os.read(fd, 1))
-            except OSError as e:
-                raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-            finally:
-                os.close(fd)
-            if n != ref.size or longer:
-                raise ChunkCorruptError(f"chunk {i} of commit {commit_id[:12]} is {'longer than' if longer else n} "
-                                        f"of {ref.size} bytes ({path}): tampered; run `c2c store verify`")
-            ref.check(views, commit=commit_id, index=i)
-            return n
-
-        if len(indices) <= 1:
-            return sum(read(i) for i in indices)
-        with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="c2c-chunk-read") as pool:
-            return sum(pool.map(read, indices))
-
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
         for _ in range(_PUT_RETRIES):
             ing, staged, stream, all_parents = prepare_put(data, stream=stream, parents=parents, plan=self._plan,
-                                                           stage=self._stage, discard=self._discard,
+                                                           stage=self._chunks.stage, discard=self._chunks.discard,
                                                            piece_bytes=1 << 62)  # a format-1 artifact: one piece
             published: dict[str, Path] = {}
             try:
@@ -513,7 +270,7 @@ class SQLiteStore(Store):
                 self._free(list(published))
                 continue  # a chunk it meant to share was collected meanwhile: write it this time
             except BaseException:
-                self._discard(staged)
+                self._chunks.discard(staged)
                 with contextlib.suppress(StoreError):  # else they stay as orphans, for sweep_orphans
                     self._free(list(published))  # those no row took: nothing stays behind a refused put
                 raise

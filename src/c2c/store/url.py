@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from c2c.errors import ConfigError
 from c2c.config import c2c_home, settings
-from c2c.store.base import Store
+from c2c.store.interface import Store
 
 ENV = "C2C_STORE"
 

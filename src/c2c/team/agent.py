@@ -21,7 +21,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
 from c2c.context import Context
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError
-from c2c.runtime.engine import Generation, Runtime
+from c2c.runtime.protocol import Generation, Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.team.roles import AdapterPolicy, admit
 from c2c.trust.isolation import ISOLATIONS, recompute_after

@@ -4,6 +4,7 @@
   port with its own directory, started and stopped by the caller.
 - :func:`free_port`: a free TCP port on 127.0.0.1.
 
+- :mod:`c2c.testing.server_process`: a real ``c2c serve`` subprocess on a loopback port.
 - :mod:`c2c.testing.synthetic`: artifacts of random K/V for a made-up model (no model needed).
 - :mod:`c2c.testing.hostile`: bad artifacts with the error each must get, and
   hypothesis strategies for byte- and field-level fuzzing (needs ``hypothesis``).
@@ -53,23 +54,37 @@ class RedisServer:
                      "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), *extra]
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "RedisServer":
+    def start(self, *, timeout: float = 15.0) -> "RedisServer":
+        """Start the server and wait (up to ``timeout`` s) until it takes a write.
+
+        Raises:
+            RuntimeError: it exited, or did not come up in time; either way no process is left running.
+        """
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop(signal.SIGKILL)  # a server that never came up is not left behind
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{log}")
+                log = self.dir / "redis.log"
+                tail = log.read_text(errors="replace")[-2000:] if log.is_file() else "(no log)"
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{tail}")
             try:
                 with self.client(socket_connect_timeout=0.2) as r:
                     if r.ping():
                         # loading an AOF answers PING with -LOADING; wait for a real write
                         r.set("__c2c_probe", "1")
                         r.delete("__c2c_probe")
-                        return self
+                        return
             except Exception:  # noqa: BLE001 - redis-py's errors; the server is still starting
                 time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not come up on port {self.port}")
+        raise RuntimeError(f"redis-server did not come up on port {self.port} within {timeout} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

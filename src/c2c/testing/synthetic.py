@@ -43,7 +43,7 @@ def synthetic_artifact(T: int = 6, *, start: int = 0, dtype=torch.float32, seed:
 def as_version_1(artifact: Artifact) -> bytes:
     """``artifact`` encoded in artifact format version 1 (one tensor digest, no chunks), as c2c wrote
     it before version 2; unsigned. For tests of what older stores and files hold."""
-    from c2c.artifact.codec import _bytes, _digest_tensors, _ordered, _tensor_table
+    from c2c.artifact.codec import _bytes, _digest_tensors, _ordered, _tensor_table  # lazy: the old format, for tests only
 
     names, tensors = _ordered(artifact.cache)
     table = _tensor_table(names, artifact.header.dtype, [t.shape for t in tensors])

@@ -4,8 +4,9 @@ Two rules:
 
 1. **Across trust domains, always text.** K/V carry the semantics of every
    token that made them and can be inverted; a cache also skips the sender's
-   output-side safety filtering. :func:`decide` returns the transport a handoff
-   must use and the reason, for the handoff record.
+   output-side safety filtering. :func:`domain_rule` returns the transport the
+   domains allow and the reason; :func:`c2c.decide` (the one decision of a hop)
+   applies it as its ``domain`` check.
 2. **Minimization.** Only non-private spans of a :class:`~c2c.context.Context`
    are exported (:func:`exportable_ranges`). Private spans (role prompt, scratch
    reasoning, tool output marked private) never leave.
@@ -54,8 +55,8 @@ class IsolationDecision:
         return self.transport == "cache"
 
 
-def decide(sender_domain: str | None, receiver_domain: str | None,
-           shared_with: Sequence[str] = ()) -> IsolationDecision:
+def domain_rule(sender_domain: str | None, receiver_domain: str | None,
+                shared_with: Sequence[str] = ()) -> IsolationDecision:
     """``cache`` only when both agents are in the same, named trust domain, or when the sender's
     domain shared this context with the receiver's (``shared_with``: the domains named by the
     sender's signed share list); else ``text``."""

@@ -233,7 +233,7 @@ class Keyring:
         return out
 
     def policy_dict(self, domain: str) -> dict[str, Any] | None:
-        """The verification policy stored for ``domain`` (see :mod:`c2c.trust.policy`)."""
+        """The verification policy stored for ``domain`` (see :mod:`c2c.trust.verify_policy`)."""
         return self._load()["domains"].get(domain, {}).get("policy")
 
     def signing_key(self, domain: str, key_id: str | None = None) -> SigningKey:
@@ -295,16 +295,6 @@ class Keyring:
             data["revoked"][full] = {"at": utc_now(), "reason": reason}
             self._save(data)
         return KeyId(full)
-
-    def untrust(self, key_id: str, domain: str) -> None:
-        """Stop trusting a key for one domain (without revoking it elsewhere)."""
-        with self._locked():
-            data = self._load()
-            full = self._resolve(data, key_id)
-            if full not in data["domains"].get(domain, {}).get("keys", {}):
-                raise KeyringError(f"key {full[:16]} is not trusted for domain {domain!r}")
-            del data["domains"][domain]["keys"][full]
-            self._save(data)
 
     def set_policy(self, domain: str, policy: dict[str, Any]) -> None:
         with self._locked():

@@ -13,9 +13,10 @@ Two probes, both used by :mod:`c2c.trust.verify`:
   right after the first attention block, so it costs about ``1/num_layers`` of
   a prefill.
 
-Both forwards end right after the attention block of the last layer they need
-(:func:`c2c.runtime.hf.forward_masked` and :func:`~c2c.runtime.hf.forward_layer0`,
-which own everything that drives the transformers model).
+Both are the engine's probes (:meth:`~c2c.runtime.protocol.Runtime.probe_kv` and
+:meth:`~c2c.runtime.protocol.Runtime.probe_layer0`): this module builds the positions and
+the mask, the engine runs the forward. An engine without them raises
+:class:`RuntimeUnsupportedError` naming the way out (``strict``, a full re-prefill).
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ from typing import Sequence
 import torch
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.runtime import hf
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import Runtime
 
 #: probe at most this many positions per forward (bounds the (k, T + k) mask)
 PROBE_CHUNK = 256
 
 
-def kv_at_positions(runtime, cache: KVCache, positions: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def kv_at_positions(runtime: Runtime, cache: KVCache,
+                    positions: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Recompute every layer's K/V at ``positions`` of ``cache`` from the cache's own context.
 
     Args:
-        runtime: the receiver's :class:`~c2c.runtime.engine.Runtime`.
+        runtime: the receiver's runtime.
         cache: a full cache (``start == 0``) whose layers all hold every position.
         positions: distinct absolute positions in ``[0, cache.end)``.
 
@@ -58,7 +60,7 @@ def kv_at_positions(runtime, cache: KVCache, positions: Sequence[int]) -> tuple[
         raise RuntimeUnsupportedError(
             "a sliding-window layer keeps only the last W-1 tokens, so earlier positions cannot be "
             "recomputed from this cache; use strict verification (a full re-prefill)")
-    runtime._check_cache(cache)
+    runtime.check_cache(cache)
     keys: list[list[torch.Tensor]] = [[] for _ in range(cache.num_layers)]
     values: list[list[torch.Tensor]] = [[] for _ in range(cache.num_layers)]
     for i in range(0, len(pos), PROBE_CHUNK):
@@ -69,21 +71,21 @@ def kv_at_positions(runtime, cache: KVCache, positions: Sequence[int]) -> tuple[
     return [torch.cat(k, dim=2) for k in keys], [torch.cat(v, dim=2) for v in values]
 
 
-def _probe_chunk(runtime, cache: KVCache, pos: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def _probe_chunk(runtime: Runtime, cache: KVCache, pos: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     T, k, device = cache.seq_len, len(pos), runtime.device
     p = torch.tensor(pos, dtype=torch.long, device=device)                       # (k,)
     # Row i may see cache columns [0, p_i) and its own new column T + i, nothing else.
     cols = torch.arange(T + k, device=device)                                   # (T + k,)
     allowed = cols[None, :] < p[:, None]                                         # (k, T + k)
     allowed[torch.arange(k, device=device), T + torch.arange(k, device=device)] = True
-    kv = hf.forward_masked(runtime.model, [cache.token_ids[i] for i in pos], pos, cache, allowed)
+    kv = runtime.probe_kv([cache.token_ids[i] for i in pos], pos, cache, allowed)
     return [k_ for k_, _ in kv], [v for _, v in kv]
 
 
-def layer0_kv(runtime, token_ids: Sequence[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
+def layer0_kv(runtime: Runtime, token_ids: Sequence[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer-0 K/V of ``token_ids`` at positions ``start, start + 1, ...``.
 
     Returns ``(keys, values)``, each ``(1, kv_heads, T_0, head_dim)`` where ``T_0``
     is what layer 0 keeps (all ``T``, or the last ``W - 1`` for a sliding window).
     """
-    return hf.forward_layer0(runtime.model, token_ids, start)
+    return runtime.probe_layer0(token_ids, start)

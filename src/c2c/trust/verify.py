@@ -57,7 +57,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 
@@ -173,6 +173,29 @@ def claimed_tokens(artifact: Artifact, token_ids: Sequence[int] | None = None) -
     return h.tokens
 
 
+def slice_context(start: int, prefix_ids: Sequence[int],
+                  prefix_cache: Callable[[Any], KVCache] | None = None) -> Callable[[Any], KVCache] | None:
+    """What a cache starting at ``start`` is verified against, for a receiver whose shared prefix is
+    ``prefix_ids``: the ``context=`` of :func:`verify_kv` and :func:`c2c.trust.verify_policy.check`.
+
+    - ``start == 0``, a full cache: nothing (``None``); it is checked on its own.
+    - ``start == len(prefix_ids)``, a slice that follows the shared prefix (isolation ``"recompute"``):
+      the receiver's shared-prefix cache, as ``runtime -> cache`` so that it is computed only once the
+      signature and prefix have been checked, and only if a KV check runs. ``prefix_cache`` computes it
+      (say, a team's cached :meth:`~c2c.team.agent.Team.prefix_cache`); by default a prefill of
+      ``prefix_ids``.
+    - anywhere else: ``None``. The slice was computed after positions the receiver does not hold, so
+      ``sample`` and ``strict`` refuse it (:class:`UnverifiableError`) unless the policy accepts a
+      layer-0 check (``allow_partial``).
+    """
+    if start == 0 or start != len(prefix_ids):
+        return None
+    if prefix_cache is not None:
+        return prefix_cache
+    ids = list(prefix_ids)
+    return lambda runtime: runtime.prefill(ids)[1]
+
+
 def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: int = DEFAULT_SAMPLES,
               tolerance: float | None = None, context: KVCache | None = None,
               token_ids: Sequence[int] | None = None, rng: random.Random | None = None,
@@ -181,7 +204,8 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
 
     Args:
         artifact: a decoded artifact (signature checks are separate: :mod:`c2c.trust.signing`).
-        runtime: the receiver's model; its fingerprint must equal the artifact's.
+        runtime: the receiver's model; its fingerprint must equal the artifact's, but for the
+            numerics (other kernels or CPU classes round differently, within the tolerance).
         mode: ``"sample"`` or ``"strict"``.
         samples: deep probes ``k`` for ``sample``.
         tolerance: relative tolerance; default :func:`default_tolerance`.
@@ -210,7 +234,7 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         raise ConfigError(f"samples={samples}: give a number of positions >= 0")
     t0 = time.perf_counter()
     h = artifact.header
-    Fingerprint.of(runtime).require_same(h.fingerprint)
+    Fingerprint.of(runtime).require_same(h.fingerprint, exact=False)  # compared within a tolerance: numerics aside
     cache = replace(artifact.cache, token_ids=claimed_tokens(artifact, token_ids))
     cache = cache.to(device=runtime.device)
     tol = default_tolerance(runtime.dtype, runtime.device) if tolerance is None else float(tolerance)

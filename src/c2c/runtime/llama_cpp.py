@@ -8,16 +8,21 @@ per-layer tensors by :mod:`c2c.runtime.llama_state`. So its caches are ordinary
 :class:`~c2c.runtime.kvcache.KVCache` values, and its artifacts the same signed,
 versioned c2c artifacts: trust, store, invalidation and the server work unchanged.
 
-Its fingerprint names the backend, the llama-cpp-python version, the GGUF's
-quantization, the KV type and layout (``backend``), and the GGUF file's sha256
-(``weights_digest``): a llama.cpp cache never passes for a transformers one, nor
-the reverse.
+Its fingerprint names the engine, the llama-cpp-python version, the GGUF's
+quantization, the KV type and layout, the build's numerics (its ``EngineId``, the
+fingerprint's ``backend``), and the GGUF file's sha256 (``weights_digest``): a
+llama.cpp cache never passes for a transformers one, nor the reverse.
 
 What it does not do (each raises :class:`~c2c.errors.RuntimeUnsupportedError`
 naming the way out): re-position a slice, score every position (multiple-choice
-evaluation), the layer-0 probes of sampled verification (``strict`` verification
-re-prefills with llama.cpp itself and works), LoRA adapters, the fuser, and
-models with sliding-window layers (Gemma 3).
+evaluation), the probes of sampled verification and slice repair (``strict``
+verification re-prefills with llama.cpp itself and works), LoRA adapters, the
+fuser, and models with sliding-window layers (Gemma 3).
+
+Its numerics (in the fingerprint) are the CPU features this llama.cpp build was
+compiled for (``llama_print_system_info``): a build for other SIMD levels sums in
+another order. ``scripts/setup.sh`` never turns its AMX options on: an AMX build
+died with an illegal instruction on a 512-token prefill on these machines.
 
 One context holds one sequence (seq 0). The runtime remembers which of its own
 caches the context holds, so a decode loop that feeds its last cache back costs
@@ -39,11 +44,14 @@ import llama_cpp
 import numpy as np
 import torch
 
-from c2c.canon import files_digest
+from c2c.canon import canonical_json, files_digest
 from c2c.errors import ModelError, RuntimeUnsupportedError
-from c2c.runtime.base import Generation, RuntimeBase, check_sampling, sample_next
+from c2c.runtime.facts import FULL_ATTENTION, EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.llama_state import build_seq_state, parse_seq_state, unwrap, wrap
+from c2c.runtime.protocol import Generation
+from c2c.runtime.sampling import check_sampling, sample_next
+from c2c.runtime.turns import ChatTurns
 
 FTYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
           12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
@@ -54,10 +62,27 @@ def version() -> str:
     return llama_cpp.__version__
 
 
-class LlamaCppRuntime(RuntimeBase):
-    """One GGUF model in llama.cpp. Build with :meth:`load` or ``zoo.load(name, backend="llama.cpp")``."""
+def build_features() -> tuple[str, ...]:
+    """The CPU features this llama.cpp build was compiled with and uses, lower case (``avx2``, ``avx512``, ...)."""
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    found = []
+    for part in info.split("|"):
+        name, eq, value = part.partition("=")
+        name = name.split(":")[-1].strip().lower()
+        if eq and value.strip() == "1" and name and name not in found:
+            found.append(name)
+    return tuple(found)
 
-    backend = "llama.cpp"
+
+def _refuse(message: str):
+    """A method this engine does not have: whatever it is passed, it raises :class:`RuntimeUnsupportedError`."""
+    def refuse(self, *args, **kwargs):
+        raise RuntimeUnsupportedError(message)
+    return refuse
+
+
+class LlamaCppRuntime(ChatTurns):
+    """One GGUF model in llama.cpp. Build with :meth:`load` or ``zoo.load(name, backend="llama.cpp")``."""
 
     def __init__(self, llm: "llama_cpp.Llama", *, name: str, path: Path, threads: int):
         self.llm = llm
@@ -69,12 +94,14 @@ class LlamaCppRuntime(RuntimeBase):
         self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
         self._resident: tuple[int, ...] = ()      # the tokens the context holds, at positions 0...
         self._ours: list[weakref.ref] = []        # caches this runtime exported (held by the context as a prefix)
-        self.facts = self._facts()
-        self.windows: tuple[int | None, ...] = (None,) * self.facts["num_layers"]
-        self.eos_ids = frozenset(self.facts["eos_token_ids"])
+        self.facts: ModelFacts = self._facts()
+        self.eos_ids = frozenset(self.facts.eos_token_ids)
         self.v_trans = self._probe_v_trans()
-        self.engine_info = (f"{version()} gguf:{self.facts['quantization']} "
-                            f"kv:{self.facts['kv_type']} v_trans:{int(self.v_trans)}")
+        self.engine_id = EngineId(
+            kind="llama.cpp", version=version(),
+            options=(("gguf", self.facts.quantization), ("kv", self.facts.kv_type),
+                     ("v_trans", str(int(self.v_trans)))),
+            numerics="cpu/" + "+".join(build_features()))
 
     @classmethod
     def load(cls, gguf: str | Path, *, name: str | None = None, threads: int | None = None,
@@ -105,13 +132,16 @@ class LlamaCppRuntime(RuntimeBase):
     def close(self) -> None:
         self.llm.close()
 
+    chars_per_token: float | None = None  # no bound read from a GGUF vocabulary (the server then checks a
+    # prompt's length after tokenizing it only)
+
     @property
     def context_tokens(self) -> int:
         """The most tokens this context holds (``n_ctx``)."""
         return self.llm.n_ctx()
 
     # ------------------------------------------------------------ identity
-    def _facts(self) -> dict:
+    def _facts(self) -> ModelFacts:
         m = self.llm.metadata
         arch = m.get("general.architecture", "")
 
@@ -127,11 +157,12 @@ class LlamaCppRuntime(RuntimeBase):
         n_vocab = self.llm.n_vocab()
         eog = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
         ftype = m.get("general.file_type")
-        return {"architecture": {"gemma3": "gemma3_text"}.get(arch, arch), "num_layers": n_layer,
-                "layer_types": ["full_attention"] * n_layer, "windows": [None] * n_layer, "kv_heads": n_kv,
-                "head_dim": head_dim, "sliding_window": None, "rope": rope, "dtype": "float16",
-                "vocab_size": n_vocab, "eos_token_ids": eog, "kv_type": "f16",
-                "quantization": FTYPES.get(int(ftype), f"file_type{ftype}") if ftype is not None else "unknown"}
+        return ModelFacts(
+            architecture={"gemma3": "gemma3_text"}.get(arch, arch), num_layers=n_layer,
+            layer_types=(FULL_ATTENTION,) * n_layer, sliding_window=None, kv_heads=n_kv, head_dim=head_dim,
+            rope=canonical_json(rope).decode(), dtype="float16", vocab_size=n_vocab, eos_token_ids=tuple(eog),
+            kv_type="f16",
+            quantization=FTYPES.get(int(ftype), f"file_type{ftype}") if ftype is not None else "unknown")
 
     def _probe_v_trans(self) -> bool:
         """Whether this context keeps V transposed (its state must be written back the same way)."""
@@ -159,7 +190,7 @@ class LlamaCppRuntime(RuntimeBase):
     def tokenizer_digest(self) -> str:
         """The GGUF's tokenizer: its vocabulary's pieces and the chat template."""
         h = hashlib.sha256((self.llm.metadata.get("tokenizer.chat_template") or "").encode())
-        for t in range(self.facts["vocab_size"]):
+        for t in range(self.facts.vocab_size):
             h.update(llama_cpp.llama_vocab_get_text(self._vocab, t) or b"")
             h.update(b"\0")
         return h.hexdigest()
@@ -208,11 +239,11 @@ class LlamaCppRuntime(RuntimeBase):
     def _export(self) -> KVCache:
         """The context's sequence as a KVCache (one copy out of llama.cpp)."""
         f = self.facts
-        state = parse_seq_state(unwrap(self._state_bytes()), kv_heads=f["kv_heads"], head_dim=f["head_dim"],
-                                num_layers=f["num_layers"])
+        state = parse_seq_state(unwrap(self._state_bytes()), kv_heads=f.kv_heads, head_dim=f.head_dim,
+                                num_layers=f.num_layers)
         if state.positions != tuple(range(len(self._resident))):
             raise RuntimeUnsupportedError("the llama.cpp context holds positions c2c did not put there")
-        cache = KVCache(keys=state.keys, values=state.values, token_ids=self._resident, windows=self.windows)
+        cache = KVCache(keys=state.keys, values=state.values, token_ids=self._resident, windows=f.windows)
         self._ours = [r for r in self._ours if r() is not None][-15:] + [weakref.ref(cache)]
         return cache
 
@@ -249,7 +280,7 @@ class LlamaCppRuntime(RuntimeBase):
         self.llm.eval(list(ids))
         self._resident = self._resident + tuple(int(i) for i in ids)
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
-        view = np.ctypeslib.as_array(ptr, shape=(self.facts["vocab_size"],))
+        view = np.ctypeslib.as_array(ptr, shape=(self.facts.vocab_size,))
         return torch.from_numpy(view.copy() if copy else view)  # (vocab,)
 
     # ------------------------------------------------------------- compute
@@ -260,7 +291,7 @@ class LlamaCppRuntime(RuntimeBase):
             raise RuntimeUnsupportedError("prefill needs at least one token")
         if start:
             raise RuntimeUnsupportedError("the llama.cpp backend places a fresh sequence at position 0 only")
-        self._check_cache(past)
+        self.check_cache(past)
         self._hold(past)
         logits = self._eval(ids)
         return logits, self._export()
@@ -270,7 +301,7 @@ class LlamaCppRuntime(RuntimeBase):
                  generator: torch.Generator | None = None) -> Generation:
         """As the transformers runtime's: decode natively, export the cache once at the end."""
         check_sampling(temperature, top_p)
-        self._check_cache(past)
+        self.check_cache(past)
         t0 = time.perf_counter()
         self._hold(past)
         logits = self._eval(ids)
@@ -295,17 +326,26 @@ class LlamaCppRuntime(RuntimeBase):
         raise RuntimeUnsupportedError("the llama.cpp backend does not re-position slices yet; hand off a full "
                                       "cache (mode full), or use the transformers backend for slices")
 
-    def logits(self, ids, past=None):
-        raise RuntimeUnsupportedError("the llama.cpp backend keeps only the last position's logits; score "
-                                      "options (c2c.mc) with the transformers backend")
+    # ------------------------- what this engine refuses (RuntimeUnsupportedError, naming the way out)
+    logits = logits_batch = _refuse(
+        "the llama.cpp backend keeps only the last position's logits; score options (c2c.mc) with the "
+        "transformers backend (--backend transformers)")
+    probe_kv = probe_first_layers = probe_layer0 = _refuse(
+        "the llama.cpp backend cannot recompute K/V under a custom attention mask or stop a forward after "
+        "the first layers (the probes of `c2c verify --mode sample`, and slice repair); verify with --mode "
+        "strict (it re-prefills with llama.cpp itself), or load the model with --backend transformers")
+    encode_with_offsets = _refuse(
+        "the cache fuser aligns tokenizers by character offsets on the transformers backend; load the model "
+        "with --backend transformers")
+    logits_with_grad = _refuse(
+        "the cache fuser trains and runs on the transformers backend (it needs gradients through the model); "
+        "load the Receiver with --backend transformers")
+    attach_adapter = train_adapter = _refuse(
+        "LoRA role adapters run on the transformers backend (PEFT wraps its linear layers); load the model "
+        "with --backend transformers")
 
-    logits_batch = logits
+    def check_cache(self, cache: KVCache | None) -> None:
+        self.facts.check(cache, model=self.name)
 
-    def logits_with_grad(self, ids, past=None):
-        raise RuntimeUnsupportedError("the cache fuser trains and runs on the transformers backend (it needs "
-                                      "gradients through the model); load the Receiver with --backend transformers")
-
-    def ensure_dense(self) -> None:
-        raise RuntimeUnsupportedError("LoRA role adapters run on the transformers backend (PEFT wraps its linear "
-                                      "layers); load the model with --backend transformers")
-
+    def detach_adapter(self) -> None:
+        """Nothing to do: this engine always runs the plain base model."""

@@ -49,15 +49,16 @@ from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, Co
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
 from c2c.handoff.policy import HandoffPolicy
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.render import Part, Rendering, text_turn
-from c2c.store.base import Store, check_id, check_stream
+from c2c.store.interface import Store, check_id, check_stream
 from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
 from c2c.trust.keys import Keyring, SigningKey, check_domain
-from c2c.trust.policy import VerifyPolicy, check as trust_check
+from c2c.trust.verify_policy import VerifyPolicy, check as trust_check
+from c2c.trust.verify import slice_context
 from c2c.trust.signing import load_signed, sign
 
 log = logging.getLogger("c2c")
@@ -266,8 +267,7 @@ class Exchange:
         if used == "cache":
             try:
                 trust = trust_check(artifact, self.keyring, owner, self.verify, runtime=runtime,
-                                    prefix_ids=list(prefix_ids),
-                                    context=lambda rt: rt.prefill(list(prefix_ids))[1] if prefix_ids else None)
+                                    prefix_ids=list(prefix_ids), context=slice_context(h.start, prefix_ids))
                 parts, prefix_kv = _cache_parts(artifact, f"from:{agent}", _kept_text(artifact, cid, required=False))
             except C2CError as e:
                 if foreign:  # the class says what failed; the message may measure the owner's context
@@ -415,8 +415,8 @@ def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0
     if cal is None:
         dtype = str(runtime.dtype).replace("torch.", "")
         raise ConfigError(f"no calibration for {key} on this server; run `c2c advise --model {model} --dtype {dtype} "
-                          f"--backend {runtime.backend} --message-tokens 64` once on this machine (it measures and "
-                          "saves one)")
+                          f"--backend {runtime.engine_id.kind} --message-tokens 64` once on this machine (it measures "
+                          "and saves one)")
     d = forecast(cal, Fingerprint.of(runtime), message_tokens=message_tokens, context_tokens=context_tokens,
                  hops=hops, bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, other_model=not same_model,
                  fuser_available=fuser_available)

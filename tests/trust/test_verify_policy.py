@@ -16,7 +16,7 @@ from c2c.errors import (
     UnsignedArtifactError,
     VerificationFailedError,
 )
-from c2c.trust.policy import DEFAULT, ROUTINE, STRICT, VerifyPolicy, check, policy_for
+from c2c.trust.verify_policy import DEFAULT, ROUTINE, STRICT, VerifyPolicy, check, policy_for
 from c2c.trust.signing import sign
 
 from .conftest import DOMAIN

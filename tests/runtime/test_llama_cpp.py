@@ -1,9 +1,8 @@
-"""One conformance suite for every runtime backend: transformers and llama.cpp, on real zoo models.
+"""The llama.cpp engine beyond the conformance suite (test_engine_conformance.py), on real zoo models.
 
-Each backend must continue from its own caches (token-exactly on transformers; on llama.cpp to
-its batch-dependent rounding), hand a full cache over
-through artifact bytes token-identically, keep its caches to itself (the
-fingerprints differ), and refuse what it cannot do with a specific error.
+Its context keeps a cache resident and continues the same however it got there; its caches never
+cross to transformers (the fingerprints differ); it refuses what it cannot do with a specific error;
+and llama-server's slot files round-trip through signed artifacts.
 """
 
 from __future__ import annotations
@@ -15,56 +14,20 @@ import pytest
 
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.artifact.prefix import PrefixRef, SharedPrefix
+from c2c.artifact.prefix import PrefixRef
 from c2c.errors import FingerprintMismatchError, IncompatibleCacheError, RuntimeUnsupportedError
-from c2c.handoff import SharedTransport, hand_off
-from c2c.team.agent import Agent, Team
+from c2c.runtime.facts import EngineId
 
 pytestmark = [pytest.mark.zoo]
 llama_cpp = pytest.importorskip("llama_cpp")
 
-MODELS = ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct", "Gemma-3-270M"]
-BACKENDS = ["transformers:float32", "transformers:bfloat16", "llama.cpp"]
 DOC = ("The build failed because the test runner ran out of memory while loading a 2 GB fixture. "
        "Splitting the fixture into four parts fixed it, and the suite now runs in 6 minutes.")
-
-
-# every model on every backend, but Gemma 3 on llama.cpp, which is refused (test_what_llama_cpp_cannot_do...)
-CASES = [(m, b) for m in MODELS for b in BACKENDS if not (b == "llama.cpp" and m.startswith("Gemma"))]
-
-
-def load(zoo_model, name: str, backend: str):
-    """The runtime of ``name`` on ``backend`` (``engine[:dtype]``)."""
-    engine, _, dtype = backend.partition(":")
-    return zoo_model(name, dtype or None, backend=engine)
 
 
 def prompt(rt) -> list[int]:
     text = rt.render_turn("system", "You are brief.") + rt.render_turn("user", DOC + " What fixed it?")
     return list(rt.bos_ids) + rt.encode(text + rt.generation_prompt())
-
-
-@pytest.mark.parametrize("name, backend", CASES)
-def test_continuing_a_cache_equals_prefilling_everything(zoo_model, name, backend):
-    rt = load(zoo_model, name, backend)
-    ids = prompt(rt)
-    whole = rt.generate(ids, max_new_tokens=8, min_new_tokens=8)
-    _, head = rt.prefill(ids[:-5])
-    assert head.seq_len == len(ids) - 5 and head.keys[0].shape[2] == len(ids) - 5
-    rest = rt.generate(ids[-5:], head, max_new_tokens=8, min_new_tokens=8)
-    assert rest.cache.token_ids == tuple(ids) + rest.token_ids[:-1]
-    if backend.startswith("transformers"):
-        assert rest.token_ids == whole.token_ids
-        return
-    # llama.cpp sums a 5-token batch in another order than the whole prompt's (its kernels depend on
-    # the batch's size, the context's used cells, and the SIMD level it was built for), so a split
-    # prefill is close, not bit-equal, and a greedy near-tie can flip a later token (seen on an
-    # AVX2-only build at the 7th token). What must hold: the next-token logits after the split match
-    # the whole prefill's (same argmax, within 5% of their largest magnitude), so the first token agrees.
-    full, _ = rt.prefill(ids)            # (vocab,)
-    split, _ = rt.prefill(ids[-5:], head)
-    assert int(full.argmax()) == int(split.argmax()) == whole.token_ids[0] == rest.token_ids[0]
-    assert (full.float() - split.float()).abs().max() < 0.05 * full.float().abs().max()
 
 
 @pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
@@ -90,34 +53,18 @@ def test_a_llama_cpp_cache_continues_the_same_whatever_the_context_held_before(z
         assert (logits.float() - first.float()).abs().max() < 1e-3 * first.float().abs().max()
 
 
-@pytest.mark.parametrize("name, backend", CASES)
-def test_a_full_handoff_through_artifact_bytes_is_exact(zoo_model, name, backend):
-    """Token-identical to a receiver handed the sender's very tensors, on every backend and dtype; in fp32 also
-    to prefilling all the tokens in one pass (bf16 and llama.cpp round a split prefill differently)."""
-    rt = load(zoo_model, name, backend)
-    team = Team(shared=SharedPrefix.build("You are one of two engineers on a team.", context={"repo": "c2c"}))
-    a = Agent("analyst", rt, team, role="You are the analyst.")
-    b = Agent("writer", rt, team, role="You are the writer.")
-    twin = Agent("writer", rt, team, role="You are the writer.")
-    a.read(DOC)
-    h = hand_off(a, b, mode="full")
-    hand_off(a, twin, mode="full", transport=SharedTransport())  # the sender's very tensors, no bytes
-    assert h.used == "full" and h.artifact_bytes > 0
-    ask = "What fixed the build? One sentence."
-    g = b.respond(ask, max_new_tokens=10, min_new_tokens=10)
-    assert g.token_ids == twin.respond(ask, max_new_tokens=10, min_new_tokens=10).token_ids
-    if backend == "transformers:float32":
-        fed = b.context.token_ids[: len(b.context.token_ids) - (len(g.token_ids) - 1)]
-        assert g.token_ids == rt.generate(fed, max_new_tokens=10, min_new_tokens=10).token_ids
-
-
 @pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct"])
 def test_caches_never_cross_backends(zoo_model, name):
     hf, lc = zoo_model(name, backend="transformers"), zoo_model(name, backend="llama.cpp")
     fh, fl = Fingerprint.of(hf), Fingerprint.of(lc)
-    assert fl.backend.startswith("llama.cpp ") and "gguf:" in fl.backend and "kv:f16" in fl.backend
-    assert fh.backend == "transformers" and "backend" not in fh.to_dict()  # old headers stay canonical
+    assert fl.backend.kind == "llama.cpp" and fl.backend.option("gguf") == lc.facts.quantization
+    assert fl.backend.option("kv") == "f16" and fl.backend.numerics.startswith("cpu/")
+    assert fh.backend.kind == "transformers" and fh.backend.numerics.endswith("linear-dense")
     assert {"backend", "weights_digest"} <= set(fh.diff(fl))
+    # a header made before engines named their numerics ("transformers", left out) still reads, as another engine
+    old = {k: v for k, v in fh.to_dict().items() if k != "backend"}
+    assert Fingerprint.from_dict(old).backend == EngineId(kind="transformers") and "backend" in fh.diff(
+        Fingerprint.from_dict(old))
     with pytest.raises(FingerprintMismatchError):
         fh.require_same(fl)
     _, cache = lc.prefill(prompt(lc)[:12])
@@ -252,3 +199,26 @@ def test_the_handoff_bench_runs_on_llama_cpp(zoo_model, capsys):
     r = __import__("json").loads(capsys.readouterr().out)
     assert r["exact"] is True and r["machine"]["dtype"] == "float16" and r["cache_pipeline_s"] > 0
     assert r["slice_pipeline_s"] > 0 and "slice_unsupported" not in r
+
+
+def test_export_and_import_slot_agree_on_the_shared_prefix_of_one_system_prompt(zoo_model, tmp_path, capsys):
+    """`c2c export --system S` and `c2c import-slot --system S` bind their artifacts to one shared prefix,
+    whitespace and all: llama-server writes the system text as it was sent, so both take it verbatim."""
+    from c2c.cli.main import main
+
+    lc = zoo_model("SmolLM2-135M-Instruct", backend="llama.cpp")
+    system = "You are brief.\n"
+    verbatim = lambda text: tuple(lc.bos_ids) + tuple(lc.encode(lc.render_turn("system", text)))
+    ids = list(verbatim(system)) + lc.encode(lc.render_turn("user", DOC))
+    lc.prefill(ids)
+    slot = tmp_path / "slot.bin"
+    assert llama_cpp.llama_state_seq_save_file(lc._ctx, str(slot).encode(), 0, (ctypes.c_int32 * len(ids))(*ids),
+                                                len(ids)) > 0
+    exported, imported = tmp_path / "export.c2c", tmp_path / "import.c2c"
+    assert main(["export", "--model", "SmolLM2-135M-Instruct", "--backend", "llama.cpp", "--system", system,
+                 "--prompt", DOC, "--out", str(exported), "--json"]) == 0
+    assert main(["import-slot", str(slot), "--model", "SmolLM2-135M-Instruct", "--system", system,
+                 "--out", str(imported), "--json"]) == 0
+    capsys.readouterr()
+    a, b = Artifact.read(exported).header.prefix, Artifact.read(imported).header.prefix
+    assert a == b == PrefixRef.of(verbatim(system)) != PrefixRef.of(verbatim(system.strip()))

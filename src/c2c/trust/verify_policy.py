@@ -119,7 +119,7 @@ class TrustReport:
 def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolicy | None = None, *,
           runtime=None, critical: bool = False, prefix_ids: Sequence[int] | None = None,
           context: KVCache | Callable[[Any], KVCache] | None = None, token_ids: Sequence[int] | None = None,
-          rng: random.Random | None = None) -> TrustReport:
+          rng: random.Random | None = None, exact: bool = True) -> TrustReport:
     """Everything a receiver in ``domain`` checks before attaching ``artifact``.
 
     Nothing the unverified header names is acted on before the signature, the
@@ -141,6 +141,9 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
             called after the runtime is loaded.
         token_ids: the claimed tokens when the header withholds them.
         rng: probe-position source (tests and benchmarks fix it; default is unpredictable).
+        exact: the runtime's fingerprint must equal the artifact's, numerics included (a cache about to
+            be attached); ``False`` for a check that only reports on the K/V within a tolerance
+            (``c2c verify``), where another CPU class or kernel is not a mismatch.
 
     Raises:
         UnsignedArtifactError, BadSignatureError, UnknownSignerError, RevokedSignerError,
@@ -162,7 +165,7 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
     if policy.kv != "none":
         if runtime is None:
             raise ConfigError(f"the {policy.kv!r} KV check needs the receiver's runtime (runtime=...)")
-        Fingerprint.of(runtime).require_same(artifact.header.fingerprint)
+        Fingerprint.of(runtime).require_same(artifact.header.fingerprint, exact=exact)
         if callable(context):
             context = context(runtime)
         kv = verify_kv(artifact, runtime, mode=policy.kv, samples=policy.samples, tolerance=policy.tolerance,

@@ -170,8 +170,7 @@ def calibration_name(model: str, dtype: str = "float32", backend: str = "transfo
 
 def runtime_calibration_name(runtime) -> str:
     """:func:`calibration_name` of a loaded runtime."""
-    return calibration_name(runtime.name, str(runtime.dtype).replace("torch.", ""),
-                            getattr(runtime, "backend", "transformers"))
+    return calibration_name(runtime.name, str(runtime.dtype).replace("torch.", ""), runtime.engine_id.kind)
 
 
 def calibration_path(model: str) -> Path:

@@ -8,7 +8,7 @@ import time
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import StaleCommitError
 from c2c.flows.chain import ChainReport, ChainStep, publish, pull
-from c2c.runtime.engine import Runtime
+from c2c.runtime.protocol import Runtime
 from c2c.team.agent import Agent, Team
 
 DOC_V1 = ("Release notes v1.4: the export command now writes artifacts atomically. "

@@ -41,7 +41,7 @@ class ServeConfig:
             past it 408 and the connection is closed (a slow client holds no connection long).
         request_timeout_s: the longest a request may take, queueing included (504 past it).
         default_max_tokens: completion tokens when a request names none (capped by the context).
-        verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.policy``):
+        verify_kv: the KV check on an attached cache besides its signature (``c2c.trust.verify_policy``):
             ``none`` (signature, fingerprint and prefix only), ``sample`` or ``strict``.
         allow_open: serve without tokens on a non-loopback address, to any ``Host`` name (without it,
             open access answers only requests addressed to a loopback name, see

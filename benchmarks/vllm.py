@@ -1,0 +1,268 @@
+"""The two-agent pipeline on one `vllm serve`, by text and by c2c's KV connector; and the connector's cost unused.
+
+    bash scripts/setup_vllm.sh
+    .venv/bin/python benchmarks/vllm.py                         # Qwen2.5-Coder-0.5B, bf16, N = 64,128,256
+    .venv/bin/python benchmarks/vllm.py --model SmolLM2-135M-Instruct --dtype float32 --duration 30
+
+One engine (c2c's converted safetensors of the zoo model, ``--enforce-eager``, prefix
+caching off, so that the only cache a request gets is the one c2c hands it), one request
+at a time unless said otherwise:
+
+- **text**: the analyst reads the 512-token document and writes an N-token message
+  (``ignore_eos``, so exactly N); the writer reads the message and answers 16 tokens.
+- **cache**: the analyst reads the document and publishes its K/V (a one-token reply);
+  the writer's prompt continues the analyst's conversation, attaches the commit
+  (``full``) and answers 16 tokens: it prefills only its own question.
+- **under load**: ``--concurrency`` pipelines at once for ``--duration`` seconds, each way:
+  pipelines per second, p50 and p99 latency.
+- **the connector unused**: decode throughput of one stream (a 16-token prompt, 128
+  tokens) with the connector loaded and no c2c fields, against a server without it.
+
+Outputs benchmarks/results/vllm.{json,md,png} (or --out PREFIX), with the CPU, whether it
+has AMX, and the CPU attention kernel vLLM used (from the published commit's fingerprint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from openai import OpenAI
+
+from c2c.artifact.codec import Artifact
+from c2c.bench.handoff import QUESTION, SYSTEM, corpus_text
+from c2c.config import c2c_home
+from c2c.store import open_store
+from c2c.testing.vllm import VllmProcess
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MESSAGE_PROMPT = "Write the facts of the material above that matter as a message for the writer."
+
+
+def kv(r) -> dict:
+    return ((r.model_extra or {}).get("kv_transfer_params") or {}).get("c2c") or {}
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def cpu() -> dict:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    return {"cpu": name, "cores": os.cpu_count(), "amx_bf16": "amx_bf16" in flags,
+            "avx512_bf16": "avx512_bf16" in flags, "load_avg": os.getloadavg(), "python": platform.python_version()}
+
+
+class Pipelines:
+    """The two pipelines against one server."""
+
+    def __init__(self, server: VllmProcess, document: str, answer_tokens: int):
+        self.client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=600)
+        self.doc = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Material:\n" + document}]
+        self.k = answer_tokens
+
+    def ask(self, messages, max_tokens, c2c=None):
+        body = {"ignore_eos": True}
+        if c2c:
+            body["kv_transfer_params"] = {"c2c": c2c}
+        return self.client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens,
+                                                   temperature=0, extra_body=body)
+
+    def text(self, n: int) -> dict:
+        t0 = time.perf_counter()
+        a = self.ask(self.doc + [{"role": "user", "content": MESSAGE_PROMPT}], n)
+        t1 = time.perf_counter()
+        w = self.ask([self.doc[0], {"role": "user", "content": "Message from the analyst:\n"
+                                    + a.choices[0].message.content}, {"role": "user", "content": QUESTION}], self.k)
+        t2 = time.perf_counter()
+        return {"s": t2 - t0, "analyst_s": t1 - t0, "writer_s": t2 - t1, "message_tokens": a.usage.completion_tokens,
+                "writer_prompt_tokens": w.usage.prompt_tokens, "answer_tokens": w.usage.completion_tokens}
+
+    def cache(self, stream: str) -> dict:
+        t0 = time.perf_counter()
+        a = self.ask(self.doc, 1, {"publish": {"stream": stream}})
+        t1 = time.perf_counter()
+        pub = kv(a)["publish"]
+        messages = self.doc + [{"role": "assistant", "content": a.choices[0].message.content},
+                               {"role": "user", "content": QUESTION}]
+        w = self.ask(messages, self.k, {"attach": pub["commit"], "mode": "full"})
+        t2 = time.perf_counter()
+        rec = kv(w)["attach"]
+        return {"s": t2 - t0, "analyst_s": t1 - t0, "writer_s": t2 - t1, "commit": pub["commit"],
+                "commit_tokens": pub["tokens"], "commit_bytes": pub["bytes"], "publish_timings": pub["timings"],
+                "attach_timings": rec["timings"], "path": rec["path"], "imported_tokens": rec["imported_tokens"],
+                "writer_prompt_tokens": w.usage.prompt_tokens, "writer_cached_tokens":
+                    w.usage.prompt_tokens_details.cached_tokens, "answer_tokens": w.usage.completion_tokens}
+
+    def load(self, run, concurrency: int, duration: float) -> dict:
+        """``concurrency`` threads running ``run()`` back to back for ``duration`` seconds."""
+        lat, errors, lock = [], [], threading.Lock()
+        stop = time.monotonic() + duration
+
+        def worker():
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                try:
+                    run()
+                except Exception as e:  # noqa: BLE001 - counted and reported
+                    with lock:
+                        errors.append(repr(e)[:200])
+                    continue
+                with lock:
+                    lat.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        return {"pipelines": len(lat), "wall_s": wall, "per_s": len(lat) / wall, "p50_s": pct(lat, 0.5),
+                "p99_s": pct(lat, 0.99), "errors": len(errors), "first_errors": errors[:3]}
+
+    def decode_rate(self, repeats: int = 3, tokens: int = 128) -> dict:
+        rates = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            r = self.ask([{"role": "user", "content": "Count slowly from one, in words."}], tokens)
+            rates.append(r.usage.completion_tokens / (time.perf_counter() - t0))
+        return {"tokens_per_s": statistics.median(rates), "runs": rates}
+
+
+def document_of(server: VllmProcess, n: int) -> str:
+    """About ``n`` tokens of real text, cut with the server's own tokenizer."""
+    root = server.base_url.rsplit("/v1", 1)[0]
+    ids = httpx.post(f"{root}/tokenize", json={"model": "m", "prompt": corpus_text()[: n * 8],
+                                               "add_special_tokens": False}, timeout=60).json()["tokens"]
+    return httpx.post(f"{root}/detokenize", json={"model": "m", "tokens": ids[:n]}, timeout=60).json()["prompt"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--lengths", default="64,128,256")
+    ap.add_argument("--context-tokens", type=int, default=512)
+    ap.add_argument("--answer-tokens", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--load-length", type=int, default=256, help="message tokens of the text pipelines under load")
+    ap.add_argument("--out", default=str(RESULTS / "vllm"))
+    args = ap.parse_args()
+    model = c2c_home() / "models" / args.model
+    root = Path(tempfile.mkdtemp(prefix="c2c-vllm-bench-"))
+    store = f"sqlite:///{root}/store"
+    out: dict = {"model": args.model, "dtype": args.dtype, "context_tokens": args.context_tokens,
+                 "answer_tokens": args.answer_tokens, "repeats": args.repeats, "machine": cpu(), "points": []}
+    server = VllmProcess(model, root / "home", store=store, domain="bench", name="m", dtype=args.dtype,
+                         kv_cache_gb=2, max_model_len=4096)
+    out["flags"] = server.cmd[1:]
+    server.start()
+    try:
+        p = Pipelines(server, document_of(server, args.context_tokens), args.answer_tokens)
+        p.text(8)  # the first requests warm vLLM's lazy paths
+        p.cache("warmup")
+        for n in [int(x) for x in args.lengths.split(",")]:
+            texts = [p.text(n) for _ in range(args.repeats)]
+            caches = [p.cache(f"bench-{n}") for _ in range(args.repeats)]
+            row = {"message_tokens_asked": n, "text": texts[len(texts) // 2], "cache": caches[len(caches) // 2],
+                   "text_s": statistics.median(t["s"] for t in texts),
+                   "cache_s": statistics.median(c["s"] for c in caches)}
+            row["ratio"] = row["text_s"] / row["cache_s"]
+            out["points"].append(row)
+            print(f"N={n}: text {row['text_s']:.2f}s cache {row['cache_s']:.2f}s ratio {row['ratio']:.2f}",
+                  file=sys.stderr, flush=True)
+        with open_store(store) as s:
+            fp = Artifact.decode(s.in_domain("bench").get(out["points"][0]["cache"]["commit"]).data).header.fingerprint
+        out["engine"] = fp.backend
+        n = args.load_length
+        out["load"] = {"concurrency": args.concurrency, "duration_s": args.duration, "message_tokens": n,
+                       "text": p.load(lambda: p.text(n), args.concurrency, args.duration),
+                       "cache": p.load(lambda: p.cache("bench-load"), args.concurrency, args.duration)}
+        out["load"]["ratio"] = out["load"]["cache"]["per_s"] / max(out["load"]["text"]["per_s"], 1e-9)
+        print(f"load: {out['load']['text']['per_s']:.3f} vs {out['load']['cache']['per_s']:.3f} pipelines/s",
+              file=sys.stderr, flush=True)
+        with_connector = p.decode_rate()
+    finally:
+        server.stop()
+    plain = VllmProcess(model, root / "home-plain", store=store, domain="bench", name="m", dtype=args.dtype,
+                        kv_cache_gb=2, max_model_len=4096, connector=False).start()
+    try:
+        without = Pipelines(plain, "", args.answer_tokens).decode_rate()
+    finally:
+        plain.stop()
+    out["unused"] = {"with_connector": with_connector, "without": without,
+                     "cost": 1 - with_connector["tokens_per_s"] / without["tokens_per_s"]}
+    at256 = next((x for x in out["points"] if x["message_tokens_asked"] == 256), None)
+    out["acceptance"] = {"cache_5x_at_256": None if at256 is None else at256["ratio"] >= 5,
+                         "load_3x": out["load"]["ratio"] >= 3, "unused_le_5pct": out["unused"]["cost"] <= 0.05}
+    write(out, Path(args.out))
+    return 0
+
+
+def write(out: dict, prefix: Path) -> None:
+    prefix.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
+    m = out["machine"]
+    lines = [f"# The two-agent pipeline on vLLM: text vs c2c's KV connector ({out['model']}, {out['dtype']})", "",
+             f"CPU: {m['cpu']} ({m['cores']} cores; AMX-BF16 {'yes' if m['amx_bf16'] else 'no'}; load average "
+             f"at start {m['load_avg'][0]:.1f}). Engine: `{out.get('engine', '?')}`.", "",
+             f"Flags: `{' '.join(out['flags'][1:])}`", "",
+             f"Document {out['context_tokens']} tokens, answer {out['answer_tokens']} tokens, median of "
+             f"{out['repeats']} runs.", "",
+             "| message tokens | text s | cache s | text / cache | text: analyst / writer s | "
+             "cache: analyst (+publish) / writer (+attach) s | imported |", "|---|---|---|---|---|---|---|"]
+    for p in out["points"]:
+        t, c = p["text"], p["cache"]
+        lines.append(f"| {p['message_tokens_asked']} | {p['text_s']:.2f} | {p['cache_s']:.2f} | {p['ratio']:.2f}x | "
+                     f"{t['analyst_s']:.2f} / {t['writer_s']:.2f} | {c['analyst_s']:.2f} / {c['writer_s']:.2f} | "
+                     f"{c['imported_tokens']} of {c['writer_prompt_tokens']} |")
+    ld = out["load"]
+    lines += ["", f"Under load ({ld['concurrency']} pipelines at once, {ld['duration_s']:.0f} s each way, "
+                  f"{ld['message_tokens']}-token messages):", "",
+              "| | pipelines/s | p50 s | p99 s | errors |", "|---|---|---|---|---|"]
+    for k in ("text", "cache"):
+        x = ld[k]
+        lines.append(f"| {k} | {x['per_s']:.3f} | {x['p50_s'] or 0:.2f} | {x['p99_s'] or 0:.2f} | {x['errors']} |")
+    u = out["unused"]
+    lines += ["", f"Cache / text under load: {ld['ratio']:.2f}x.", "",
+              f"The connector unused: decode {u['with_connector']['tokens_per_s']:.1f} tokens/s with it loaded, "
+              f"{u['without']['tokens_per_s']:.1f} without: cost {100 * u['cost']:.1f}%.", "",
+              "Acceptance: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["acceptance"].items()), ""]
+    prefix.with_suffix(".md").write_text("\n".join(lines))
+    try:
+        import matplotlib  # lazy: plotting is optional (the plot extra)
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # lazy: as above
+    except ImportError:
+        return
+    ns = [p["message_tokens_asked"] for p in out["points"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    w = 0.38
+    ax.bar([i - w / 2 for i in range(len(ns))], [p["text_s"] for p in out["points"]], w, label="text")
+    ax.bar([i + w / 2 for i in range(len(ns))], [p["cache_s"] for p in out["points"]], w, label="c2c cache")
+    ax.set_xticks(range(len(ns)), [str(n) for n in ns])
+    ax.set_xlabel("message tokens")
+    ax.set_ylabel("pipeline seconds")
+    ax.set_title(f"vLLM {out['model']} ({out['dtype']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(prefix.with_suffix(".png"), dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

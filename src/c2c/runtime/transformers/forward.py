@@ -1,0 +1,102 @@
+"""Forward passes of a transformers model from and into :class:`~c2c.runtime.kvcache.KVCache` values.
+
+A KVCache becomes transformers' ``DynamicCache`` here and comes back from it here, so a
+change of transformers' cache classes (``past_key_values`` -> ``cache``, ``key_cache`` lists
+-> ``layers``) is mended in one place. Tensor layout of every K/V tensor crossing this module:
+``[1, kv_heads, seq, head_dim]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime.kvcache import KVCache
+
+
+def to_hf(model, kv: KVCache | None, batch: int = 1) -> DynamicCache:
+    """``kv`` as a transformers cache; ``batch`` > 1 repeats it (as views) for that many sequences."""
+    cache = DynamicCache(config=model.config)
+    if kv is None or kv.seq_len == 0:
+        return cache
+    if kv.start != 0:
+        raise RuntimeUnsupportedError(
+            f"a model can only continue from a cache that starts at position 0, not {kv.start}; "
+            "re-position the slice after a prefix first"
+        )
+    if len(cache.layers) != kv.num_layers:
+        raise RuntimeUnsupportedError(f"cache has {kv.num_layers} layers, model has {len(cache.layers)}")
+    for layer, k, v in zip(cache.layers, kv.keys, kv.values):
+        layer.update(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1))
+        if hasattr(layer, "cumulative_length"):
+            # sliding layers hold only the last W-1 tokens; the count of tokens seen is T
+            layer.cumulative_length = kv.seq_len
+    return cache
+
+
+def from_hf(cache: DynamicCache, token_ids: tuple[int, ...], windows: tuple[int | None, ...]) -> KVCache:
+    keys, values = [], []
+    for layer, w in zip(cache.layers, windows):
+        keep = KVCache.layer_length(len(token_ids), w)
+        keys.append(layer.keys[:, :, -keep:] if keep else layer.keys[:, :, :0])
+        values.append(layer.values[:, :, -keep:] if keep else layer.values[:, :, :0])
+    return KVCache(keys=tuple(keys), values=tuple(values), token_ids=token_ids, windows=windows)
+
+
+def _input_ids(model, ids: Sequence[int]) -> torch.Tensor:
+    return torch.tensor([list(ids)], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
+
+
+@torch.inference_mode()
+def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple[int | None, ...],
+            start: int = 0) -> tuple[torch.Tensor, KVCache]:
+    """Run ``ids`` after ``past``. Returns (last-token logits ``(vocab,)``, cache of past + ids).
+
+    ``start`` places a fresh sequence (``past is None``) at positions ``start...``.
+    """
+    input_ids = _input_ids(model, ids)                                          # (1, T)
+    kwargs = {}
+    if start:
+        kwargs["position_ids"] = torch.arange(start, start + len(ids), device=input_ids.device)[None, :]  # (1, T)
+    out = model(input_ids=input_ids, cache=to_hf(model, past), use_cache=True, logits_to_keep=1, **kwargs)
+    prior = past.token_ids if past is not None else ()
+    kv = from_hf(out.cache, prior + tuple(int(i) for i in ids), windows)
+    return out.logits[0, -1].float(), (replace(kv, start=start) if start else kv)
+
+
+@torch.inference_mode()
+def forward_all_logits(model, ids: Sequence[int], past: KVCache | None) -> torch.Tensor:
+    """Logits ``(T, vocab)`` for every position of ``ids`` after ``past`` (for scoring)."""
+    return model(input_ids=_input_ids(model, ids), cache=to_hf(model, past), use_cache=True).logits[0].float()
+
+
+@torch.inference_mode()
+def forward_batch_logits(model, seqs: Sequence[Sequence[int]], past: KVCache | None) -> list[torch.Tensor]:
+    """Logits ``(len(s), vocab)`` for each sequence ``s`` fed after ``past``, in one forward.
+
+    The sequences are right-padded into one batch: under causal attention a real
+    token never sees the padding after it, so no mask is needed. (Scoring the
+    options of a question this way costs one forward instead of one per option.)
+    """
+    device = next(model.parameters()).device
+    B, L = len(seqs), max(len(s) for s in seqs)
+    cache = to_hf(model, past, batch=B)
+    input_ids = torch.zeros(B, L, dtype=torch.long, device=device)                    # (B, L), right-padded
+    for b, s in enumerate(seqs):
+        input_ids[b, :len(s)] = torch.tensor(list(s), dtype=torch.long)
+    logits = model(input_ids=input_ids, cache=cache, use_cache=True).logits.float()  # (B, L, V)
+    return [logits[b, :len(s)] for b, s in enumerate(seqs)]
+
+
+def forward_logits_grad(model, ids: Sequence[int], past: KVCache | None) -> torch.Tensor:
+    """Like :func:`forward_all_logits`, but under the caller's grad mode: ``(T, vocab)``.
+
+    The tensors of ``past`` (``[1, kv_heads, seq, head_dim]`` per layer) may require
+    grad; the loss then back-propagates through the frozen model into them. This is
+    how a cache fuser is trained.
+    """
+    return model(input_ids=_input_ids(model, ids), cache=to_hf(model, past), use_cache=True).logits[0].float()

@@ -1,0 +1,151 @@
+"""The connector's exchanges with the store, without vLLM: parsing, attach rulings, publish tickets, error replies."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from c2c.errors import ConfigError
+from c2c.runtime.kvcache import KVCache
+from c2c.runtime.vllm import tickets
+from c2c.runtime.vllm.connector_config import ConnectorConfig
+from c2c.runtime.vllm.commits import Attacher, Publisher, Request
+from c2c.runtime.vllm.api_middleware import error_response
+from c2c.store import open_store
+from c2c.runtime.facts import EngineId
+from c2c.testing.synthetic import synthetic_fingerprint
+from c2c.trust.keys import Keyring
+
+FP = replace(synthetic_fingerprint(), backend=EngineId.parse("vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128"))
+TOKENS = tuple(range(1000, 1040))   # 40 tokens: two whole 16-token blocks and 8 more
+
+
+def cache_of(tokens) -> KVCache:
+    g = torch.Generator().manual_seed(len(tokens))
+    shape = (1, 2, len(tokens), 8)
+    return KVCache(keys=tuple(torch.randn(shape, generator=g) for _ in range(2)),
+                   values=tuple(torch.randn(shape, generator=g) for _ in range(2)), token_ids=tuple(tokens))
+
+
+@pytest.fixture
+def world(tmp_path):
+    """(publisher, attacher factory, store url, keyring) over one SQLite store, domain ``research``."""
+    url, keyring = f"sqlite:///{tmp_path}/store", Keyring(tmp_path / "keys")
+    for d in ("staging", "tickets"):
+        (tmp_path / d).mkdir()
+    pub = Publisher(store_url=url, domain="research", keyring=keyring, fingerprint=FP, run_dir=tmp_path)
+
+    def attacher(**kw):
+        args = dict(store_url=url, domain="research", keyring=keyring, fingerprint=FP, staging=tmp_path / "staging")
+        return Attacher(**{**args, **kw})
+
+    yield pub, attacher, url, keyring, tmp_path
+    pub.close()
+
+
+def publish(pub, root, tokens=TOKENS, **kw):
+    ticket = tickets.new_ticket()
+    out = pub.publish(cache_of(tokens), ticket=ticket, stream=kw.pop("stream", "analyst"), **kw)
+    assert tickets.collect(root, ticket, timeout_s=1) == out
+    return out
+
+
+def test_request_parse_reads_the_c2c_field_and_refuses_bad_shapes():
+    assert Request.parse(None) is None and Request.parse({"other": 1}) is None
+    r = Request.parse({"c2c": {"attach": "a" * 64, "mode": "full", "publish": {"stream": "s", "parents": ["b" * 64]}}})
+    assert (r.attach, r.mode, r.publish, r.stream, r.parents) == ("a" * 64, "full", True, "s", ("b" * 64,))
+    assert Request.parse({"c2c": {"publish": True}}).publish
+    for bad in ({"c2c": {"attach": "xyz"}}, {"c2c": {"mode": "slice"}}, {"c2c": {"publish": {"stream": "a b"}}},
+                {"c2c": {"what": 1}}, {"c2c": "attach"}, {"c2c": {"publish": {"parents": "a" * 64}}}):
+        with pytest.raises(ConfigError):
+            Request.parse(bad)
+
+
+def test_connector_config_refuses_unknown_keys_and_values():
+    assert ConnectorConfig.from_extra({"store": "redis://x", "domain": "ops"}).domain == "ops"
+    for bad in ({"stor": "x"}, {"domain": "a b"}, {"prefix": "some"}, {"max_hops": -1}):
+        with pytest.raises(ConfigError):
+            ConnectorConfig.from_extra(bad)
+
+
+def test_publish_signs_and_commits_and_an_exact_prompt_attaches(world):
+    pub, attacher, url, keyring, root = world
+    out = publish(pub, root)
+    assert out["tokens"] == 40 and out["version"] == 1 and out["signed_by"]["domain"] == "research"
+    v = attacher().check(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
+    assert v.error is None and v.load_tokens == 40 and v.record["path"] == "cache"
+    assert open(v.staged, "rb").read() == open_store(url).in_domain("research").get(out["commit"]).data
+
+
+def test_auto_loads_the_longest_shared_run_of_blocks_and_full_refuses_it(world):
+    pub, attacher, _, _, root = world
+    cid = publish(pub, root)["commit"]
+    prompt = list(TOKENS[:37]) + [5, 5, 5, 5]                  # differs from token 37 on
+    v = attacher().check(cid, "auto", prompt)
+    assert v.load_tokens == 32 and v.record["matched_tokens"] == 32 and v.record["commit_tokens"] == 40
+    assert attacher(prefix_policy="exact").check(cid, "auto", prompt).record["path"] == "text"
+    v = attacher().check(cid, "full", prompt)
+    assert v.error["type"] == "PrefixMismatchError" and v.load_tokens == 0
+    v = attacher().check(cid, "auto", [1, 2, 3] + list(TOKENS))   # nothing shared: a prefill, with the reason
+    assert v.error is None and v.load_tokens == 0 and "prefix" in v.record["reason"]
+
+
+def test_other_engines_stale_commits_and_the_hop_limit_are_refusals(world):
+    pub, attacher, url, keyring, root = world
+    cid = publish(pub, root)["commit"]
+    other = attacher(fingerprint=replace(FP, backend=EngineId.parse("transformers")))
+    assert other.check(cid, "auto", list(TOKENS) + [1]).record["path"] == "text"
+    assert other.check(cid, "full", list(TOKENS) + [1]).error["type"] == "FingerprintMismatchError"
+    assert attacher(max_hops=0).check(cid, "full", list(TOKENS) + [1]).error["type"] == "HandoffError"
+    open_store(url).in_domain("research").invalidate(cid, reason="wrong logs")
+    v = attacher().check(cid, "auto", list(TOKENS) + [1])
+    assert v.record["path"] == "text" and v.record["stale"] and v.load_tokens == 0
+    assert attacher().check(cid, "full", list(TOKENS) + [1]).error["type"] == "StaleCommitError"
+
+
+def test_invisible_or_untrusted_commits_are_errors_in_every_mode(world):
+    pub, attacher, url, keyring, root = world
+    ops = Publisher(store_url=url, domain="ops", keyring=keyring, fingerprint=FP, run_dir=root)
+    foreign = publish(ops, root, stream="ops")["commit"]
+    ops.close()
+    # a keyring of its own makes its own research key, which research's keyring never trusted
+    rogue = Publisher(store_url=url, domain="research", keyring=Keyring(root / "other-keys"), fingerprint=FP,
+                      run_dir=root)
+    untrusted = publish(rogue, root, tokens=TOKENS[:20], stream="rogue")["commit"]
+    rogue.close()
+    for mode in ("auto", "full"):
+        assert attacher().check(foreign, mode, list(TOKENS)).error["type"] == "CommitNotVisibleError"
+        assert attacher().check("f" * 64, mode, list(TOKENS)).error["type"] == "CommitNotVisibleError"
+        assert attacher().check(untrusted, mode, list(TOKENS)).error["type"] == "UnknownSignerError"
+        assert attacher().check("nope", mode, list(TOKENS)).error["type"] == "ConfigError"
+
+
+def test_an_attached_parent_is_recorded_and_counts_a_hop(world):
+    pub, attacher, url, _, root = world
+    first = publish(pub, root)["commit"]
+    second = publish(pub, root, tokens=TOKENS + (1, 2), parents=[first, "e" * 64])
+    assert second["parents"] == [first] and second["shared_parents"] == ["e" * 64]
+    assert attacher().check(second["commit"], "full", list(TOKENS) + [1, 2, 3]).record["hops"] == 2
+
+
+def test_tickets_time_out_and_sweep(tmp_path):
+    for d in ("staging", "tickets"):
+        (tmp_path / d).mkdir()
+    t = tickets.new_ticket()
+    assert tickets.collect(tmp_path, t, timeout_s=0.05) is None
+    tickets.settle(tmp_path, t, {"commit": "c"})
+    assert tickets.sweep(tmp_path, older_than_s=-1) == 1
+    with pytest.raises(ConfigError):
+        tickets.collect(tmp_path, "../../etc/passwd", timeout_s=0)
+
+
+def test_error_replies_take_c2c_serves_status_and_shape():
+    status, body = error_response({"type": "PrefixMismatchError", "message": "differs"})
+    assert status == 409 and body["error"]["c2c_error"] == "PrefixMismatchError"
+    assert body["error"]["code"] == "incompatible_cache" and body["error"]["type"] == "invalid_request_error"
+    assert error_response({"type": "CommitNotVisibleError", "message": ""})[0] == 403
+    assert error_response({"type": "UnknownSignerError", "message": ""})[0] == 422
+    status, body = error_response({"type": "NotAClass", "message": "x"})
+    assert status == 500 and body["error"]["c2c_error"] is None
