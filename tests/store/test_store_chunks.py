@@ -15,7 +15,8 @@ from store_helpers import audit, chunk_location, corrupt_blob, drop_blob, finger
 from c2c.artifact import Artifact
 from c2c.artifact.chunks import CHUNK_TOKENS as C
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import ChunkCorruptError, ChunkMissingError, QuotaExceededError, StaleCommitError
+from c2c.errors import (ChunkCorruptError, ChunkMissingError, CorruptArtifactError, QuotaExceededError,
+                        StaleCommitError)
 from c2c.runtime.kvcache import KVCache
 from c2c.store import GCPolicy, collect
 from c2c.store.fetch import fetch
@@ -108,6 +109,28 @@ def test_held_chunks_whose_bytes_differ_are_read_after_all(store):
     rec, report = fetch(store, c.id, held=same_tokens.slice(0, 2 * C), fingerprint=FP)
     assert rec.data == art.encode() and report.chunks_held == 0 and report.chunks_refetched == 2
     assert report.bytes_fetched == report.bytes_referenced
+
+
+def test_a_reader_may_stand_in_its_own_kv_for_the_chunks_it_holds(store):
+    # what a server session does: it continues from its own prefix K/V anyway, so the commit's chunks of it
+    # need not match bit for bit; every other chunk is checked against the signed digests
+    art = family(15, 2 * C, 30)
+    c = store.put(art.encode(), stream="s")
+    own_kv = KVCache(keys=tuple(k + 1e-3 for k in trunk().keys), values=trunk().values, token_ids=trunk().token_ids)
+    rec, report = fetch(store, c.id, held=own_kv.slice(0, 2 * C), fingerprint=FP, exact=False)
+    assert report.own == (0, 1) and report.chunks_refetched == 0 and report.bytes_fetched < report.bytes_referenced
+    with pytest.raises(CorruptArtifactError, match="chunk 0"):
+        Artifact.decode(bytes(rec.data))
+    got = Artifact.decode(rec.data, own=report.own)
+    assert torch.equal(got.cache.keys[0][:, :, : 2 * C], own_kv.keys[0][:, :, : 2 * C])
+    assert torch.equal(got.cache.keys[0][:, :, 2 * C:], art.cache.keys[0][:, :, 2 * C:])
+    with pytest.raises(CorruptArtifactError, match="cannot be encoded"):
+        got.encode()
+    tampered = bytearray(rec.data)
+    ref = store.fetch(c.id).manifest.chunks[2]
+    tampered[ref.runs[0][0]] ^= 1  # a chunk it fetched: still checked
+    with pytest.raises(CorruptArtifactError, match="chunk 2"):
+        Artifact.decode(bytes(tampered), own=report.own)
 
 
 def test_fetch_of_a_stale_commit_needs_allow_stale(store):

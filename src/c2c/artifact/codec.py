@@ -76,11 +76,18 @@ def _digest_tensors(table: bytes, data: bytes | memoryview) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
-    """An exchanged cache: ``header`` (what it is) + ``cache`` (the tensors) + optional signature."""
+    """An exchanged cache: ``header`` (what it is) + ``cache`` (the tensors) + optional signature.
+
+    ``own`` lists chunks whose K/V are the receiver's own for the same tokens (model, dtype:
+    the same chunk keys), put in their places instead of the sender's, and so not checked
+    against the header's digests (see :meth:`decode`). Such an artifact is for attaching
+    only: :meth:`encode` refuses it.
+    """
 
     header: ArtifactHeader
     cache: KVCache
     signature: dict[str, Any] | None = None
+    own: tuple[int, ...] = ()
 
     @property
     def id(self) -> str:
@@ -121,6 +128,9 @@ class Artifact:
 
     # ------------------------------------------------------------- encoding
     def encode(self) -> bytes:
+        if self.own:
+            raise CorruptArtifactError(f"chunks {list(self.own)[:4]} of artifact {self.id[:12]} hold the receiver's own "
+                                       "K/V, not the signed bytes: it cannot be encoded again; re-export the cache")
         _, tensors = _ordered(self.cache)
         return self.encode_head() + b"".join(_bytes(t) for t in tensors)
 
@@ -141,13 +151,20 @@ class Artifact:
         return struct.pack("<Q", len(head)) + head
 
     @classmethod
-    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> "Artifact":
+    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None,
+               own: Sequence[int] = ()) -> "Artifact":
         """Parse and fully validate artifact bytes (see module docstring).
 
         A ``bytearray`` is used in place (its tensors share it); other buffers are copied.
+
+        Args:
+            own: chunks (version 2) whose bytes are the receiver's own K/V for the same tokens,
+                not the sender's: every other chunk is checked against its digest. The header
+                is checked whole, and its signature still covers every chunk it names.
         """
-        header, signature, cache = _parse(data, max_artifact_bytes(max_bytes), materialize=True)
-        return cls(header=header, cache=cache, signature=signature)
+        own = tuple(sorted(set(own)))
+        header, signature, cache = _parse(data, max_artifact_bytes(max_bytes), materialize=True, own=own)
+        return cls(header=header, cache=cache, signature=signature, own=own)
 
     @classmethod
     def peek(cls, data: bytes | bytearray | memoryview, *,
@@ -176,7 +193,7 @@ class Artifact:
         return cls.decode(read_file(path, max_bytes), max_bytes=max_bytes)
 
 
-def _parse(data, max_bytes: int, *, materialize: bool | None):
+def _parse(data, max_bytes: int, *, materialize: bool | None, own: tuple[int, ...] = ()):
     buf = memoryview(data)
     if len(buf) > max_bytes:
         raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
@@ -187,7 +204,9 @@ def _parse(data, max_bytes: int, *, materialize: bool | None):
     _check_body_size(layout, len(body))
     if materialize is None:  # peek: the head only
         return header, signature, None
-    return header, signature, _tensors(header, layout, body, materialize=materialize)
+    if own and (layout.geometry is None or not 0 <= min(own) <= max(own) < layout.geometry.count):
+        raise CorruptArtifactError(f"chunks {list(own)[:4]} are not chunks of this artifact")
+    return header, signature, _tensors(header, layout, body, materialize=materialize, own=own)
 
 
 def head_length(data: bytes | bytearray | memoryview) -> int:
@@ -402,7 +421,7 @@ def _check_body_size(layout: _Layout, have: int) -> None:
 
 
 def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
-             materialize: bool = True) -> KVCache | None:
+             materialize: bool = True, own: tuple[int, ...] = ()) -> KVCache | None:
     """Digest- and NaN-check the data section; build the cache when ``materialize``."""
     torch_dtype, names, spans = layout.dtype, layout.names, layout.spans
     if layout.geometry is None:  # version 1: one digest over every byte
@@ -410,7 +429,7 @@ def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
         if _digest_tensors(table_bytes, data) != header.tensor_digest:
             raise CorruptArtifactError("tensor bytes do not match the header's tensor_digest (corrupted or tampered)")
     else:
-        check_chunks(header, layout.geometry, data, range(layout.geometry.count))
+        check_chunks(header, layout.geometry, data, [i for i in range(layout.geometry.count) if i not in own])
     if not len(data):
         flat = torch.empty(0, dtype=torch.uint8)
     elif isinstance(data.obj, bytearray) and not data.readonly:

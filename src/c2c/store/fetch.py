@@ -34,6 +34,7 @@ class FetchReport:
         chunks: chunks the commit lists.
         chunks_held: chunks taken from the reader's own cache.
         chunks_refetched: chunks the reader held but whose bytes differed, read from the store after all.
+        own: chunks that hold the reader's own K/V, not checked against their digests (not ``exact``).
     """
 
     commit: str
@@ -42,19 +43,22 @@ class FetchReport:
     chunks: int
     chunks_held: int = 0
     chunks_refetched: int = 0
+    own: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"commit": self.commit, "bytes_fetched": self.bytes_fetched, "bytes_referenced": self.bytes_referenced,
-                "chunks": self.chunks, "chunks_held": self.chunks_held, "chunks_refetched": self.chunks_refetched}
+                "chunks": self.chunks, "chunks_held": self.chunks_held, "chunks_refetched": self.chunks_refetched,
+                "own": list(self.own)}
 
 
 def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerprint=None,
-          allow_stale: bool = False) -> tuple[CommitRecord, FetchReport]:
+          allow_stale: bool = False, exact: bool = True) -> tuple[CommitRecord, FetchReport]:
     """``store.get(commit_id)``, reading only the chunks ``held`` does not cover.
 
     Args:
         held: the reader's cache from position 0 (its shared prefix, its session), or None.
         fingerprint: the :class:`~c2c.artifact.fingerprint.Fingerprint` of the model that made ``held``.
+        exact: check the held chunks against the commit's digests (see the module docstring).
 
     Returns:
         The record with the whole artifact's bytes, and what was fetched.
@@ -65,16 +69,18 @@ def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerpr
     prefix = HeldPrefix.of_cache(held, fingerprint) if held is not None and fingerprint is not None else None
     got = store.fetch(commit_id, held=prefix, allow_stale=allow_stale)
     data = memoryview(got.record.data)
-    differ = [i for i in got.held if not _place(held, got.manifest, i, data)]
+    differ = [i for i in got.held if not _place(held, got.manifest, i, data, check=exact)]
     fetched = got.bytes_read + (store.fill(got, differ) if differ else 0)
     report = FetchReport(commit=got.record.id, bytes_fetched=fetched, bytes_referenced=got.bytes_referenced,
                          chunks=len(got.manifest.chunks), chunks_held=len(got.held) - len(differ),
-                         chunks_refetched=len(differ))
+                         chunks_refetched=len(differ),
+                         own=() if exact else tuple(i for i in got.held if i not in differ))
     return got.record, report
 
 
-def _place(cache: KVCache, manifest, index: int, data: memoryview) -> bool:
-    """Write ``cache``'s K/V of chunk ``index`` into its runs of ``data``; whether they match its digest."""
+def _place(cache: KVCache, manifest, index: int, data: memoryview, *, check: bool = True) -> bool:
+    """Write ``cache``'s K/V of chunk ``index`` into its runs of ``data``; whether they fit (and, with
+    ``check``, match its digest)."""
     ref = manifest.chunks[index]
     a, b = ref.tokens
     flat = torch.frombuffer(data, dtype=torch.uint8) if len(data) else None
@@ -91,4 +97,4 @@ def _place(cache: KVCache, manifest, index: int, data: memoryview) -> bool:
                 if src.numel() != n:
                     return False
                 flat[o: o + n].copy_(src)
-    return ref.hash(ref.views(data)) == ref.digest
+    return not check or ref.hash(ref.views(data)) == ref.digest
