@@ -227,3 +227,19 @@ def test_a_warm_session_fetches_only_the_chunks_after_what_it_holds(roomy_server
     r = chat(writer, [system, QUESTION], c2c={"session": "held-cold", "attach": [pub["commit"]]})
     [cold] = c2c_field(r)["attach"]  # a new session holds nothing: the whole commit
     assert cold["path"] == "cache" and cold["bytes_fetched"] == cold["bytes_referenced"] == pub["bytes"]
+
+
+def test_a_publish_past_the_domains_quota_is_refused_with_its_own_error(roomy_server):
+    with open_store(roomy_server.store_url() + "?domain=research") as store:
+        store.set_quota(store.usage().stored_bytes + 1000)  # less than any new cache
+        before = store.usage()
+    client = roomy_server.client("analyst")
+    with pytest.raises(openai.RateLimitError) as e:
+        chat(client, [SYSTEM, EVIDENCE], max_tokens=2, c2c={"publish": {"stream": "over-quota"}})
+    err = e.value.body
+    assert err["code"] == "quota_exceeded" and err["c2c_error"] == "QuotaExceededError" and "quota" in err["message"]
+    with open_store(roomy_server.store_url() + "?domain=research") as store:
+        assert store.usage() == before and "over-quota" not in store.streams()
+        store.set_quota(None)
+    _, pub = publish(roomy_server, stream="over-quota")
+    assert pub["version"] == 1

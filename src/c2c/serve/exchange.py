@@ -45,7 +45,8 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
-                        HandoffError, KeyringError, StaleCommitError, StoreCorruptError, StoreError, StoreWriteError)
+                        HandoffError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
+                        StoreWriteError)
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
 from c2c.handoff.policy import HandoffPolicy
@@ -373,7 +374,7 @@ def _quiet_store():
     what a caller is told names the problem, the server's log names the place."""
     try:
         yield
-    except (CommitNotVisibleError, StaleCommitError, ConfigError):
+    except (CommitNotVisibleError, StaleCommitError, ConfigError, QuotaExceededError):  # the caller's own business
         raise
     except CommitNotFoundError:  # one of the caller's own, collected meanwhile
         raise CommitNotFoundError("that commit is no longer in the store (collected meanwhile)") from None
