@@ -20,23 +20,33 @@ UPLOAD_GROUP = 16   # chunks per pipelined round trip when uploading
 
 
 def upload(store, token: str, view: memoryview, manifest, which) -> list[int]:
-    """Send chunks ``which`` under ``token`` as expiring keys (runs on an ingest thread); returns ``which``."""
+    """Send chunks ``which`` under ``token`` as expiring keys (runs on an ingest thread); returns ``which``.
+
+    A chunk's runs go out as they lie in the artifact (:func:`c2c.store.resp.set_from`); while a
+    cluster slot moves, redis-py's pipelines (which follow the redirect) send them joined instead.
+    """
     ttl = store.config.upload_ttl_s
     which = list(which)
     try:
         with store._errors(writing=True):
             for g in range(0, len(which), UPLOAD_GROUP):
+                group = which[g: g + UPLOAD_GROUP]
+                items = [(f"{store.prefix}up:{token}:{i}", manifest.chunks[i].views(view)) for i in group]
+                try:
+                    if store._direct_reads:
+                        resp.set_from(store._plain_client(items[0][0]), items, ttl)
+                        continue
+                except resp.Redirected:
+                    pass
                 pipe = store._r.pipeline(transaction=False)
-                for i in which[g: g + UPLOAD_GROUP]:
-                    ref = manifest.chunks[i]
-                    value = ref.views(view)
-                    # NOTE: a chunk lies in many runs of the artifact; a value is one buffer
-                    pipe.set(f"{store.prefix}up:{token}:{i}", value[0] if len(value) == 1 else b"".join(value), ex=ttl)
+                for key, parts in items:
+                    pipe.set(key, parts[0] if len(parts) == 1 else b"".join(parts), ex=ttl)
                 pipe.execute()
     except StoreWriteError:
         drop_upload(store, token, which)
         raise
     return which
+
 
 def drop_upload(store, token: str, which) -> None:
     keys = [f"{store.prefix}up:{token}:{i}" for i in which]

@@ -74,6 +74,46 @@ def require(client: redis.Redis) -> None:
             raise _unsupported(what)
 
 
+def set_from(client: redis.Redis, items: list[tuple[str, list]], ex: int) -> None:
+    """``SET key value EX ex`` for each ``(key, buffers)``, pipelined, each value sent as its buffers are:
+    a chunk's runs go to the socket one after another, never joined into one copy first.
+
+    Raises:
+        Redirected: the server answered MOVED or ASK (a cluster slot is moving).
+        redis.RedisError: connection or server errors (OOM as a ResponseError, NOPERM as NoPermissionError).
+    """
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    ok = False
+    try:
+        ttl = str(int(ex)).encode()
+        tail = b"\r\n$2\r\nEX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
+        out: list = []
+        for key, parts in items:
+            k = key.encode()
+            out.append(b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(k), k, sum(len(x) for x in parts)))
+            out.extend(parts)
+            out.append(tail)
+        conn.send_packed_command(out)
+        failure = None
+        for _ in items:  # every reply is read, so the connection stays in step
+            try:
+                conn.read_response()
+            except redis.exceptions.ResponseError as e:
+                failure = failure or e
+        if failure is not None:
+            if str(failure).startswith(("MOVED ", "ASK ")):
+                raise Redirected(str(failure))
+            raise failure
+        ok = True
+    except OSError as e:
+        raise redis.exceptions.ConnectionError(f"writing to redis failed: {e}") from e
+    finally:
+        if not ok:
+            conn.disconnect()
+        pool.release(conn)
+
+
 def _recv_views(sock, views: list[memoryview]) -> None:
     """Fill ``views`` from ``sock``: one ``recvmsg_into`` for many views where the socket has it (not TLS)."""
     scatter = getattr(sock, "recvmsg_into", None) if type(sock).__name__ == "socket" else None
