@@ -73,7 +73,7 @@ def test_put_show_log_deps_invalidate_verify_graph(env, capsys, tmp_path):
     assert [e["commit"] for e in json.loads(out)] == [a, b["id"]]
 
     code, out, _ = run(capsys, "store", "verify")
-    assert code == 0 and "all 2 blob(s) intact" in out
+    assert code == 0 and "all 2 commit(s) intact" in out  # #33: commits are chunks, not blobs
     png = tmp_path / "dag.png"
     code, out, _ = run(capsys, "store", "graph", "--png", str(png))
     assert code == 0 and a[:12] in out and "└── " in out and png.exists()

@@ -71,11 +71,11 @@ def register(sub) -> None:
     c.add_argument("--ttl", help="expire commits older than this: seconds, or with a unit (90s, 30m, 12h, 7d)")
     c.add_argument("--keep-last", type=int, help="keep only the newest N versions of each stream")
     c.add_argument("--orphan-grace", default="1h",
-                   help="remove unreferenced blobs and partial uploads older than this (default 1h)")
+                   help="remove unreferenced chunks and partial uploads older than this (default 1h)")
     c.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
     _common(c)
 
-    c = command(s, "verify", help="re-hash every stored blob; exit 1 if any is missing or corrupt",
+    c = command(s, "verify", help="re-hash every chunk of every commit; exit 1 if any is missing or corrupt",
                 example="c2c store verify --json", func=_verify)
     _common(c)
 
@@ -174,7 +174,7 @@ def _show(args: argparse.Namespace) -> int:
         rec = store.show(store.resolve(args.id))
     c = rec.commit
     lines = [f"commit   {c.id}", f"stream   {c.stream} v{c.version}", f"created  {_when(c.created)} UTC",
-             f"size     {c.size:,} bytes (blob {c.blob[:12]})",
+             f"size     {c.size:,} bytes in {c.chunks} chunk(s), format {c.format} (manifest {c.blob[:12]})",
              f"model    {c.summary.get('model') or '?'} ({c.summary.get('kind')}, "
              f"tokens {c.summary.get('start')}:{c.summary.get('end')}, {c.summary.get('dtype')})"]
     lines += [f"parent   {p}" for p in c.parents]
@@ -230,7 +230,7 @@ def _gc(args: argparse.Namespace) -> int:
         report = collect(store, policy)
     verb = "would remove" if report.dry_run else "removed"
     text = (f"{verb} {len(report.removed)} commit(s); kept {len(report.kept_for_dependents)} expired commit(s) "
-            f"that live commits depend on; {report.orphans_removed} orphaned blob(s) removed")
+            f"that live commits depend on; {report.orphans_removed} orphaned chunk(s) removed")
     emit(args, report.to_dict(), text)
     return 0
 
@@ -240,7 +240,7 @@ def _verify(args: argparse.Namespace) -> int:
         problems = store.verify()
         total = len(store.log())
     text = "\n".join(f"{p.commit[:12]}  {p.problem}" for p in problems) if problems else \
-        f"all {total} blob(s) intact"
+        f"all {total} commit(s) intact, every chunk re-hashed"
     emit(args, {"commits": total, "problems": [{"commit": p.commit, "problem": p.problem} for p in problems]}, text)
     return 1 if problems else 0
 
