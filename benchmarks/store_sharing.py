@@ -74,8 +74,9 @@ def stored_payload(store) -> dict:
         files = sum(p.stat().st_size for d in ("chunks", "blobs") if (root / d).exists()
                     for p in (root / d).rglob("*") if p.is_file())
         db = sqlite3.connect(root / "store.sqlite3")
-        cols = {r[1] for r in db.execute("PRAGMA table_info(commits)")}
-        heads = db.execute("SELECT COALESCE(SUM(length(head)), 0) FROM commits").fetchone()[0] if "head" in cols else 0
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        heads = db.execute("SELECT COALESCE(SUM(length(head)), 0) FROM manifests").fetchone()[0] \
+            if "manifests" in tables else 0
         db.close()
         meta = sum(p.stat().st_size for p in root.glob("store.sqlite3*"))
         return {"payload": files + heads, "files": files, "heads_in_db": heads, "database_file": meta}
@@ -131,16 +132,20 @@ def run_job(job: dict) -> dict:
 
 
 # ------------------------------------------------------------------- the caches
-def text_tokens(rt, n: int, salt: str) -> list[int]:
-    """``n`` tokens of this repository's own prose and code (``salt`` picks the files)."""
-    files = sorted(p for p in (REPO / "src" / "c2c").rglob("*.py"))
-    files = files[zlib.crc32(salt.encode()) % 7::7] if salt != "prefix" else [REPO / "README.md"]
-    ids: list[int] = []
-    for f in files:
-        ids += rt.encode(f.read_text())
-        if len(ids) >= n:
-            return ids[:n]
-    raise RuntimeError(f"not enough text for {n} tokens")
+_POOL: list[int] = []
+
+
+def text_tokens(rt, n: int, start: int) -> list[int]:
+    """Tokens ``[start, start + n)`` of this repository's own source, every file once in order: distinct
+    offsets give distinct text (the README is the team's shared prefix, ``start=-1``)."""
+    if start < 0:
+        return rt.encode((REPO / "README.md").read_text())[:n]
+    if not _POOL:
+        for f in sorted((REPO / "src" / "c2c").rglob("*.py")):
+            _POOL.extend(rt.encode(f.read_text()))
+    if len(_POOL) < start + n:
+        raise RuntimeError(f"only {len(_POOL)} tokens of text for {start + n}")
+    return _POOL[start: start + n]
 
 
 def team_caches(rt):
@@ -149,13 +154,13 @@ def team_caches(rt):
     from c2c.artifact.fingerprint import Fingerprint
     from c2c.artifact.prefix import PrefixRef
 
-    prefix = text_tokens(rt, SHARED, "prefix")
+    prefix = text_tokens(rt, SHARED, -1)
     t0 = time.perf_counter()
     _, shared = rt.prefill(prefix)                       # once, for the whole team
     fp, ref = Fingerprint.of(rt), PrefixRef.of(prefix)
     arts = []
     for i in range(AGENTS):
-        own = text_tokens(rt, TOKENS - SHARED, f"agent-{i}")
+        own = text_tokens(rt, TOKENS - SHARED, i * (TOKENS - SHARED))  # no two agents read the same text
         _, cache = rt.prefill(own, shared)               # (1, H, 2048, D) per layer
         arts.append(Artifact.build(cache, fingerprint=fp, prefix=ref, producer={"agent": f"agent{i}"}))
     return prefix, shared, arts, time.perf_counter() - t0
@@ -172,7 +177,7 @@ def conversation_artifacts(rt):
     _, cache = rt.prefill(system)
     arts = []
     for turn in range(TURNS):
-        body = text_tokens(rt, 170, f"turn-{turn}")
+        body = text_tokens(rt, 170, AGENTS * (TOKENS - SHARED) + turn * 170)
         user = rt.encode(rt.render_turn("user", rt.decode(body[:110])))
         reply = rt.encode(rt.render_turn("assistant", rt.decode(body[110:])))
         _, cache = rt.prefill(user + reply, cache)       # the session's cache grows turn by turn
@@ -217,6 +222,10 @@ def team(rt, work: Path, server, new_src: Path, old_src: Path, caches) -> dict:
     out = stored_section(work, server, new_src, old_src, "team", arts, "team")
     out.update(agents=AGENTS, tokens=TOKENS, shared_tokens=SHARED, prefill_s=prefill_s,
                bytes_per_token=arts[0].cache.nbytes // TOKENS, dtype=str(arts[0].cache.dtype).replace("torch.", ""))
+    c = arts[0].header.chunks.tokens
+    out["chunks_expected"] = SHARED // c + AGENTS * -(-(TOKENS - SHARED) // c)  # the prefix once, every agent's own
+    for backend in urls(work, server, "x"):
+        assert out[backend]["now"]["usage"]["chunks"] == out["chunks_expected"], out[backend]["now"]["usage"]
     for backend in urls(work, server, "x"):
         out[backend]["pass"] = out[backend]["ratio"] <= 1 / 3
     return out
@@ -271,18 +280,22 @@ def receiver(job: dict) -> None:
     from c2c.artifact.fingerprint import Fingerprint
     from c2c.store import open_store
     from c2c.store.fetch import fetch
+    from c2c.store.manifest import HeldPrefix
     from c2c.trust.signing import decode_exact
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     rt = c2c.load_model(job["model"], dtype=job["dtype"])
     _, held = rt.prefill(job["prefix"])          # what this receiver holds: its team's shared prefix
     fp = Fingerprint.of(rt)
+    t0 = time.perf_counter()
+    holding = HeldPrefix.of_cache(held, fp, digests=True)   # once, for as long as it keeps that prefix
+    digests_s = time.perf_counter() - t0
     fetches, gets = [], []
     with open_store(job["url"]) as store:
         store.get(job["id"])                      # warm: connections, scripts
         for _ in range(job["reps"]):
             t0 = time.perf_counter()
-            rec, rep = fetch(store, job["id"], held=held, fingerprint=fp)
+            rec, rep = fetch(store, job["id"], held=held, holding=holding)
             t1 = time.perf_counter()
             decode_exact(rec.data)                # the bytes are the commit's, every chunk checked
             fetches.append({"fetch_s": t1 - t0, "decode_s": time.perf_counter() - t1, **rep.to_dict()})
@@ -294,7 +307,7 @@ def receiver(job: dict) -> None:
     print(json.dumps({"bytes_fetched": last["bytes_fetched"], "bytes_referenced": last["bytes_referenced"],
                       "chunks": last["chunks"], "chunks_held": last["chunks_held"],
                       "chunks_refetched": last["chunks_refetched"],
-                      "fetch_s": statistics.median(r["fetch_s"] for r in fetches),
+                      "fetch_s": statistics.median(r["fetch_s"] for r in fetches), "held_digests_s": digests_s,
                       "get_s": statistics.median(r["get_s"] for r in gets),
                       "fetches": fetches, "gets": gets}))
 
@@ -408,7 +421,9 @@ def markdown(sh: dict) -> list[str]:
     if "team" in sh:
         t = sh["team"]
         lines += ["", f"**Team**: {t['agents']} agents x {t['tokens']:,}-token caches sharing a {t['shared_tokens']:,}-token "
-                      f"prefix ({t['bytes_per_token']:,} bytes a token, {mb(t['artifact_bytes'][0])} an artifact).", "",
+                      f"prefix ({t['bytes_per_token']:,} bytes a token, {mb(t['artifact_bytes'][0])} an artifact); "
+                      f"each agent's own {t['tokens'] - t['shared_tokens']} tokens are text no other agent read, "
+                      f"and the store holds {t['chunks_expected']} chunks: the prefix's once, every agent's own.", "",
                   "| backend | stored now | stored before | now / before | bar (<= 1/3) |", "|---|---:|---:|---:|---|"]
         lines += [f"| {b} | {mb(t[b]['now']['payload'])} | {mb(t[b]['before']['payload'])} | {t[b]['ratio']:.3f} | "
                   f"{'PASS' if t[b]['pass'] else 'FAIL'} |" for b in ("sqlite", "redis") if b in t]
@@ -431,7 +446,10 @@ def markdown(sh: dict) -> list[str]:
                   f"| whole get, before | {mb(a['before']['bytes'])} | {a['before']['get_s']:.3f} |", "",
                   f"Non-shared bytes (the artifact less its prefix K/V): {mb(a['non_shared_bytes'])}; fetched / "
                   f"non-shared = **{a['fetched_vs_non_shared']:.3f}** (bar <= 1.05: {'PASS' if a['pass'] else 'FAIL'}); "
-                  f"{r['chunks_held']} of {r['chunks']} chunks held, {r['chunks_refetched']} held but different."]
+                  f"{r['chunks_held']} of {r['chunks']} chunks held, {r['chunks_refetched']} held but different. "
+                  f"The receiver hashed its prefix's chunks once, in {r.get('held_digests_s', float('nan')):.3f} s "
+                  "(`HeldPrefix.of_cache(..., digests=True)`); a fetch puts its own K/V in their places unhashed, and "
+                  "hashes every chunk it reads. Whole gets re-hash every chunk."]
     if "gigabyte" in sh:
         g = sh["gigabyte"]
         lines += ["", f"**Throughput**: put + get of one {g['artifact_MiB']:,.0f} MiB artifact, median of {g['reps']} "

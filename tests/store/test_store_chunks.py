@@ -109,6 +109,12 @@ def test_held_chunks_whose_bytes_differ_are_read_after_all(store):
     rec, report = fetch(store, c.id, held=same_tokens.slice(0, 2 * C), fingerprint=FP)
     assert rec.data == art.encode() and report.chunks_held == 0 and report.chunks_refetched == 2
     assert report.bytes_fetched == report.bytes_referenced
+    # a holder that knows its chunks' digests (computed once) is told at once which chunks it really holds
+    for cache, held in ((same_tokens, 0), (trunk(), 2)):
+        holding = HeldPrefix.of_cache(cache.slice(0, 2 * C), FP, digests=True)
+        assert store.fetch(c.id, held=holding).held == tuple(range(held))
+        rec, report = fetch(store, c.id, held=cache.slice(0, 2 * C), holding=holding)
+        assert rec.data == art.encode() and (report.chunks_held, report.chunks_refetched) == (held, 0)
 
 
 def test_a_reader_may_stand_in_its_own_kv_for_the_chunks_it_holds(store):
@@ -147,7 +153,7 @@ def _set_chunk_list(store, cid: str, stored: list) -> None:
         store._r.hset(f"{store.prefix}c:{cid}", "chunks", json.dumps(stored))
     else:
         with store._tx() as db:
-            db.execute("UPDATE commits SET chunks = ? WHERE domain = ? AND id = ?", (json.dumps(stored), store.domain, cid))
+            db.execute("UPDATE manifests SET chunks = ? WHERE domain = ? AND id = ?", (json.dumps(stored), store.domain, cid))
 
 
 def test_a_tampered_missing_or_swapped_chunk_gets_its_own_error(store):

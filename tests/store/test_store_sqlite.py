@@ -154,7 +154,9 @@ def _as_version_2(root) -> None:
     sha256 of its bytes (``blobs/ab/<sha>``), and no chunk tables."""
     db = sqlite3.connect(root / "store.sqlite3", isolation_level=None)
     db.execute("BEGIN")
-    for domain, cid, fmt, pieces in db.execute("SELECT domain, id, format, chunks FROM commits").fetchall():
+    rows = db.execute("SELECT c.domain, c.id, c.format, m.chunks FROM commits c JOIN manifests m "
+                      "ON m.domain = c.domain AND m.id = c.id").fetchall()
+    for domain, cid, fmt, pieces in rows:
         [[blob, _, _]] = json.loads(pieces)
         assert fmt == 1, "a version-2 store held whole artifacts only"
         db.execute("UPDATE commits SET blob = ? WHERE domain = ? AND id = ?", (blob, domain, cid))
@@ -162,9 +164,9 @@ def _as_version_2(root) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
             shutil.copyfile(root / "chunks" / domain / blob[:2] / blob, target)
-    for col in ("format", "head", "chunks", "nchunks"):
+    for col in ("format", "nchunks"):
         db.execute(f"ALTER TABLE commits DROP COLUMN {col}")
-    for t in ("chunks", "domains", "retention"):
+    for t in ("manifests", "chunks", "domains", "retention"):
         db.execute(f"DROP TABLE {t}")
     db.execute("CREATE INDEX commits_blob ON commits (blob)")
     db.execute("PRAGMA user_version = 2")

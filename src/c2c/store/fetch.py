@@ -16,11 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from c2c.runtime.kvcache import KVCache
 from c2c.store.interface import CommitRecord, Store
-from c2c.store.manifest import HeldPrefix
+from c2c.store.manifest import HeldPrefix, cache_parts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,12 +50,15 @@ class FetchReport:
 
 
 def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerprint=None,
-          allow_stale: bool = False, exact: bool = True) -> tuple[CommitRecord, FetchReport]:
+          holding: HeldPrefix | None = None, allow_stale: bool = False,
+          exact: bool = True) -> tuple[CommitRecord, FetchReport]:
     """``store.get(commit_id)``, reading only the chunks ``held`` does not cover.
 
     Args:
         held: the reader's cache from position 0 (its shared prefix, its session), or None.
         fingerprint: the :class:`~c2c.artifact.fingerprint.Fingerprint` of the model that made ``held``.
+        holding: ``held``'s :class:`HeldPrefix`, if the reader keeps one (with digests, computed once:
+            then only chunks whose bytes are the reader's are left out, and none is hashed again).
         exact: check the held chunks against the commit's digests (see the module docstring).
 
     Returns:
@@ -66,10 +67,13 @@ def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerpr
     Raises:
         As :meth:`Store.get`.
     """
-    prefix = HeldPrefix.of_cache(held, fingerprint) if held is not None and fingerprint is not None else None
+    prefix = holding
+    if prefix is None and held is not None and fingerprint is not None:
+        prefix = HeldPrefix.of_cache(held, fingerprint)
     got = store.fetch(commit_id, held=prefix, allow_stale=allow_stale)
     data = memoryview(got.record.data)
-    differ = [i for i in got.held if not _place(held, got.manifest, i, data, check=exact)]
+    known = prefix is not None and prefix.digests is not None  # held chunks matched by digest: the same bytes
+    differ = [i for i in got.held if not _place(held, got.manifest, i, data, check=exact and not known)]
     fetched = got.bytes_read + (store.fill(got, differ) if differ else 0)
     report = FetchReport(commit=got.record.id, bytes_fetched=fetched, bytes_referenced=got.bytes_referenced,
                          chunks=len(got.manifest.chunks), chunks_held=len(got.held) - len(differ),
@@ -83,18 +87,11 @@ def _place(cache: KVCache, manifest, index: int, data: memoryview, *, check: boo
     ``check``, match its digest)."""
     ref = manifest.chunks[index]
     a, b = ref.tokens
-    flat = torch.frombuffer(data, dtype=torch.uint8) if len(data) else None
-    full = [i for i, w in enumerate(cache.windows) if w is None]
-    runs = iter(ref.runs)
-    for layer in full:
-        for t in (cache.keys[layer], cache.values[layer]):
-            if t.dtype != cache.dtype or t.shape[2] < b:
-                return False
-            rows = t[0, :, a:b]                                   # (H, b - a, D)
-            for h in range(rows.shape[0]):
-                o, n = next(runs)
-                src = rows[h].detach().to("cpu").contiguous().view(-1).view(torch.uint8)
-                if src.numel() != n:
-                    return False
-                flat[o: o + n].copy_(src)
+    if any(t.shape[2] < b for t in cache.keys):
+        return False
+    parts = cache_parts(cache, a, b)
+    if [len(p) for p in parts] != [n for _, n in ref.runs]:
+        return False
+    for (o, n), part in zip(ref.runs, parts):
+        data[o: o + n] = part
     return not check or ref.hash(ref.views(data)) == ref.digest

@@ -25,6 +25,8 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+import torch
+
 import c2c.artifact.chunks as chunks
 from c2c.artifact.chunks import CHUNK_TOKENS, ChunkKey
 from c2c.artifact.codec import chunk_geometry, dtype_name, head_length, read_head
@@ -76,15 +78,19 @@ class ChunkRef:
 
 @dataclass(frozen=True, kw_only=True)
 class HeldPrefix:
-    """What a receiver already holds: the chunk keys of its own cache from position 0.
+    """What a receiver already holds: the chunk keys (and, if computed, digests) of its own cache from
+    position 0.
 
     A store's :meth:`~c2c.store.interface.Store.fetch` then leaves out every chunk of a commit
-    whose key is among them: same model, dtype and tokens up to that chunk's end, so the
-    same K/V positions (the caller checks the bytes against the digests if it wants them).
+    whose key is among them: same model, dtype and tokens up to that chunk's end, so the same
+    K/V positions. With ``digests`` (computed once for a cache the receiver keeps, such as its
+    team's shared prefix), only chunks whose bytes are the receiver's too are left out, so
+    nothing needs hashing when they are put back.
     """
 
     keys: tuple[ChunkKey, ...]
     tokens_per_chunk: int = CHUNK_TOKENS
+    digests: tuple[str, ...] | None = None
 
     @property
     def tokens(self) -> int:
@@ -103,11 +109,30 @@ class HeldPrefix:
                    tokens_per_chunk=tokens_per_chunk)
 
     @classmethod
-    def of_cache(cls, cache, fingerprint) -> "HeldPrefix":
-        """The held prefix of a :class:`~c2c.runtime.kvcache.KVCache` that starts at position 0."""
+    def of_cache(cls, cache, fingerprint, *, digests: bool = False) -> "HeldPrefix":
+        """The held prefix of a :class:`~c2c.runtime.kvcache.KVCache` that starts at position 0; with
+        ``digests``, each whole chunk's digest too (one sha256 pass over the cache)."""
         if cache.start != 0:
             return cls(keys=())
-        return cls.of(cache.token_ids, fingerprint=fingerprint, dtype=cache.dtype)
+        held = cls.of(cache.token_ids, fingerprint=fingerprint, dtype=cache.dtype)
+        if not digests:
+            return held
+        return replace(held, digests=tuple(
+            chunks.digest(k, cache_parts(cache, i * held.tokens_per_chunk, (i + 1) * held.tokens_per_chunk))
+            for i, k in enumerate(held.keys)))
+
+
+def cache_parts(cache, a: int, b: int) -> list:
+    """Chunk rows ``[a, b)`` of ``cache`` (from position 0) as byte arrays, in a chunk's run order: each
+    full-attention layer's K then V, head by head."""
+    out = []
+    for layer, window in enumerate(cache.windows):
+        if window is None:
+            for t in (cache.keys[layer], cache.values[layer]):  # (1, H, T, D)
+                rows = t[0, :, a:b]
+                out += [rows[h].detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy()
+                        for h in range(rows.shape[0])]
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,8 +246,8 @@ class Manifest:
         if held is None or h is None or h.start != 0 or h.chunks.tokens != held.tokens_per_chunk:
             return ()
         n = 0
-        for ref, key in zip(self.chunks, held.keys):
-            if ref.tokens is None or ref.key != key:
+        for i, (ref, key) in enumerate(zip(self.chunks, held.keys)):
+            if ref.tokens is None or ref.key != key or (held.digests is not None and held.digests[i] != ref.digest):
                 break
             n += 1
         return tuple(range(n))

@@ -3,7 +3,7 @@
 
 ``PATH`` is a directory::
 
-    PATH/store.sqlite3                   metadata: commits (with their heads and chunk lists), chunks and
+    PATH/store.sqlite3                   metadata: commits, their manifests (head, chunk list), chunks and
                                          their reference counts, edges, events, domains (usage, quota),
                                          retention (WAL mode)
     PATH/chunks/<domain>/ab/abcdef...    one file per chunk of a domain, named by its digest
@@ -331,10 +331,11 @@ class SQLiteStore(Store):
                 self._invalidate_in(db, head[0], superseded_reason(ing.id, stream, version), now, events)
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
             db.execute("INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, seq, "
-                       "format, head, chunks, nchunks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "format, nchunks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (d, ing.id, stream, version, json.dumps(all_parents), ing.blob, ing.size, now,
-                        json.dumps(ing.summary, sort_keys=True), seq, m.format, m.head, json.dumps(m.stored()),
-                        len(m.chunks)))
+                        json.dumps(ing.summary, sort_keys=True), seq, m.format, len(m.chunks)))
+            db.execute("INSERT OR REPLACE INTO manifests (domain, id, head, chunks) VALUES (?, ?, ?, ?)",
+                       (d, ing.id, m.head, json.dumps(m.stored())))
             db.executemany("INSERT INTO edges (domain, parent, child) VALUES (?, ?, ?)",
                            [(d, p, ing.id) for p in all_parents])
             if inherited is not None:
@@ -394,8 +395,9 @@ class SQLiteStore(Store):
         return self._record(rows[0])
 
     def _load(self, commit_id: CommitId) -> tuple[CommitRecord, bytes, list]:
-        rows = self._read(f"SELECT {_COLUMNS}, head, chunks FROM commits WHERE domain = ? AND id = ?",
-                          (self.domain, commit_id))
+        rows = self._read(f"SELECT {', '.join('c.' + x.strip() for x in _COLUMNS.split(','))}, m.head, m.chunks "
+                          "FROM commits c JOIN manifests m ON m.domain = c.domain AND m.id = c.id "
+                          "WHERE c.domain = ? AND c.id = ?", (self.domain, commit_id))
         if not rows:
             raise CommitNotFoundError(f"no commit {commit_id[:12]} in store {self.url}")
         *row, head, stored = rows[0]
@@ -496,8 +498,8 @@ class SQLiteStore(Store):
         freed: list[str] = []
         with self._tx() as db:
             d = self.domain
-            row = db.execute("SELECT size, length(head), chunks FROM commits WHERE domain = ? AND id = ?",
-                             (d, cid)).fetchone()
+            row = db.execute("SELECT c.size, length(m.head), m.chunks FROM commits c JOIN manifests m "
+                             "ON m.domain = c.domain AND m.id = c.id WHERE c.domain = ? AND c.id = ?", (d, cid)).fetchone()
             if row is None:
                 return False
             if db.execute("SELECT 1 FROM edges WHERE domain = ? AND parent = ? LIMIT 1", (d, cid)).fetchone():
@@ -505,6 +507,7 @@ class SQLiteStore(Store):
             size, head_bytes, stored = row
             db.execute("DELETE FROM edges WHERE domain = ? AND child = ?", (d, cid))
             db.execute("DELETE FROM commits WHERE domain = ? AND id = ?", (d, cid))
+            db.execute("DELETE FROM manifests WHERE domain = ? AND id = ?", (d, cid))
             db.execute("DELETE FROM shares WHERE owner = ? AND commit_id = ?", (d, cid))
             released = head_bytes
             uses: dict[str, int] = {}

@@ -1,6 +1,7 @@
 """The SQLite store's schema, and the migrations that bring an older store to it on open.
 
-Version 3 (chunks): a commit is a head and a list of chunks (:mod:`c2c.store.manifest`);
+Version 3 (chunks): a commit is a head and a list of chunks (:mod:`c2c.store.manifest`),
+kept beside its row (``manifests``: marking a commit stale rewrites its row, which stays small);
 chunks are rows of their domain with a reference count, and files under
 ``chunks/<domain>/``; domains keep their usage and quota; streams (and each domain,
 stream ``''``) their retention.
@@ -62,9 +63,10 @@ CREATE TABLE IF NOT EXISTS shares (
 # one piece, their blob.
 _MIGRATE_2_3 = """
 ALTER TABLE commits ADD COLUMN format INTEGER NOT NULL DEFAULT 1;
-ALTER TABLE commits ADD COLUMN head BLOB NOT NULL DEFAULT x'';
-ALTER TABLE commits ADD COLUMN chunks TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE commits ADD COLUMN nchunks INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE IF NOT EXISTS manifests (
+    domain TEXT NOT NULL, id TEXT NOT NULL, head BLOB NOT NULL, chunks TEXT NOT NULL, PRIMARY KEY (domain, id)
+);
 DROP INDEX IF EXISTS commits_blob;
 CREATE TABLE IF NOT EXISTS chunks (
     domain TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL, refs INTEGER NOT NULL,
@@ -125,13 +127,15 @@ def migrate(db: sqlite3.Connection, version: int, root: Path, chunk_path: Callab
 def _migrate_blobs(db: sqlite3.Connection, root: Path, chunk_path: Callable[[str, str], Path]) -> None:
     """Schema 2 -> 3 (inside the opening transaction): every blob becomes the one piece of its
     commits, linked (not copied) into the chunk directory of each domain that uses it."""
-    rows = db.execute("SELECT domain, id, blob, size, length(head) FROM commits").fetchall()
+    rows = db.execute("SELECT domain, id, blob, size FROM commits").fetchall()
     pieces: dict[tuple[str, str], list[int]] = {}
-    for domain, cid, blob, size, _ in rows:
+    for domain, cid, blob, size in rows:
         pieces.setdefault((domain, blob), [size, 0])[1] += 1
         manifest = hashlib.sha256(_MANIFEST_TAG + bytes.fromhex(blob)).hexdigest()
-        db.execute("UPDATE commits SET format = 1, nchunks = 1, chunks = ?, blob = ? WHERE domain = ? AND id = ?",
-                   (json.dumps([[blob, size, None]]), manifest, domain, cid))
+        db.execute("UPDATE commits SET format = 1, nchunks = 1, blob = ? WHERE domain = ? AND id = ?",
+                   (manifest, domain, cid))
+        db.execute("INSERT OR REPLACE INTO manifests (domain, id, head, chunks) VALUES (?, ?, x'', ?)",
+                   (domain, cid, json.dumps([[blob, size, None]])))
     dirs = set()
     for (domain, blob), (size, refs) in pieces.items():
         src, dst = root / "blobs" / blob[:2] / blob, chunk_path(domain, blob)
