@@ -73,7 +73,13 @@ def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerpr
     got = store.fetch(commit_id, held=prefix, allow_stale=allow_stale)
     data = memoryview(got.record.data)
     known = prefix is not None and prefix.digests is not None  # held chunks matched by digest: the same bytes
-    differ = [i for i in got.held if not _place(held, got.manifest, i, data, check=exact and not known)]
+    placed = _place_run(held, got.manifest, got.held, data)   # one copy per layer and head, if it can
+    differ = []
+    for i in got.held:
+        ref = got.manifest.chunks[i]
+        if not (placed or _place(held, got.manifest, i, data)) or \
+                (exact and not known and ref.hash(ref.views(data)) != ref.digest):
+            differ.append(i)
     fetched = got.bytes_read + (store.fill(got, differ) if differ else 0)
     report = FetchReport(commit=got.record.id, bytes_fetched=fetched, bytes_referenced=got.bytes_referenced,
                          chunks=len(got.manifest.chunks), chunks_held=len(got.held) - len(differ),
@@ -82,9 +88,8 @@ def fetch(store: Store, commit_id: str, *, held: KVCache | None = None, fingerpr
     return got.record, report
 
 
-def _place(cache: KVCache, manifest, index: int, data: memoryview, *, check: bool = True) -> bool:
-    """Write ``cache``'s K/V of chunk ``index`` into its runs of ``data``; whether they fit (and, with
-    ``check``, match its digest)."""
+def _place(cache: KVCache, manifest, index: int, data: memoryview) -> bool:
+    """Write ``cache``'s K/V of chunk ``index`` into its runs of ``data``; whether they fit."""
     ref = manifest.chunks[index]
     a, b = ref.tokens
     if any(t.shape[2] < b for t in cache.keys):
@@ -94,4 +99,30 @@ def _place(cache: KVCache, manifest, index: int, data: memoryview, *, check: boo
         return False
     for (o, n), part in zip(ref.runs, parts):
         data[o: o + n] = part
-    return not check or ref.hash(ref.views(data)) == ref.digest
+    return True
+
+
+def _place_run(cache: KVCache, manifest, indices: tuple[int, ...], data: memoryview) -> bool:
+    """Write ``cache``'s K/V of the chunks ``indices`` (``0 .. m - 1``) into ``data`` at once, one copy per
+    layer, K/V and head: in the artifact's layout a head's rows of consecutive chunks lie end to end.
+    Whether it could (else each chunk is placed on its own)."""
+    if not indices or list(indices) != list(range(len(indices))):
+        return False
+    refs = [manifest.chunks[i] for i in indices]
+    end = refs[-1].tokens[1]
+    if any(t.shape[2] < end for t in cache.keys) or len({len(r.runs) for r in refs}) != 1:
+        return False
+    spans = []
+    for r in range(len(refs[0].runs)):
+        start, length = refs[0].runs[r]
+        for ref in refs[1:]:
+            if ref.runs[r][0] != start + length:
+                return False
+            length += ref.runs[r][1]
+        spans.append((start, length))
+    parts = cache_parts(cache, 0, end)
+    if [len(p) for p in parts] != [n for _, n in spans]:
+        return False
+    for (o, n), part in zip(spans, parts):
+        data[o: o + n] = part
+    return True
