@@ -348,8 +348,12 @@ def gigabyte(work: Path, server, new_src: Path, old_src: Path, reps: int, size_m
 
 
 def cpu_model() -> str:
+    """The CPU's model name, family and the flags these sections lean on (sha256, the bf16 K/V)."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    field = lambda k: next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith(k)), "?")  # noqa: E731
+    flags = set(field("flags").split())
+    have = [f for f in ("sha_ni", "avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{field('model name')}, family {field('cpu family')}, {' '.join(have) or 'no sha_ni/avx'}"
 
 
 def run(sections, work: Path, server, *, reps: int, giga_mb: int, previous: dict | None) -> dict:
