@@ -25,7 +25,6 @@ has AMX, and the CPU attention kernel vLLM used (from the published commit's fin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -39,6 +38,7 @@ import httpx
 from openai import OpenAI
 
 from c2c.artifact.codec import Artifact
+from c2c.bench import results
 from c2c.bench.handoff import QUESTION, SYSTEM, corpus_text
 from c2c.config import c2c_home
 from c2c.store import open_store
@@ -210,12 +210,10 @@ def main() -> int:
     at256 = next((x for x in out["points"] if x["message_tokens_asked"] == 256), None)
     out["acceptance"] = {"cache_5x_at_256": None if at256 is None else at256["ratio"] >= 5,
                          "load_3x": out["load"]["ratio"] >= 3, "unused_le_5pct": out["unused"]["cost"] <= 0.05}
-    write(out, Path(args.out))
-    return 0
+    return results.write(Path(args.out), out, markdown(out), plot=lambda png: plot(out, png))
 
 
-def write(out: dict, prefix: Path) -> None:
-    prefix.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
+def markdown(out: dict) -> str:
     m = out["machine"]
     lines = [f"# The two-agent pipeline on vLLM: text vs c2c's KV connector ({out['model']}, {out['dtype']})", "",
              f"CPU: {m['cpu']} ({m['cores']} cores; AMX-BF16 {'yes' if m['amx_bf16'] else 'no'}; load average "
@@ -242,7 +240,10 @@ def write(out: dict, prefix: Path) -> None:
               f"The connector unused: decode {u['with_connector']['tokens_per_s']:.1f} tokens/s with it loaded, "
               f"{u['without']['tokens_per_s']:.1f} without: cost {100 * u['cost']:.1f}%.", "",
               "Acceptance: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["acceptance"].items()), ""]
-    prefix.with_suffix(".md").write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def plot(out: dict, png: Path) -> None:
     try:
         import matplotlib  # lazy: plotting is optional (the plot extra)
 
@@ -261,7 +262,7 @@ def write(out: dict, prefix: Path) -> None:
     ax.set_title(f"vLLM {out['model']} ({out['dtype']})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(prefix.with_suffix(".png"), dpi=120)
+    fig.savefig(png, dpi=120)
 
 
 if __name__ == "__main__":

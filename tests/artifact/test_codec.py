@@ -251,3 +251,16 @@ def test_atomic_write_keeps_the_old_file_on_failure(made, tmp_path, monkeypatch)
 def test_missing_file_is_an_artifact_error(tmp_path):
     with pytest.raises(ArtifactError, match="no artifact"):
         Artifact.read(tmp_path / "nope.c2c")
+
+
+def test_the_share_list_is_read_from_the_signed_header_only_when_well_formed():
+    from dataclasses import replace
+
+    from c2c.artifact.header import SHARE_KEY
+    from c2c.testing.synthetic import synthetic_artifact
+
+    h = synthetic_artifact().header
+    assert h.shared_with == ()
+    assert replace(h, extra={SHARE_KEY: ["ops", "lab"]}).shared_with == ("ops", "lab")
+    assert replace(h, extra={SHARE_KEY: ["ops", 7]}).shared_with == ("ops",)
+    assert replace(h, extra={SHARE_KEY: "ops"}).shared_with == ()

@@ -45,6 +45,12 @@ def test_put_then_get_roundtrips_the_exact_bytes(store):
     assert store.show(c.id).data is None and store.show(c.id).commit == c
 
 
+def test_has_says_whether_this_domain_holds_a_commit(store):
+    c = store.put(artifact_bytes(1), stream="a")
+    assert store.has(c.id) and not store.has("0" * 64)
+    assert not store.in_domain("elsewhere").has(c.id)  # another domain's part of the store
+
+
 def test_stream_defaults_to_the_producer_agent(store):
     c = store.put(artifact_bytes(1, agent="writer"))
     assert c.stream == "writer" and store.latest("writer").id == c.id

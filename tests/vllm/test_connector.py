@@ -57,7 +57,7 @@ def test_publish_commits_a_signed_cache_of_prompt_and_answer(published, vllm_ser
     assert signer.domain == "research" and h.kind == "full" and h.producer["engine"] == "vllm"
     assert list(h.tokens) == (prompt_ids + answer_ids)[:pub["tokens"]]
     fp = h.fingerprint
-    assert fp.backend.startswith("vllm 0.32.0 cpu_attn:") and fp.dtype == "float32"
+    assert str(fp.backend).startswith("vllm 0.32.0 cpu_attn:") and fp.dtype == "float32"
     assert (fp.architecture, fp.num_layers, fp.kv_heads, fp.head_dim) == ("llama", 30, 3, 64)
 
 

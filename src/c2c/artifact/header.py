@@ -46,6 +46,7 @@ MAX_TEXT = 1024               # characters of one producer or label value
 MAX_KEY = 128                 # characters of one producer or label key
 MAX_ENTRIES = 64              # keys in producer / labels
 MAX_EXTRA_BYTES = 64 << 10    # canonical JSON of ``extra``
+SHARE_KEY = "c2c.share"       # ``extra``: the other trust domains the publisher lets attach it (signed with it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +75,13 @@ class ArtifactHeader:
     @property
     def seq_len(self) -> int:
         return self.end - self.start
+
+    @property
+    def shared_with(self) -> tuple[str, ...]:
+        """The other trust domains the publisher's share list (``extra[SHARE_KEY]``) names; none when it
+        has none, or a malformed one. Signed with the header, so only the signer's domain could write it."""
+        raw = self.extra.get(SHARE_KEY)
+        return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
 
     def to_dict(self) -> dict[str, Any]:
         return {

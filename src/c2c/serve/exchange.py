@@ -42,6 +42,7 @@ from typing import Sequence
 from c2c.advise import load_calibration, runtime_calibration_name
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
@@ -65,7 +66,6 @@ from c2c.trust.signing import load_signed, sign
 
 log = logging.getLogger("c2c")
 TEXT_KEY = "c2c.serve"
-SHARE_KEY = "c2c.share"            # extra: the other trust domains the publisher lets attach the commit
 SHARED_PARENTS = "shared_parents"  # label: attached commits of other domains (not store parents)
 MAX_SHARE = 16
 MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
@@ -175,7 +175,7 @@ class Exchange:
             producer["session"] = session
         store = self.scope(principal)
         with _quiet_store():
-            own = tuple(p for p in parents if _has(store, p))
+            own = tuple(p for p in parents if store.has(p))
         foreign = tuple(p for p in parents if p not in own)
         extra = {TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text, "truncated": truncated}}
         if share:
@@ -211,7 +211,7 @@ class Exchange:
         cid = check_id(commit_id)
         own = self.scope(principal)
         with _quiet_store():
-            if _has(own, cid):
+            if own.has(cid):
                 return own, principal.domain
             owner = own.granted(cid)
         if owner is None:
@@ -253,7 +253,7 @@ class Exchange:
         # before any tensor byte is hashed or built.
         artifact, signer = load_signed(rec.data, self.keyring, own=fetched.own)
         h = artifact.header
-        shared_with = _shared_with(h)
+        shared_with = h.shared_with
         if signer.domain != owner or (foreign and principal.domain not in shared_with):
             raise not_visible(principal, cid)  # bytes its domain did not sign, or a share it does not name
         agent = h.producer.get("agent", "?")
@@ -348,7 +348,7 @@ class Exchange:
         cid = check_id(commit_id)
         store = self.scope(principal)
         with _quiet_store():
-            if not _has(store, cid):
+            if not store.has(cid):
                 raise not_visible(principal, cid)
         return store
 
@@ -358,14 +358,6 @@ def not_visible(principal: Principal, commit_id: str) -> CommitNotVisibleError:
     return CommitNotVisibleError(
         f"no commit {commit_id[:12]} is visible to trust domain {principal.domain!r}: none exists there, or the "
         "domain that owns it did not share it (publish with \"share\": [domains] to share)")
-
-
-def _has(store: Store, commit_id: str) -> bool:
-    try:
-        store.show(commit_id)
-        return True
-    except CommitNotFoundError:
-        return False
 
 
 @contextlib.contextmanager
@@ -384,11 +376,6 @@ def _quiet_store():
                 StoreWriteError: "the store could not commit this; nothing was written, retry"}
         raise type(e)(next((m for cls, m in what.items() if isinstance(e, cls)),
                            "the store is unavailable; retry later (the server log has the details)")) from None
-
-
-def _shared_with(header) -> tuple[str, ...]:
-    raw = header.extra.get(SHARE_KEY)
-    return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
 
 
 def _check_share(share: Sequence[str]) -> tuple[str, ...]:

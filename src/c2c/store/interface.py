@@ -386,6 +386,14 @@ class Store(ABC):
     def show(self, commit_id: str) -> CommitRecord:
         """The commit's facts and staleness, without its bytes."""
 
+    def has(self, commit_id: str) -> bool:
+        """Whether this domain's part of the store holds ``commit_id``."""
+        try:
+            self.show(commit_id)
+        except CommitNotFoundError:
+            return False
+        return True
+
     def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
         """The commit with its bytes; every chunk re-hashed against its digest.
 

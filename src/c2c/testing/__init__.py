@@ -3,6 +3,7 @@
 - :class:`RedisServer`: a real ``redis-server`` subprocess on a free loopback
   port with its own directory, started and stopped by the caller.
 - :func:`free_port`: a free TCP port on 127.0.0.1.
+- :func:`wait_for_http`: wait for a server subprocess to answer on a URL (or say why it did not).
 
 - :mod:`c2c.testing.server_process`: a real ``c2c serve`` subprocess on a loopback port.
 - :mod:`c2c.testing.synthetic`: artifacts of random K/V for a made-up model (no model needed).
@@ -22,6 +23,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 
 def _binary() -> str:
@@ -29,6 +31,28 @@ def _binary() -> str:
     if found is None:
         raise RuntimeError("redis-server is not on PATH (install it: apt-get install -y redis-server)")
     return found
+
+
+def wait_for_http(proc: subprocess.Popen, url: str, *, name: str, log: Callable[[], str], timeout_s: float,
+                  every_s: float = 0.1, request_timeout_s: float = 1.0) -> None:
+    """Wait until ``url`` answers 200 while ``proc``, a server starting up, runs.
+
+    Raises:
+        RuntimeError: ``proc`` exited, or ``url`` did not answer within ``timeout_s``; with the tail of ``log()``.
+    """
+    import httpx  # lazy: the serve extra; c2c.testing imports without it
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=request_timeout_s).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(every_s)
+    raise RuntimeError(f"{name} did not answer {url} within {timeout_s:.0f} s:\n{log()[-4000:]}")
 
 
 def free_port() -> int:

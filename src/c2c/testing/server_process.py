@@ -13,13 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from c2c.config import c2c_home
-from c2c.testing import free_port
+from c2c.testing import free_port, wait_for_http
 
 
 def make_home(root: Path, models: Path | None = None) -> Path:
@@ -69,18 +68,12 @@ class ServeProcess:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"c2c serve exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                if httpx.get(self.url("/healthz"), timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"c2c serve did not come up on port {self.port}:\n{self.log()[-3000:]}")
+        try:
+            wait_for_http(self.proc, self.url("/healthz"), name="c2c serve", log=self.log, timeout_s=timeout_s)
+        except RuntimeError:
+            self.stop()  # nothing left running, and the log closed
+            raise
+        return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int | None:
         if self.proc is None:

@@ -18,9 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from c2c.testing import free_port
+from c2c.testing import free_port, wait_for_http
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_ENV = "C2C_VLLM_VENV"
@@ -75,18 +73,13 @@ class VllmProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(["nice", "-n", "5", *self.cmd], env=self.env, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
-            try:
-                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        self.stop()
-        raise RuntimeError(f"vllm serve did not answer within {timeout_s:.0f} s:\n{self.log()[-4000:]}")
+        try:
+            wait_for_http(self.proc, f"{self.base_url}/models", name="vllm serve", log=self.log, timeout_s=timeout_s,
+                          every_s=1.0, request_timeout_s=2.0)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def stop(self, timeout_s: float = 60) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -52,7 +52,6 @@ from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.signing import load_signed, sign
 
 log = logging.getLogger("c2c.vllm")
-SHARE_KEY = "c2c.share"            # the signed list of other domains a commit was shared with (as c2c serve)
 MODES = ("auto", "full")
 FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError)   # errors in every mode
 NOTE = "advisor not asked: the prompt already holds the text, so the alternative is its prefill"
@@ -172,7 +171,7 @@ class Attacher(_Scope):
             t1 = time.perf_counter()
             artifact, signer = load_signed(rec.data, self.keyring)
             h = artifact.header
-            shared_with = _shared_with(h.extra)
+            shared_with = h.shared_with
             if signer.domain != owner or (foreign and self.domain not in shared_with):
                 raise self._not_visible(cid)
             hops = hop_report(store, cid, max_hops=self.max_hops)
@@ -260,7 +259,7 @@ class Publisher(_Scope):
         try:
             store = self.store
             with _quiet():
-                own = tuple(p for p in dict.fromkeys(parents) if _has(store, p))
+                own = tuple(p for p in dict.fromkeys(parents) if store.has(p))
             foreign = [p for p in parents if p not in own]
             producer = {"agent": self.agent, "domain": self.domain, "engine": "vllm"}
             if request_id:
@@ -292,19 +291,6 @@ class Publisher(_Scope):
             if any(e.domain == self.domain and e.has_private and not e.revoked for e in self.keyring.entries()):
                 raise
             return self.keyring.create_key(self.domain, label="c2c vllm")
-
-
-def _shared_with(extra: dict) -> tuple[str, ...]:
-    raw = extra.get(SHARE_KEY)
-    return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
-
-
-def _has(store: Store, cid: str) -> bool:
-    try:
-        store.show(cid)
-        return True
-    except CommitNotFoundError:
-        return False
 
 
 def _redacted(decision: Decision) -> Decision:
