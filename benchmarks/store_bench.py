@@ -33,6 +33,11 @@ raw and store runs interleaved so drift hits all alike.
   lacks it); one fresh process per run.
 
     .venv/bin/python benchmarks/store_bench.py --only dag,readpaths   # rerun two sections, keep the rest
+
+- **chunked commits** (sections ``team``, ``conversation``, ``attach``, ``gigabyte``; #33):
+  what sharing chunks saves, fetching only what a receiver lacks, and 1 GiB put/get
+  throughput, each against the store before chunks in the same run
+  (``benchmarks/store_sharing.py``).
 """
 
 from __future__ import annotations
@@ -476,6 +481,12 @@ def markdown(res: dict) -> str:
               "", "Reproduce: `.venv/bin/python benchmarks/store_bench.py`; one section into the existing results: "
                   "`--only dag` or `--only readpaths --reps 7 --hiredis-path DIR` (DIR from "
                   "`pip install --target DIR hiredis`).", ""]
+    if "sharing" in res:
+        import store_sharing
+
+        lines += store_sharing.markdown(res["sharing"]) + [
+            "", "Reproduce: `nice .venv/bin/python benchmarks/store_bench.py --only team,conversation,attach,gigabyte`.",
+            ""]
     return "\n".join(lines)
 
 
@@ -483,9 +494,10 @@ def plot(res: dict, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 3.8))
+    rows = 2 if "sharing" in res else 1
+    fig = Figure(figsize=(10, 3.8 * rows))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 2, 1)
+    ax = fig.add_subplot(rows, 2, 1)
     names = ["raw"] + [n for n in ("sqlite", "redis", "redis_aof") if n in res]
     vals = [res[n]["throughput_MBps"] for n in names]
     bars = ax.bar([n.replace("_aof", "+aof") for n in names], vals,
@@ -499,18 +511,22 @@ def plot(res: dict, path: Path) -> None:
     ax.set_title("throughput vs raw write+fsync+read")
     ax.legend(fontsize=7)
     inv = res.get("invalidation")
-    ax2 = fig.add_subplot(1, 2, 2)
+    ax2 = fig.add_subplot(rows, 2, 2)
     if inv:
         ax2.hist([1e3 * r["reach_all_s"] for r in inv["runs"]], bins=15, color="#c44e52")
         ax2.axvline(100, ls="--", color="k", lw=0.8, label="bar: 100 ms")
         ax2.set_xlabel("ms until a subscriber holds all 20 events")
         ax2.set_title("invalidation, 20 commits / 3 hops, loopback Redis")
         ax2.legend(fontsize=7)
+    if "sharing" in res:
+        import store_sharing
+
+        store_sharing.plot(fig.add_subplot(rows, 2, 3), fig.add_subplot(rows, 2, 4), res["sharing"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-SECTIONS = ("putget", "latency", "dag", "readpaths")
+SECTIONS = ("putget", "latency", "dag", "readpaths", "team", "conversation", "attach", "gigabyte")
 
 
 def put_get(res: dict, data: bytes, work: Path, server, server_aof, reps: int) -> None:
@@ -566,6 +582,10 @@ def main() -> int:
                                   "others are kept from the existing store.json (default: all)")
     p.add_argument("--hiredis-path", help="a directory with hiredis (pip install --target DIR hiredis) for the "
                                           "redis-py+hiredis read path, if the venv has none")
+    p.add_argument("--giga-mb", type=int, default=1024,
+                   help="size in MiB of the gigabyte section's artifact (default 1024)")
+    p.add_argument("--sharing-reps", type=int, default=3,
+                   help="repetitions of the attach and gigabyte sections (default 3)")
     p.add_argument("--subscriber", metavar="URL", help=argparse.SUPPRESS)
     p.add_argument("--readpath-worker", nargs=3, metavar=("URL", "VARIANT", "DATA"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -638,6 +658,15 @@ def main() -> int:
             rp["verdict"] = (f"Fastest put+get: {fastest}. " + ", ".join(
                 f"{v} {rp[v]['total_s'] / rp[fastest]['total_s']:.2f}x its time" for v in have if v != fastest) + ".")
             res["read_paths"] = rp
+        sharing = [s for s in sections if s in ("team", "conversation", "attach", "gigabyte")]
+        if sharing:
+            import store_sharing
+
+            if server is not None:
+                server.client().flushall()  # earlier sections' keys: this server is ours
+            res["sharing"] = store_sharing.run(sharing, work, server, reps=args.sharing_reps, giga_mb=args.giga_mb,
+                                               previous=res.get("sharing"))
+            res["acceptance"] = store_sharing.acceptance(res["sharing"])
         if "putget" in sections:
             env["loadavg_after"] = _loadavg()
         status = write_report(res, args.out)

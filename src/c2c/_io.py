@@ -110,6 +110,46 @@ def create_private(path: str | Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
 
 
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
+
+
+def writev_all(fd: int, buffers: list) -> int:
+    """Write ``buffers`` (bytes-like, in order) with as few ``writev`` calls as the kernel allows.
+
+    A cache chunk lies in many runs of an artifact (one per layer and head); this writes them
+    without joining them first. Returns the bytes written; raises ``OSError``.
+    """
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    total = 0
+    while views:
+        n = os.writev(fd, views[:_IOV_MAX])
+        total += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return total
+
+
+def readv_all(fd: int, buffers: list) -> int:
+    """Fill ``buffers`` (writable, in order) from ``fd`` with ``readv``; returns the bytes read,
+    fewer than asked only at the end of the file."""
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    total = 0
+    while views:
+        n = os.readv(fd, views[:_IOV_MAX])
+        if n == 0:
+            break
+        total += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return total
+
+
 def fsync_dir(path: str | Path) -> None:
     """fsync a directory so that a rename in it is durable (best effort where unsupported)."""
     with contextlib.suppress(OSError):

@@ -38,7 +38,12 @@ problem and say what to do instead.
     │   ├── StaleCommitError          a consumer asked for fresh context and got stale
     │   ├── StoreWriteError           disk full, permission denied, server down;
     │   │                             nothing was half-written
-    │   └── StoreCorruptError         a blob does not hash to its id
+    │   ├── QuotaExceededError        the put would take the domain past its byte quota;
+    │   │                             nothing was written
+    │   └── StoreCorruptError         stored bytes no longer hash to their digest
+    │       ├── ChunkMissingError       a chunk a commit lists is not in the store
+    │       └── ChunkCorruptError       a chunk (or the list of them) does not match its digest:
+    │                                   tampered, or swapped for another
     ├── HandoffError                a handoff could not be done in the mode asked
     │   └── ChannelError              the shared-memory channel's peer is another user, gone,
     │                                 silent, or sent a malformed message
@@ -181,8 +186,26 @@ class StoreWriteError(StoreError):
     """A write failed (disk full, permission denied, server down); nothing was half-written."""
 
 
+class QuotaExceededError(StoreError):
+    """A put would take its trust domain past the domain's byte quota; nothing was written."""
+
+    def __init__(self, message: str, *, domain: str = "", quota_bytes: int = 0, stored_bytes: int = 0,
+                 adding_bytes: int = 0):
+        super().__init__(message)
+        self.domain, self.quota_bytes, self.stored_bytes, self.adding_bytes = domain, quota_bytes, stored_bytes, adding_bytes
+
+
 class StoreCorruptError(StoreError):
-    """A stored blob no longer hashes to its id."""
+    """Stored bytes no longer hash to their digest."""
+
+
+class ChunkMissingError(StoreCorruptError):
+    """A chunk that a commit lists is not in the store (deleted behind its back, or evicted)."""
+
+
+class ChunkCorruptError(StoreCorruptError):
+    """A stored chunk does not hash to its digest (tampered, or swapped for another chunk), or a
+    commit's list of chunks no longer matches its signed header."""
 
 
 class HandoffError(C2CError):

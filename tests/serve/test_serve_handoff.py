@@ -199,3 +199,47 @@ def test_a_session_stops_reusing_an_attached_cache_once_its_commit_goes_stale(ti
     with pytest.raises(openai.ConflictError) as e:
         chat(writer, [SYSTEM, QUESTION], c2c={"session": "stale-full"})
     assert e.value.body["c2c_error"] == "StaleCommitError"
+
+
+@pytest.fixture(scope="module")
+def roomy_server(tmp_path_factory):
+    """tiny-qwen2 with room for sessions of a few hundred tokens (the shared server keeps 0.5 MB)."""
+    from serve_helpers import ServeProcess, make_home, write_tokens
+
+    root = tmp_path_factory.mktemp("serve-roomy")
+    server = ServeProcess(make_home(root), "--model", "tiny-qwen2", "--tokens", str(write_tokens(root / "tokens.json")),
+                          "--session-budget-mb", "64", "--default-max-tokens", "4").start()
+    yield server
+    server.stop()
+
+
+def test_a_warm_session_fetches_only_the_chunks_after_what_it_holds(roomy_server):
+    # #33: the session holds the shared prefix; the commit's chunks of it are not fetched
+    system = {"role": "system", "content": "You are a careful analyst who checks every claim twice. " * 24}
+    _, pub = publish(roomy_server, stream="held-prefix", messages=[system, EVIDENCE])
+    writer = roomy_server.client("writer")
+    chat(writer, [system, QUESTION], max_tokens=2, c2c={"session": "held-warm"})  # now it holds the prefix
+    r = chat(writer, [system, QUESTION], c2c={"session": "held-warm", "attach": [pub["commit"]]})
+    [warm] = c2c_field(r)["attach"]
+    assert warm["path"] == "cache" and warm["bytes_referenced"] == pub["bytes"] == warm["bytes"]
+    assert warm["bytes_fetched"] < warm["bytes_referenced"] / 2
+    assert warm["imported_tokens"] + warm["reused_tokens"] + warm["prefilled_tokens"] == warm["tokens"]
+    r = chat(writer, [system, QUESTION], c2c={"session": "held-cold", "attach": [pub["commit"]]})
+    [cold] = c2c_field(r)["attach"]  # a new session holds nothing: the whole commit
+    assert cold["path"] == "cache" and cold["bytes_fetched"] == cold["bytes_referenced"] == pub["bytes"]
+
+
+def test_a_publish_past_the_domains_quota_is_refused_with_its_own_error(roomy_server):
+    with open_store(roomy_server.store_url() + "?domain=research") as store:
+        store.set_quota(store.usage().stored_bytes + 1000)  # less than any new cache
+        before = store.usage()
+    client = roomy_server.client("analyst")
+    with pytest.raises(openai.RateLimitError) as e:
+        chat(client, [SYSTEM, EVIDENCE], max_tokens=2, c2c={"publish": {"stream": "over-quota"}})
+    err = e.value.body
+    assert err["code"] == "quota_exceeded" and err["c2c_error"] == "QuotaExceededError" and "quota" in err["message"]
+    with open_store(roomy_server.store_url() + "?domain=research") as store:
+        assert store.usage() == before and "over-quota" not in store.streams()
+        store.set_quota(None)
+    _, pub = publish(roomy_server, stream="over-quota")
+    assert pub["version"] == 1

@@ -76,40 +76,90 @@ class RedisServer(_RedisServer):
 
 # ---------------------------------------------------------------- backend probes
 def leftovers(store) -> int:
-    """What a killed or refused put left behind: temp files and unreferenced blobs / upload chunks."""
+    """What a killed or refused put left behind: temp files and chunks no row names / upload keys."""
     from c2c.store.redis import RedisStore
     from c2c.store.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        referenced = {row[0] for row in store._read("SELECT blob FROM commits")}  # every domain's
-        orphans = [p for p in (store.root / "blobs").glob("??/*") if p.name not in referenced]
+        rows = {(d, k) for d, k in store._read("SELECT domain, digest FROM chunks")}  # every domain's
+        orphans = [p for p in (store.root / "chunks").glob("*/??/*") if (p.parent.parent.name, p.name) not in rows]
         return len(list((store.root / "tmp").iterdir())) + len(orphans)
     assert isinstance(store, RedisStore)
-    return sum(1 for _ in store._r.scan_iter(match=f"{store.prefix}up:*", count=1000))
+    refs = {k.decode() for k in store._r.hkeys(f"{store.prefix}refs")}
+    chunks = [k.decode() for k in store._r.scan_iter(match=f"{store.prefix}chunk:*", count=1000)]
+    ups = sum(1 for _ in store._r.scan_iter(match=f"{store.prefix}up:*", count=1000))
+    return ups + sum(1 for k in chunks if k.rsplit(":", 1)[1] not in refs)
 
 
-def corrupt_blob(store, commit) -> None:
-    """Flip one stored byte of ``commit``'s blob, behind the store's back."""
-    from c2c.store.redis import RedisStore
-    from c2c.store.sqlite import SQLiteStore
-
-    if isinstance(store, SQLiteStore):
-        path = store.root / "blobs" / commit.blob[:2] / commit.blob
-        raw = bytearray(path.read_bytes())
-        raw[len(raw) // 2] ^= 0x01
-        path.write_bytes(bytes(raw))
-    else:
-        assert isinstance(store, RedisStore)
-        key = f"{store.prefix}blob:{commit.blob}:0"
-        raw = bytearray(store._r.get(key))
-        raw[len(raw) // 2] ^= 0x01
-        store._r.set(key, bytes(raw))
-
-
-def drop_blob(store, commit) -> None:
+def chunk_location(store, commit, index: int = 0):
+    """Where chunk ``index`` of ``commit`` is kept: a file path (SQLite) or a key (Redis)."""
     from c2c.store.redis import RedisStore
 
+    digest = store._load(commit.id)[2][index][0]
     if isinstance(store, RedisStore):
-        store._r.delete(f"{store.prefix}blob:{commit.blob}:0")
+        return f"{store.prefix}chunk:{digest}"
+    return store._chunk_path(store.domain, digest)
+
+
+def corrupt_blob(store, commit, index: int = 0) -> None:
+    """Flip one stored byte of ``commit``'s chunk ``index``, behind the store's back."""
+    from c2c.store.redis import RedisStore
+
+    where = chunk_location(store, commit, index)
+    if isinstance(store, RedisStore):
+        raw = bytearray(store._r.get(where))
+        raw[len(raw) // 2] ^= 0x01
+        store._r.set(where, bytes(raw))
     else:
-        (store.root / "blobs" / commit.blob[:2] / commit.blob).unlink()
+        raw = bytearray(where.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        where.write_bytes(bytes(raw))
+
+
+def drop_blob(store, commit, index: int = 0) -> None:
+    """Delete ``commit``'s chunk ``index`` behind the store's back."""
+    from c2c.store.redis import RedisStore
+
+    where = chunk_location(store, commit, index)
+    if isinstance(store, RedisStore):
+        store._r.delete(where)
+    else:
+        where.unlink()
+
+
+def audit(store) -> None:
+    """The store's chunk references and usage are exactly what its live commits list.
+
+    Every chunk a live commit lists is stored and counted once per listing (nothing freed under a
+    live commit), no chunk is counted that no live commit lists (no leak), and the domain's usage
+    (commits, logical and stored bytes, chunks) adds up.
+    """
+    from collections import Counter
+
+    from c2c.store.redis import RedisStore
+
+    want, sizes, logical, heads = Counter(), {}, 0, 0
+    records = store.log()
+    for rec in records:
+        _, head, stored = store._load(rec.id)
+        for digest, size, _ in stored:
+            want[digest] += 1
+            sizes[digest] = size
+        logical += rec.commit.size
+        heads += len(head)
+    if isinstance(store, RedisStore):
+        refs = {k.decode(): int(v) for k, v in store._r.hgetall(f"{store.prefix}refs").items()}
+        kept = {k.decode().rsplit(":", 1)[1] for k in store._r.scan_iter(match=f"{store.prefix}chunk:*", count=1000)}
+        lengths = {d: store._r.strlen(f"{store.prefix}chunk:{d}") for d in want}
+    else:
+        refs = dict(store._read("SELECT digest, refs FROM chunks WHERE domain = ?", (store.domain,)))
+        kept = {d for d in want if store._chunk_path(store.domain, d).exists()}
+        lengths = {d: store._chunk_path(store.domain, d).stat().st_size for d in kept}
+    assert refs == dict(want), "chunk reference counts differ from what the live commits list"
+    assert set(want) <= kept, f"chunks of live commits are missing: {sorted(set(want) - kept)[:3]}"
+    if isinstance(store, RedisStore):
+        assert kept == set(want), "chunks are kept that no live commit lists"
+    assert all(lengths[d] == sizes[d] for d in want)
+    u = store.usage()
+    assert (u.commits, u.logical_bytes, u.stored_bytes, u.chunks) == (
+        len(records), logical, heads + sum(sizes.values()), len(want)), u

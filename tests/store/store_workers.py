@@ -33,6 +33,9 @@ from store_helpers import artifact_bytes, sized_artifact_bytes  # noqa: E402
 from c2c.artifact import Artifact  # noqa: E402
 from c2c.errors import CommitNotFoundError, StaleCommitError  # noqa: E402
 from c2c.store import open_store  # noqa: E402
+import c2c.store.manifest  # noqa: E402,F401 - the backends and what they import lazily, before the fork (one import)
+import c2c.store.redis  # noqa: E402,F401
+import c2c.store.sqlite  # noqa: E402,F401
 
 
 def publisher(url, seconds, stream, other, seed) -> dict:

@@ -29,7 +29,8 @@ def env(tmp_path, monkeypatch):
 def test_every_store_command_is_documented_with_an_example():
     store = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "store")[1]
     actions = store._subparsers._group_actions[0].choices
-    assert {"put", "show", "log", "deps", "invalidate", "gc", "verify", "graph"} <= set(actions)
+    assert {"put", "show", "log", "deps", "invalidate", "gc", "verify", "graph", "stats", "quota",
+            "retention"} <= set(actions)
     for name, sub in actions.items():
         assert sub.epilog and "Example:" in sub.epilog and f"c2c store {name}" in sub.epilog, name
         assert all(a.help for a in sub._actions if a.dest != "help"), name
@@ -72,7 +73,7 @@ def test_put_show_log_deps_invalidate_verify_graph(env, capsys, tmp_path):
     assert [e["commit"] for e in json.loads(out)] == [a, b["id"]]
 
     code, out, _ = run(capsys, "store", "verify")
-    assert code == 0 and "all 2 blob(s) intact" in out
+    assert code == 0 and "all 2 commit(s) intact" in out  # #33: commits are chunks, not blobs
     png = tmp_path / "dag.png"
     code, out, _ = run(capsys, "store", "graph", "--png", str(png))
     assert code == 0 and a[:12] in out and "└── " in out and png.exists()
@@ -89,7 +90,7 @@ def test_gc_and_verify_failures(env, capsys, tmp_path):
     assert code == 0 and "removed 2 commit(s)" in out
     code, out, _ = run(capsys, "store", "log", "--json")
     assert [r["id"] for r in json.loads(out)] == [ids[2]]
-    blob = next((tmp_path / "store" / "blobs").glob("??/*"))
+    blob = next((tmp_path / "store" / "chunks").glob("*/??/*"))  # the commit's one chunk (#33)
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")
     code, out, _ = run(capsys, "store", "verify", "--json")
     assert code == 1 and json.loads(out)["problems"][0]["commit"] == ids[2]
@@ -134,3 +135,32 @@ def test_domain_picks_the_trust_domain_acted_in(env, capsys):
     assert code == 2 and "no commit" in err
     code, _, err = run(capsys, "store", "log", "--domain", "bad domain!")
     assert code == 2 and "trust domain" in err
+
+
+def test_stats_quota_and_retention(env, capsys, tmp_path):
+    code, out, _ = run(capsys, "store", "put", str(env["a"]))
+    code, out, _ = run(capsys, "store", "stats", "--json")
+    stats = json.loads(out)
+    [mine] = stats["domains"]
+    size = env["a"].stat().st_size
+    assert code == 0 and mine["domain"] == "default" and mine["commits"] == 1 and mine["logical_bytes"] == size
+    assert 0 < mine["stored_bytes"] <= size and mine["quota_bytes"] is None and stats["total"]["commits"] == 1
+    code, out, _ = run(capsys, "store", "quota", "1kB")
+    assert code == 0 and "quota 1.0 kB" in out
+    code, _, err = run(capsys, "store", "put", str(env["b"]))
+    assert code == 2 and err.startswith("c2c: QuotaExceededError:") and "Nothing was written" in err
+    code, out, _ = run(capsys, "store", "stats")
+    assert code == 0 and "default" in out and "1.0 kB" in out and "dedup" in out.splitlines()[0]
+    assert run(capsys, "store", "quota", "none")[0] == 0
+    code, out, _ = run(capsys, "store", "retention", "--stream", "analyst", "--keep-last", "1")
+    assert code == 0 and "keep last 1" in out
+    for name in ("b", "c"):
+        assert run(capsys, "store", "put", str(env[name]))[0] == 0
+    code, out, _ = run(capsys, "store", "log", "--json")
+    assert len(json.loads(out)) == 1  # retention ran on each put
+    code, out, _ = run(capsys, "store", "retention", "--json")
+    assert json.loads(out) == {"stream": None, "keep_last": None, "ttl_s": None}
+    code, out, _ = run(capsys, "store", "retention", "--stream", "analyst", "--clear")
+    assert code == 0 and "no retention" in out
+    code, _, err = run(capsys, "store", "quota", "lots")
+    assert code == 2 and "not a size" in err

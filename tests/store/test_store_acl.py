@@ -29,9 +29,10 @@ def test_a_domain_user_cannot_read_another_domains_keys(domains):
     assert store_a.get(ca.id).data and store_b.get(cb.id).data  # each works in its own domain
 
     raw_b = redis.Redis.from_url(domains["team-b"].split("?")[0])
-    for key in (f"c2c:{{team-a}}:c:{ca.id}", f"c2c:{{team-a}}:blob:{ca.blob}:0"):
+    chunk = store_a._load(ca.id)[2][0][0]  # a chunk of team-a's commit (#33: no whole blobs any more)
+    for key in (f"c2c:{{team-a}}:c:{ca.id}", f"c2c:{{team-a}}:chunk:{chunk}"):
         with pytest.raises(redis.exceptions.NoPermissionError):
-            raw_b.get(key) if ":blob:" in key else raw_b.hgetall(key)
+            raw_b.get(key) if ":chunk:" in key else raw_b.hgetall(key)
     with pytest.raises(redis.exceptions.NoPermissionError):
         raw_b.xread({"c2c:{team-a}:events": "0"})
     for dangerous in (raw_b.flushall, lambda: raw_b.keys("*"), lambda: raw_b.config_get("*")):

@@ -1,4 +1,4 @@
-"""RedisStore specifics: URL options, chunked blobs, expiring uploads, TLS (rediss://)."""
+"""RedisStore specifics: URL options, chunk keys, expiring uploads, TLS (rediss://), the layout-1 migration."""
 
 from __future__ import annotations
 
@@ -6,11 +6,15 @@ import datetime
 import ipaddress
 
 import pytest
-from store_helpers import RedisServer
+from store_helpers import RedisServer, chunk_location, make_artifact
 from store_helpers import artifact_bytes, sized_artifact_bytes
 
-from c2c.errors import ConfigError
+from c2c.artifact import Artifact
+from c2c.artifact.chunks import CHUNK_TOKENS
+from c2c.errors import ChunkCorruptError, ConfigError
 from c2c.store import open_store
+from c2c.store.manifest import Manifest
+from c2c.store.redis import _s
 from c2c.store.redis_config import RedisConfig, key_prefix
 
 
@@ -38,17 +42,25 @@ def test_url_options_are_ours_and_the_rest_goes_to_redis_py():
 
 
 @pytest.mark.redis
-def test_blobs_are_chunked_and_uploads_expire(redis_server):
-    store = open_store(redis_server.url(chunk_mb=0.25))
+def test_chunks_are_keys_of_the_domain_and_uploads_expire(redis_server):
+    # #33: a commit is kept as its artifact's chunks (one key each, under the domain's hash tag), not as a blob
+    store = open_store(redis_server.url())
     data = sized_artifact_bytes(1, 1 << 20)
     c = store.put(data, stream="s")
-    chunks = sorted(store._r.scan_iter(match=f"{store.prefix}blob:{c.blob}:*"))
-    assert len(chunks) == -(-len(data) // (256 << 10)) and all(store._r.ttl(k) == -1 for k in chunks)
-    assert store.get(c.id).data == data
+    fetched = store.fetch(c.id)
+    digests = [ref.digest for ref in fetched.manifest.chunks]
+    assert c.chunks == len(digests) == -(-Artifact.decode(data).header.seq_len // CHUNK_TOKENS) > 1
+    keys = sorted(_s(k) for k in store._r.scan_iter(match=f"{store.prefix}chunk:*"))
+    assert keys == sorted(f"{store.prefix}chunk:{d}" for d in digests)
+    assert all(k.startswith("c2c:{") and store._r.ttl(k) == -1 for k in keys)
+    assert store._r.hgetall(f"{store.prefix}refs") == {d.encode(): b"1" for d in digests}
+    assert store.get(c.id).data == data and fetched.record.data == data
     # an upload that never got committed (writer died) expires on its own
-    n = store._upload("deadbeef", memoryview(artifact_bytes(2)))
-    ttls = [store._r.ttl(f"{store.prefix}up:deadbeef:{i}") for i in range(n)]
-    assert all(0 < t <= store.config.upload_ttl_s for t in ttls)
+    art = make_artifact(2)
+    m = Manifest.for_put(memoryview(art.encode()), art.header, piece_bytes=1 << 20)
+    which = store._upload("deadbeef", memoryview(art.encode()), m, range(len(m.chunks)))
+    ttls = [store._r.ttl(f"{store.prefix}up:deadbeef:{i}") for i in which]
+    assert ttls and all(0 < t <= store.config.upload_ttl_s for t in ttls)
     assert store.log() and len(store.log()) == 1
 
 
@@ -105,16 +117,22 @@ def test_both_blob_read_paths_verify_what_they_read(redis_server, monkeypatch):
     for direct in (True, False):
         monkeypatch.setattr(store, "_direct_reads", direct)
         assert store.get(c.id).data == data
-    key = f"{store.prefix}blob:{c.blob}:1"
-    store._r.append(key, b"x")  # a chunk grew: the blob is longer than recorded
+    key = chunk_location(store, c, 1)
+    store._r.append(key, b"x")  # a chunk grew: longer than recorded
     for direct in (True, False):
         monkeypatch.setattr(store, "_direct_reads", direct)
-        with pytest.raises(StoreCorruptError):
+        with pytest.raises(ChunkCorruptError, match="wrong size"):
+            store.get(c.id)
+    store._r.setrange(key, 0, b"\xff")  # the right size again, one byte changed
+    store._r.set(key, store._r.get(key)[:-1])
+    for direct in (True, False):
+        monkeypatch.setattr(store, "_direct_reads", direct)
+        with pytest.raises(ChunkCorruptError, match=r"chunk 1 \(tokens 64\.\.127\) of commit .* does not hash"):
             store.get(c.id)
     store._r.delete(key)
     for direct in (True, False):
         monkeypatch.setattr(store, "_direct_reads", direct)
-        with pytest.raises(StoreCorruptError, match="lost chunk"):
+        with pytest.raises(StoreCorruptError, match="chunk 1 of commit .* is missing"):
             store.get(c.id)
     monkeypatch.undo()
     assert store.show(c.id).commit == c  # the connection is still usable after a failed read
@@ -149,3 +167,46 @@ def test_a_redis_py_without_the_internals_resp_reads_fails_loudly(redis_server, 
     monkeypatch.setattr(resp, "require", refuse)  # the store checks at open, before any read
     with pytest.raises(StoreError, match="redis-py's X"):
         open_store(redis_server.url())
+
+
+def _as_layout_1(store) -> None:
+    """Rewrite a domain of format-1 commits as layout 1 kept it: each commit's artifact in ``blob:<sha>:<i>``
+    pieces (sha: of the whole artifact), the hash's ``chunks`` field their count; no refs, usage or heads."""
+    import hashlib
+    import json
+
+    r, p = store._r, store.prefix
+    for cid in (_s(c) for c in r.zrange(f"{p}all", 0, -1)):
+        pieces = json.loads(r.hget(f"{p}c:{cid}", "chunks"))
+        parts = [r.get(f"{p}chunk:{d}") for d, _, _ in pieces]
+        blob = hashlib.sha256(b"".join(parts)).hexdigest()
+        for i, part in enumerate(parts):
+            r.set(f"{p}blob:{blob}:{i}", part)
+        r.hset(f"{p}c:{cid}", mapping={"blob": blob, "chunks": len(parts)})
+        r.hdel(f"{p}c:{cid}", "format", "nchunks")
+    for key in [*r.scan_iter(match=f"{p}chunk:*"), f"{p}refs", f"{p}usage", f"{p}layout"]:
+        r.delete(key)
+
+
+def test_a_layout_1_domain_is_migrated_to_chunks_on_open(redis_url):
+    from c2c.testing.synthetic import as_version_1
+
+    url = redis_url(chunk_mb=0.0625)
+    store = open_store(url)
+    old = {s: as_version_1(make_artifact(s, seq=64, kv_heads=4, head_dim=64)) for s in (1, 2)}  # 5 pieces each
+    a = store.put(old[1], stream="a")
+    b = store.put(old[2], stream="a", parents=[a.id])
+    _as_layout_1(store)
+    assert not list(store._r.scan_iter(match=f"{store.prefix}chunk:*"))
+    fresh = open_store(url)  # the first handle on the domain migrates it
+    assert _s(fresh._r.get(f"{fresh.prefix}layout")) == "2"
+    for c, data in ((a, old[1]), (b, old[2])):
+        rec = fresh.get(c.id, allow_stale=True)
+        assert rec.commit.format == 1 and rec.commit.chunks == -(-len(data) // 65536) > 1
+        assert len(rec.data) == len(data) and rec.data == data
+    assert fresh.show(a.id).stale and fresh.children(a.id) == (b.id,) and fresh.verify() == []
+    assert not list(fresh._r.scan_iter(match=f"{fresh.prefix}blob:*"))
+    u = fresh.usage()
+    assert (u.commits, u.logical_bytes, u.stored_bytes) == (2, len(old[1]) + len(old[2]), len(old[1]) + len(old[2]))
+    assert fresh.delete_leaf(b.id) and fresh.usage().stored_bytes == len(old[1])
+    assert open_store(url).get(a.id, allow_stale=True).data == old[1]  # migrated once; opening again is a no-op

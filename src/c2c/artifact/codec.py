@@ -9,6 +9,9 @@ Byte layout (readable by the ``safetensors`` library too)::
                                               "data_offsets": [a, b]}, "v.000": ..., ...}
     data                           tensors back to back, in name order
 
+Version 2 cuts the cache into chunks of a fixed number of tokens (:mod:`c2c.artifact.chunks`):
+the data section keeps this layout, and the header names each chunk's key and digest.
+
 The parser is our own and strict: it bounds the header size before reading it,
 rejects duplicate keys, unknown dtypes, shapes that disagree with the
 fingerprint, offsets that overlap or leave gaps, a data section shorter or longer
@@ -30,6 +33,8 @@ from typing import Any, Sequence
 import torch
 
 from c2c._io import open_for_read, write_atomic
+import c2c.artifact.chunks as chunks
+from c2c.artifact.chunks import ChunkGeometry, ChunkIndex
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
@@ -48,6 +53,13 @@ _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The header's name for a tensor dtype (``F32``, ``F16``, ``BF16``); CorruptArtifactError for others."""
+    if dtype not in _NAMES:
+        raise CorruptArtifactError(f"cannot export a cache of dtype {dtype}")
+    return _NAMES[dtype]
+
+
 def _tensor_names(num_layers: int) -> list[str]:
     return [f"{kv}.{i:03d}" for i in range(num_layers) for kv in ("k", "v")]
 
@@ -64,11 +76,18 @@ def _digest_tensors(table: bytes, data: bytes | memoryview) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
-    """An exchanged cache: ``header`` (what it is) + ``cache`` (the tensors) + optional signature."""
+    """An exchanged cache: ``header`` (what it is) + ``cache`` (the tensors) + optional signature.
+
+    ``own`` lists chunks whose K/V are the receiver's own for the same tokens (model, dtype:
+    the same chunk keys), put in their places instead of the sender's, and so not checked
+    against the header's digests (see :meth:`decode`). Such an artifact is for attaching
+    only: :meth:`encode` refuses it.
+    """
 
     header: ArtifactHeader
     cache: KVCache
     signature: dict[str, Any] | None = None
+    own: tuple[int, ...] = ()
 
     @property
     def id(self) -> str:
@@ -86,14 +105,22 @@ class Artifact:
             raise CorruptArtifactError(f"cannot export a cache of dtype {cache.dtype}")
         names, tensors = _ordered(cache)
         table = _tensor_table(names, dtype, [t.shape for t in tensors])
-        data = b"".join(_bytes(t) for t in tensors)
+        data = memoryview(b"".join(_bytes(t) for t in tensors))
         header = ArtifactHeader(
             fingerprint=fingerprint, prefix=prefix, start=cache.start, end=cache.end,
             tokens=None if withhold_tokens else tuple(cache.token_ids),
-            token_digest=token_digest(cache.token_ids), tensor_digest=_digest_tensors(table, data),
+            token_digest=token_digest(cache.token_ids), tensor_digest="0" * 64,
             dtype=dtype, producer=dict(producer or {}), created=utc_now(), parents=tuple(parents),
             labels=dict(labels or {}), extra=dict(extra or {}),
         )
+        keys = chunks.chunk_keys(cache.token_ids, header.chunk_seed(), chunks.CHUNK_TOKENS)
+        sizes = [t.numel() * t.element_size() for t in tensors]
+        spans = [(sum(sizes[:i]), sum(sizes[: i + 1])) for i in range(len(sizes))]
+        geometry = ChunkGeometry.of(spans=spans, shapes=[t.shape for t in tensors], windows=cache.windows,
+                                    seq_len=cache.seq_len)
+        digests, tail = chunks.digests_of(geometry, data, keys)
+        index = ChunkIndex(tokens=chunks.CHUNK_TOKENS, keys=keys, digests=digests, tail=tail)
+        header = replace(header, chunks=index, tensor_digest=chunks.tensor_digest(table, digests, tail))
         return cls(header=header, cache=cache)
 
     def with_signature(self, signature: dict[str, Any] | None) -> "Artifact":
@@ -101,6 +128,9 @@ class Artifact:
 
     # ------------------------------------------------------------- encoding
     def encode(self) -> bytes:
+        if self.own:
+            raise CorruptArtifactError(f"chunks {list(self.own)[:4]} of artifact {self.id[:12]} hold the receiver's own "
+                                       "K/V, not the signed bytes: it cannot be encoded again; re-export the cache")
         _, tensors = _ordered(self.cache)
         return self.encode_head() + b"".join(_bytes(t) for t in tensors)
 
@@ -121,13 +151,20 @@ class Artifact:
         return struct.pack("<Q", len(head)) + head
 
     @classmethod
-    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> "Artifact":
+    def decode(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None,
+               own: Sequence[int] = ()) -> "Artifact":
         """Parse and fully validate artifact bytes (see module docstring).
 
         A ``bytearray`` is used in place (its tensors share it); other buffers are copied.
+
+        Args:
+            own: chunks (version 2) whose bytes are the receiver's own K/V for the same tokens,
+                not the sender's: every other chunk is checked against its digest. The header
+                is checked whole, and its signature still covers every chunk it names.
         """
-        header, signature, cache = _parse(data, max_artifact_bytes(max_bytes), materialize=True)
-        return cls(header=header, cache=cache, signature=signature)
+        own = tuple(sorted(set(own)))
+        header, signature, cache = _parse(data, max_artifact_bytes(max_bytes), materialize=True, own=own)
+        return cls(header=header, cache=cache, signature=signature, own=own)
 
     @classmethod
     def peek(cls, data: bytes | bytearray | memoryview, *,
@@ -156,7 +193,7 @@ class Artifact:
         return cls.decode(read_file(path, max_bytes), max_bytes=max_bytes)
 
 
-def _parse(data, max_bytes: int, *, materialize: bool | None):
+def _parse(data, max_bytes: int, *, materialize: bool | None, own: tuple[int, ...] = ()):
     buf = memoryview(data)
     if len(buf) > max_bytes:
         raise ArtifactTooLargeError(f"artifact is {len(buf)} bytes, over the limit of {max_bytes}")
@@ -167,7 +204,34 @@ def _parse(data, max_bytes: int, *, materialize: bool | None):
     _check_body_size(layout, len(body))
     if materialize is None:  # peek: the head only
         return header, signature, None
-    return header, signature, _tensors(header, layout, body, materialize=materialize)
+    if own and (layout.geometry is None or not 0 <= min(own) <= max(own) < layout.geometry.count):
+        raise CorruptArtifactError(f"chunks {list(own)[:4]} are not chunks of this artifact")
+    return header, signature, _tensors(header, layout, body, materialize=materialize, own=own)
+
+
+def head_length(data: bytes | bytearray | memoryview) -> int:
+    """``8 + n``: the length of an artifact's head (length field and table), from its first 8 bytes.
+
+    Raises:
+        ArtifactError: as :meth:`Artifact.decode` would for the length field.
+    """
+    return 8 + _header_length(bytes(memoryview(data)[:8]), len(data))
+
+
+def read_head(head: bytes | bytearray | memoryview) -> tuple[ArtifactHeader, dict | None]:
+    """The validated header and signature dict from an artifact's head alone (its first ``8 + n`` bytes).
+
+    The tensor table is checked against the header, as :meth:`Artifact.peek` does; no tensor byte is needed.
+
+    Raises:
+        ArtifactError: the head is malformed, or longer or shorter than it declares.
+    """
+    n = _header_length(bytes(memoryview(head)[:8]), len(head))
+    if 8 + n != len(head):
+        raise CorruptArtifactError(f"an artifact head of {len(head)} bytes declares {8 + n}")
+    header, signature, table = _parse_head(bytes(memoryview(head)[8:]))
+    _layout(header, table)
+    return header, signature
 
 
 def _header_length(lead: bytes, total: int) -> int:
@@ -264,6 +328,26 @@ class _Layout:
     size: int                              # bytes of the whole data section
     dtype: torch.dtype
     windows: tuple[int | None, ...]
+    geometry: ChunkGeometry | None         # where each chunk lies (version 2)
+
+
+def chunk_geometry(header: ArtifactHeader) -> ChunkGeometry:
+    """Where each chunk of a version-2 artifact lies in its data section, from the header alone.
+
+    Raises:
+        CorruptArtifactError: the header is not version 2, or its fingerprint lists no layout.
+    """
+    if header.chunks is None:
+        raise CorruptArtifactError(f"a version-{header.version} artifact is not cut into chunks")
+    fp = header.fingerprint
+    names, shapes, windows = cache_layout(fp, header.seq_len)
+    itemsize = torch.empty(0, dtype=_DTYPES[header.dtype]).element_size() if header.dtype in _DTYPES else 0
+    if not itemsize:
+        raise CorruptArtifactError(f"unsupported dtype {header.dtype!r}")
+    sizes = [s[1] * s[2] * s[3] * itemsize for s in shapes]
+    spans = [(sum(sizes[:i]), sum(sizes[: i + 1])) for i in range(len(sizes))]
+    return ChunkGeometry.of(spans=spans, shapes=shapes, windows=windows, seq_len=header.seq_len,
+                            tokens=header.chunks.tokens)
 
 
 def cache_layout(fp: Fingerprint, seq_len: int) -> tuple[list[str], list[list[int]], tuple[int | None, ...]]:
@@ -314,8 +398,19 @@ def _layout(header: ArtifactHeader, table: dict[str, Any]) -> _Layout:
         offset = b
         shapes.append(tuple(want))
         spans.append((a, b))
+    geometry = None
+    if header.chunks is not None:
+        c = header.chunks
+        geometry = ChunkGeometry.of(spans=spans, shapes=shapes, windows=windows, seq_len=header.seq_len,
+                                    tokens=c.tokens)
+        if (c.tail is None) == geometry.has_tail:
+            raise CorruptArtifactError(f"the header {'lacks' if c.tail is None else 'has'} a tail digest, but "
+                                       f"the model has {'' if geometry.has_tail else 'no '}sliding-window layers")
+        table_bytes = _tensor_table(names, header.dtype, shapes)
+        if chunks.tensor_digest(table_bytes, c.digests, c.tail) != header.tensor_digest:
+            raise CorruptArtifactError("the header's tensor_digest does not match its chunk digests")
     return _Layout(names=tuple(names), shapes=tuple(shapes), spans=tuple(spans), size=offset,
-                   dtype=torch_dtype, windows=windows)
+                   dtype=torch_dtype, windows=windows, geometry=geometry)
 
 
 def _check_body_size(layout: _Layout, have: int) -> None:
@@ -326,12 +421,15 @@ def _check_body_size(layout: _Layout, have: int) -> None:
 
 
 def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
-             materialize: bool = True) -> KVCache | None:
+             materialize: bool = True, own: tuple[int, ...] = ()) -> KVCache | None:
     """Digest- and NaN-check the data section; build the cache when ``materialize``."""
     torch_dtype, names, spans = layout.dtype, layout.names, layout.spans
-    table_bytes = _tensor_table(names, header.dtype, layout.shapes)
-    if _digest_tensors(table_bytes, data) != header.tensor_digest:
-        raise CorruptArtifactError("tensor bytes do not match the header's tensor_digest (corrupted or tampered)")
+    if layout.geometry is None:  # version 1: one digest over every byte
+        table_bytes = _tensor_table(names, header.dtype, layout.shapes)
+        if _digest_tensors(table_bytes, data) != header.tensor_digest:
+            raise CorruptArtifactError("tensor bytes do not match the header's tensor_digest (corrupted or tampered)")
+    else:
+        check_chunks(header, layout.geometry, data, [i for i in range(layout.geometry.count) if i not in own])
     if not len(data):
         flat = torch.empty(0, dtype=torch.uint8)
     elif isinstance(data.obj, bytearray) and not data.readonly:
@@ -357,6 +455,25 @@ def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
     tokens = header.tokens if header.tokens is not None else (0,) * header.seq_len
     return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),
                    start=header.start, windows=layout.windows)
+
+
+def check_chunks(header: ArtifactHeader, geometry: ChunkGeometry, data: memoryview, which,
+                 tail: bool = True) -> None:
+    """Check chunks ``which`` (and the tail) of the data section ``data`` against the header's digests.
+
+    Raises:
+        CorruptArtifactError: naming the first chunk that does not match (corrupted, tampered or swapped).
+    """
+    c = header.chunks
+    for i in which:
+        got = chunks.digest(c.keys[i], (data[o: o + n] for o, n in geometry.runs(i)))
+        if got != c.digests[i]:
+            a, b = c.span(i, header.start, header.end)
+            raise CorruptArtifactError(f"chunk {i} (tokens {a}..{b - 1}) does not match its digest in the header "
+                                       "(corrupted, tampered or swapped)")
+    if tail and geometry.has_tail:
+        if chunks.digest(c.tail_key, (data[o: o + n] for o, n in geometry.tail)) != c.tail:
+            raise CorruptArtifactError("the sliding-window layers (the tail) do not match their digest in the header")
 
 
 def read_file(path: str | Path, max_bytes: int | None = None) -> bytearray:

@@ -9,10 +9,17 @@ that exact byte string is what is hashed and signed. It carries:
   was computed after;
 - ``start``/``end``: absolute positions covered (``start == 0`` for a full cache);
 - ``tokens``: the token ids, or ``None`` when withheld, and always ``token_digest``;
-- ``tensor_digest``: sha256 over the tensor table and every tensor byte;
+- ``tensor_digest``: sha256 over the tensor table and every tensor byte (version 1), or
+  over the tensor table and every chunk digest (version 2);
+- ``chunks`` (version 2): the chunk size and every chunk's key and digest
+  (:mod:`c2c.artifact.chunks`), so that each chunk of the cache can be stored, shared and
+  checked on its own;
 - ``producer``, ``created``, ``parents``, ``labels``, ``extra``.
 
 The signature is *not* in the header: it signs the header.
+
+Versions: 2 is written; 1 (no ``chunks``) is still read, byte for byte as it was
+written, so its id and signature stay valid.
 """
 
 from __future__ import annotations
@@ -21,13 +28,16 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import c2c.artifact.chunks as _chunks
+from c2c.artifact.chunks import ChunkIndex
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json, token_digest
 from c2c.errors import CorruptArtifactError, UnsupportedVersionError
 
 FORMAT = "c2c-kv"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 # Bounds on what a header may declare: a header comes from another agent, maybe a hostile one.
 MAX_TOKENS = 1 << 20          # positions one artifact covers
@@ -54,6 +64,7 @@ class ArtifactHeader:
     parents: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    chunks: ChunkIndex | None = None    # version 2 and later
     version: int = FORMAT_VERSION
 
     @property
@@ -80,6 +91,7 @@ class ArtifactHeader:
             "token_digest": self.token_digest, "tensor_digest": self.tensor_digest, "dtype": self.dtype,
             "producer": dict(self.producer), "created": self.created, "parents": list(self.parents),
             "labels": dict(self.labels), "extra": dict(self.extra),
+            **({"chunks": self.chunks.to_dict()} if self.version >= 2 else {}),
         }
 
     def canonical(self) -> bytes:
@@ -90,18 +102,28 @@ class ArtifactHeader:
         """sha256 of the canonical header; it covers the tensors through ``tensor_digest``."""
         return hashlib.sha256(self.canonical()).hexdigest()
 
+    def chunk_seed(self) -> bytes:
+        """The root of this cache's chunk-key chain (:func:`c2c.artifact.chunks.seed`)."""
+        tokens = self.chunks.tokens if self.chunks is not None else _chunks.CHUNK_TOKENS
+        return _chunks.seed(fingerprint_digest=self.fingerprint.digest, dtype=self.dtype, start=self.start,
+                            prefix=self.prefix, tokens=tokens)
+
     @classmethod
     def from_dict(cls, d: Any) -> "ArtifactHeader":
         """Validate and build; any malformed field raises :class:`CorruptArtifactError`."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise CorruptArtifactError("not a c2c artifact header (format is not 'c2c-kv')")
-        if d.get("version") != FORMAT_VERSION:
+        version = d.get("version")
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise UnsupportedVersionError(
-                f"artifact format version {d.get('version')!r}; this build reads version {FORMAT_VERSION}. "
-                "Upgrade c2c on the reader, or re-export with a matching version"
+                f"artifact format version {repr(version)[:32]}; this build reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade c2c on the reader, or re-export with a "
+                "matching version"
             )
         expected = {"format", "version", "fingerprint", "prefix", "start", "end", "tokens", "token_digest",
                     "tensor_digest", "dtype", "producer", "created", "parents", "labels", "extra"}
+        if version >= 2:
+            expected.add("chunks")
         if set(d) != expected:
             raise CorruptArtifactError(f"header fields differ from the format: {sorted(set(d) ^ expected)}")
         try:
@@ -127,6 +149,8 @@ class ArtifactHeader:
                 parents=tuple(_hex(p, "parent") for p in parents),
                 labels=_text_map(d["labels"], "labels"),
                 extra=_bounded_extra(d["extra"]),
+                chunks=ChunkIndex.from_dict(d["chunks"]) if version >= 2 else None,
+                version=version,
             )
         except CorruptArtifactError:
             raise
@@ -144,6 +168,13 @@ class ArtifactHeader:
                 raise CorruptArtifactError("token ids do not match token_digest")
             if start == 0 and PrefixRef.of(tokens[: prefix.length], prefix.block_size) != prefix:
                 raise CorruptArtifactError("the first tokens do not hash to the declared prefix")
+        if header.chunks is not None:
+            c = header.chunks
+            if len(c) != _chunks.count(end - start, c.tokens):
+                raise CorruptArtifactError(f"header lists {len(c)} chunks for {end - start} tokens in chunks of "
+                                           f"{c.tokens}; expected {_chunks.count(end - start, c.tokens)}")
+            if tokens is not None and _chunks.chunk_keys(tokens, header.chunk_seed(), c.tokens) != c.keys:
+                raise CorruptArtifactError("the chunk keys do not match the tokens, model, dtype and prefix")
         return header
 
 

@@ -31,10 +31,15 @@ MAX_PREFIX_TOKENS = 1 << 20
 _ROOT = hashlib.sha256(b"c2c-prefix-v1").digest()
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> tuple[BlockHash, ...]:
-    """Chained sha256 per block of ``block_size`` tokens; the last block may be partial."""
+def block_hashes(token_ids: Sequence[int], block_size: int = BLOCK_SIZE, *,
+                 root: bytes | None = None) -> tuple[BlockHash, ...]:
+    """Chained sha256 per block of ``block_size`` tokens; the last block may be partial.
+
+    ``root`` (32 bytes) stands in for the hash before the first block: a chain over tokens that
+    follow other context (:mod:`c2c.artifact.chunks` roots its chunk keys in the model and dtype).
+    """
     out: list[BlockHash] = []
-    parent = _ROOT
+    parent = _ROOT if root is None else root
     for i in range(0, len(token_ids), block_size):
         block = token_ids[i: i + block_size]
         h = hashlib.sha256(parent + struct.pack("<I", len(block)) + struct.pack(f"<{len(block)}I", *block))

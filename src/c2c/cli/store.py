@@ -71,11 +71,11 @@ def register(sub) -> None:
     c.add_argument("--ttl", help="expire commits older than this: seconds, or with a unit (90s, 30m, 12h, 7d)")
     c.add_argument("--keep-last", type=int, help="keep only the newest N versions of each stream")
     c.add_argument("--orphan-grace", default="1h",
-                   help="remove unreferenced blobs and partial uploads older than this (default 1h)")
+                   help="remove unreferenced chunks and partial uploads older than this (default 1h)")
     c.add_argument("--dry-run", action="store_true", help="report what would go, change nothing")
     _common(c)
 
-    c = command(s, "verify", help="re-hash every stored blob; exit 1 if any is missing or corrupt",
+    c = command(s, "verify", help="re-hash every chunk of every commit; exit 1 if any is missing or corrupt",
                 example="c2c store verify --json", func=_verify)
     _common(c)
 
@@ -83,6 +83,27 @@ def register(sub) -> None:
                 example="c2c store graph --png dag.png", func=_graph)
     c.add_argument("--stream", help="only commits connected to this stream")
     c.add_argument("--png", type=Path, help="also draw the DAG into this PNG file")
+    _common(c)
+
+    c = command(s, "stats", help="logical bytes, stored bytes and dedup ratio of each trust domain, against its quota",
+                example="c2c store stats --json", func=_stats)
+    _common(c)
+
+    c = command(s, "quota", help="bound the domain's stored bytes; a put past it fails and writes nothing",
+                example="c2c store quota 20GB --domain research\nc2c store quota none --domain research",
+                func=_quota)
+    c.add_argument("size", help="bytes, with an optional unit (500MB, 20GB, 1TiB), or 'none' to lift the quota")
+    _common(c)
+
+    c = command(s, "retention", help="keep only a stream's last N versions, or those younger than a TTL, "
+                                     "applied on every put (without --keep-last / --ttl: show it)",
+                example="c2c store retention --stream analyst --keep-last 3\n"
+                        "c2c store retention --ttl 7d          # the domain's default for every stream\n"
+                        "c2c store retention --stream analyst --clear", func=_retention)
+    c.add_argument("--stream", help="the stream; default: the domain's default for streams without their own")
+    c.add_argument("--keep-last", type=int, help="keep the newest N versions (N >= 1; the head always stays)")
+    c.add_argument("--ttl", help="drop versions older than this: seconds, or 90s, 30m, 12h, 7d")
+    c.add_argument("--clear", action="store_true", help="remove the stream's (or the default) retention")
     _common(c)
 
     c = command(s, "events", help="stale events after a cursor, oldest first (what subscribers receive)",
@@ -153,7 +174,7 @@ def _show(args: argparse.Namespace) -> int:
         rec = store.show(store.resolve(args.id))
     c = rec.commit
     lines = [f"commit   {c.id}", f"stream   {c.stream} v{c.version}", f"created  {_when(c.created)} UTC",
-             f"size     {c.size:,} bytes (blob {c.blob[:12]})",
+             f"size     {c.size:,} bytes in {c.chunks} chunk(s), format {c.format} (manifest {c.blob[:12]})",
              f"model    {c.summary.get('model') or '?'} ({c.summary.get('kind')}, "
              f"tokens {c.summary.get('start')}:{c.summary.get('end')}, {c.summary.get('dtype')})"]
     lines += [f"parent   {p}" for p in c.parents]
@@ -209,7 +230,7 @@ def _gc(args: argparse.Namespace) -> int:
         report = collect(store, policy)
     verb = "would remove" if report.dry_run else "removed"
     text = (f"{verb} {len(report.removed)} commit(s); kept {len(report.kept_for_dependents)} expired commit(s) "
-            f"that live commits depend on; {report.orphans_removed} orphaned blob(s) removed")
+            f"that live commits depend on; {report.orphans_removed} orphaned chunk(s) removed")
     emit(args, report.to_dict(), text)
     return 0
 
@@ -219,7 +240,7 @@ def _verify(args: argparse.Namespace) -> int:
         problems = store.verify()
         total = len(store.log())
     text = "\n".join(f"{p.commit[:12]}  {p.problem}" for p in problems) if problems else \
-        f"all {total} blob(s) intact"
+        f"all {total} commit(s) intact, every chunk re-hashed"
     emit(args, {"commits": total, "problems": [{"commit": p.commit, "problem": p.problem} for p in problems]}, text)
     return 1 if problems else 0
 
@@ -235,6 +256,66 @@ def _graph(args: argparse.Namespace) -> int:
     data = {"commits": [r.to_dict() for r in graph.records.values()],
             "png": str(args.png) if args.png else None}
     emit(args, data, text)
+    return 0
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _size(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text or "")
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"quota {text!r} is not a size; use bytes or 500MB, 20GB, 1TiB, or 'none'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        stats = store.stats()
+    rows = [f"{'domain':<24}{'commits':>8}{'logical':>12}{'stored':>12}{'dedup':>7}{'quota':>12}{'used':>7}"]
+    for d in (*stats.domains, stats.total):
+        used = f"{d.stored_bytes / d.quota_bytes:.0%}" if d.quota_bytes else "-"
+        rows.append(f"{d.domain[:23]:<24}{d.commits:>8}{_bytes(d.logical_bytes):>12}{_bytes(d.stored_bytes):>12}"
+                    f"{d.dedup_ratio:>6.2f}x{_bytes(d.quota_bytes):>12}{used:>7}")
+    if stats.partial:
+        rows.append("(some domains could not be read with these credentials)")
+    emit(args, stats.to_dict(), "\n".join(rows))
+    return 0
+
+
+def _quota(args: argparse.Namespace) -> int:
+    quota = _size(args.size)
+    with _open(args) as store:
+        store.set_quota(quota)
+        usage = store.usage()
+    emit(args, usage.to_dict(), f"domain {usage.domain}: quota {_bytes(usage.quota_bytes)}, "
+                                f"{_bytes(usage.stored_bytes)} stored")
+    return 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    ttl = _duration(args.ttl, "--ttl") if args.ttl else None
+    with _open(args) as store:
+        if args.clear or args.keep_last is not None or ttl is not None:
+            store.set_retention(args.stream, keep_last=None if args.clear else args.keep_last,
+                                ttl_s=None if args.clear else ttl)
+        own = store.retention(args.stream)
+    what = f"stream {args.stream}" if args.stream else "the domain's default"
+    text = (f"{what}: keep last {own.keep_last or '-'}, ttl {own.ttl_s if own.ttl_s is not None else '-'} s"
+            if own.active else f"{what}: no retention (versions stay until `c2c store gc`)")
+    emit(args, {"stream": args.stream, **own.to_dict()}, text)
     return 0
 
 

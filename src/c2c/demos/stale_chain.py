@@ -52,7 +52,7 @@ def run(runtime: Runtime, store, *, policy: str = "re-pull", answer_tokens: int 
 
     def writer_from(commit: str, allow_stale: bool = False) -> tuple[str, bool]:
         w = Agent("writer", runtime, team, role="You are the writer.")
-        stale = pull(store, commit, w, allow_stale=allow_stale)
+        stale = pull(store, commit, w, allow_stale=allow_stale).stale
         v = store.show(store.show(commit).commit.parents[0]).commit.version
         answers[f"writer on researcher v{v}" + (" (stale context)" if stale else "")] = w.respond(
             "Write one sentence for users about TLS support in Redis.", max_new_tokens=answer_tokens).text

@@ -5,6 +5,10 @@ was built from as parents. When an upstream agent publishes a new version, the
 store marks every downstream commit stale, with the chain of causes. A
 downstream agent then either re-pulls fresh context or continues explicitly
 flagged as built on stale context.
+
+A pull fetches only what the receiving agent lacks: the chunks of the tokens it
+already holds (its team's shared prefix, at least) come from its own cache, checked
+against the commit's signed digests (:mod:`c2c.store.fetch`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from c2c.handoff.decide import Party, decide
 from c2c.handoff.paths import receive
 from c2c.handoff.policy import HandoffPolicy
+from c2c.store.fetch import FetchReport, fetch
 from c2c.store.hops import hop_report
 from c2c.team.agent import Agent
 
@@ -24,17 +29,27 @@ def publish(store, agent: Agent, parents: tuple[str, ...] = ()) -> str:
     return store.put(art.encode(), stream=agent.name).id
 
 
-def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False) -> bool:
+@dataclass(frozen=True, kw_only=True)
+class Pulled:
+    """What :func:`pull` attached: whether it was stale, and what crossed the wire (bytes fetched
+    against bytes referenced)."""
+
+    commit: str
+    stale: bool
+    fetch: FetchReport
+
+
+def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False) -> Pulled:
     """Attach commit ``commit_id`` to ``agent``, as every hop goes: the receiving team's trust checks
     (where it has a keyring), then :func:`c2c.handoff.decide` (domain, model, prefix, the chain's hop
-    count from the store, staleness). Returns whether it was stale.
+    count from the store, staleness). The chunks of tokens ``agent`` already holds are not fetched.
 
     Raises:
         StaleCommitError: the commit is stale and ``allow_stale`` is False.
         TrustError, ArtifactError: it does not verify for the agent's domain.
         DomainMismatchError, FingerprintMismatchError, PrefixMismatchError, HandoffError: a check refused it.
     """
-    rec = store.get(commit_id, allow_stale=True)
+    rec, fetched = fetch(store, commit_id, held=agent.cache, fingerprint=agent.fingerprint, allow_stale=True)
     art, report = receive(agent, rec.data)
     h = art.header
     signer = (report or {}).get("signer") or {}
@@ -46,7 +61,7 @@ def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False) -> b
     if refusal is not None:
         raise refusal
     agent.attach(art)
-    return rec.stale
+    return Pulled(commit=rec.id, stale=rec.stale, fetch=fetched)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,7 +46,8 @@ from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
-                        HandoffError, KeyringError, StaleCommitError, StoreCorruptError, StoreError, StoreWriteError)
+                        HandoffError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
+                        StoreWriteError)
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
 from c2c.handoff.policy import HandoffPolicy
@@ -54,6 +55,7 @@ from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.render import Part, Rendering, text_turn
+from c2c.store.fetch import fetch
 from c2c.store.interface import Store, check_id, check_stream
 from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
@@ -217,11 +219,18 @@ class Exchange:
         return self.store.in_domain(owner), owner
 
     def attach(self, commit_id: str, *, runtime: Runtime, principal: Principal, prefix_ids: Sequence[int],
-               mode: str) -> Attachment:
+               mode: str, held: KVCache | None = None) -> Attachment:
         """Fetch, check and decide one commit for a request whose shared prefix is ``prefix_ids``.
 
         A commit of another domain is read only where that domain's signed share list names the
         caller's; its record then carries no lengths, blocks, reasons, key ids or locations.
+
+        ``held`` is the session's cache: the commit's chunks of tokens it already holds (its
+        shared prefix, at least) are not fetched; the session's own K/V stand in for them, as
+        they would anyway (the request continues from the session's prefix), and every chunk
+        fetched is checked against the commit's signed digests (:mod:`c2c.store.fetch`). The
+        record gives ``bytes_fetched`` against ``bytes_referenced``. Another domain's commit is
+        fetched whole (what a reader holds of it would measure its context).
 
         Raises:
             ConfigError: a malformed id. CommitNotVisibleError: no such commit visible to the caller.
@@ -235,13 +244,14 @@ class Exchange:
         foreign = owner != principal.domain
         with _quiet_store():
             try:
-                rec = store.get(cid, allow_stale=True)
+                rec, fetched = fetch(store, cid, held=None if foreign else held, fingerprint=Fingerprint.of(runtime),
+                                     allow_stale=True, exact=False)
             except CommitNotFoundError:  # collected since
                 raise not_visible(principal, cid) from None
         t1 = time.perf_counter()
         # The signer's own domain is the provenance of cache and text; it is checked on the header
         # before any tensor byte is hashed or built.
-        artifact, signer = load_signed(rec.data, self.keyring)
+        artifact, signer = load_signed(rec.data, self.keyring, own=fetched.own)
         h = artifact.header
         shared_with = h.shared_with
         if signer.domain != owner or (foreign and principal.domain not in shared_with):
@@ -288,7 +298,8 @@ class Exchange:
                   "signer": signer_info, "shared": foreign, "stale": rec.stale,
                   "hops": hops.depth + 1, "tokens": sum(len(p.token_ids) for p in parts) + (
                       prefix_kv.seq_len if prefix_kv is not None else 0),
-                  "bytes": nbytes, "trust": trust.to_dict() if trust is not None else None,
+                  "bytes": nbytes, "bytes_fetched": fetched.bytes_fetched, "bytes_referenced": fetched.bytes_referenced,
+                  "trust": trust.to_dict() if trust is not None else None,
                   "timings": {"fetch_s": t1 - t0, "decide_s": t2 - t1, "check_s": t3 - t2}}
         if foreign:
             record.pop("hops")
@@ -355,7 +366,7 @@ def _quiet_store():
     what a caller is told names the problem, the server's log names the place."""
     try:
         yield
-    except (CommitNotVisibleError, StaleCommitError, ConfigError):
+    except (CommitNotVisibleError, StaleCommitError, ConfigError, QuotaExceededError):  # the caller's own business
         raise
     except CommitNotFoundError:  # one of the caller's own, collected meanwhile
         raise CommitNotFoundError("that commit is no longer in the store (collected meanwhile)") from None

@@ -41,6 +41,7 @@ KeyringError             500     keyring_error            the server's own keyri
 TrustError               422     untrusted_artifact       tampered, unsigned or untrusted artifact
 ArtifactError            422     bad_artifact             an artifact that does not parse
 StoreCorruptError        422     store_corrupt            stored bytes that no longer hash to their id
+QuotaExceededError       429     quota_exceeded           a publish would take the caller's domain past its store quota
 ConfigError              400     invalid_value            a bad value (stream name, label, id, cursor, sampling)
 StoreError               503     store_unavailable        the store failed
 ModelError               503     model_unavailable        a model failed
@@ -59,7 +60,7 @@ from starlette.responses import JSONResponse
 from c2c.errors import (ArtifactError, AuthError, C2CError, ClientTimeoutError, CommitNotFoundError, CommitNotVisibleError,
                         ConfigError, ContextLengthError,
                         DomainMismatchError, HandoffError, HostNotAllowedError, IncompatibleCacheError, KeyringError,
-                        ModelError, QueueFullError, RequestTimeoutError, RequestTooLargeError,
+                        ModelError, QueueFullError, QuotaExceededError, RequestTimeoutError, RequestTooLargeError,
                         RuntimeUnsupportedError, ServeError, StaleCommitError, StoreCorruptError, StoreError,
                         TrustError, UnknownModelError)
 
@@ -84,6 +85,7 @@ _TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (TrustError, 422, "untrusted_artifact"),
     (ArtifactError, 422, "bad_artifact"),
     (StoreCorruptError, 422, "store_corrupt"),
+    (QuotaExceededError, 429, "quota_exceeded"),
     (ConfigError, 400, "invalid_value"),
     (StoreError, 503, "store_unavailable"),
     (ModelError, 503, "model_unavailable"),

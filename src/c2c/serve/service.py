@@ -279,8 +279,8 @@ class ChatService:
             if not any(self.exchange.is_stale(principal, c) for c in session.attached if c not in session.via_text):
                 return session.attachments, session.attached, session.via_text, [], None
             attach, mode = session.attached, session.attach_mode
-        found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode)
-                 for cid in attach]
+        found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode,
+                                      held=session.cache) for cid in attach]
         for a in found:
             self.metrics.handoffs.labels(path=a.path, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)

@@ -1,4 +1,4 @@
-"""Garbage collection: TTL and keep-last-N, never under a live dependent.
+"""Garbage collection: TTL and keep-last-N, never under a live dependent; and stream retention.
 
 A commit *expires* when it is older than ``ttl_s`` or not among the newest
 ``keep_last`` versions of its stream. The head of every stream never expires
@@ -8,6 +8,11 @@ removed too; :func:`plan` walks newest to oldest, so children (always newer
 than their parents) are decided first. Each removal is an atomic
 ``delete_leaf`` that re-checks for dependents, so a put racing the collector
 cannot lose its parent.
+
+A stream may carry a :class:`Retention` (keep the last N versions, or a TTL; a
+domain may set a default for all its streams): every put applies it to its stream
+(:func:`retain`), so superseded versions go without anyone running ``c2c store gc``.
+Removing a commit releases its chunks; a chunk no commit uses any more is freed.
 """
 
 from __future__ import annotations
@@ -36,6 +41,35 @@ class GCPolicy:
             raise ConfigError("keep_last must be >= 1 (the head of a stream is always kept)")
         if self.orphan_grace_s < 0:
             raise ConfigError("orphan_grace_s must be >= 0 seconds")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retention:
+    """How many versions of a stream to keep, and for how long; the head is always kept.
+
+    Attributes:
+        keep_last: keep only the newest N versions (N >= 1).
+        ttl_s: drop versions older than this many seconds.
+    """
+
+    keep_last: int | None = None
+    ttl_s: float | None = None
+
+    def __post_init__(self) -> None:
+        GCPolicy(ttl_s=self.ttl_s, keep_last=self.keep_last)  # the same bounds
+        if self.ttl_s is not None and not self.ttl_s < float("inf"):
+            raise ConfigError("ttl_s must be a finite number of seconds")
+
+    @property
+    def active(self) -> bool:
+        return self.keep_last is not None or self.ttl_s is not None
+
+    def to_dict(self) -> dict:
+        return {"keep_last": self.keep_last, "ttl_s": self.ttl_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Retention":
+        return cls(keep_last=d.get("keep_last"), ttl_s=d.get("ttl_s"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,3 +135,16 @@ def collect(store: Store, policy: GCPolicy, *, now: float | None = None) -> GCRe
     orphans = 0 if policy.dry_run else store.sweep_orphans(policy.orphan_grace_s)
     return GCReport(removed=tuple(removable if policy.dry_run else removed), kept_for_dependents=tuple(kept),
                     orphans_removed=orphans, dry_run=policy.dry_run)
+
+
+def retain(store: Store, stream: str, *, now: float | None = None) -> tuple[CommitId, ...]:
+    """Apply ``stream``'s retention (:meth:`Store.retention`) to it; the ids removed, leaf first.
+
+    A version something else still builds on stays (``delete_leaf`` refuses it) until that goes too.
+    """
+    policy = store.retention(stream)
+    if not policy.active:
+        return ()
+    removable, _ = plan(store.log(stream), GCPolicy(ttl_s=policy.ttl_s, keep_last=policy.keep_last),
+                        time.time() if now is None else now)
+    return tuple(cid for cid in removable if store.delete_leaf(cid))

@@ -1,10 +1,14 @@
-"""Accepting artifact bytes: validate, hash and write them at the same time.
+"""Accepting artifact bytes: validate them while their new chunks are written.
 
-A put does three passes over the bytes: ``Artifact.decode`` (strict parse,
-tensor digest, NaN/Inf scan), sha256 of the whole blob (its content address),
-and the backend's write (a file, or chunks sent to Redis). hashlib, file I/O and
-sockets release the GIL, so the three run on separate threads and a put costs
-about as much as the slowest pass, not their sum.
+A put first reads the artifact's head (the header, bounded; no tensor byte), which
+names every chunk (:mod:`c2c.store.manifest`). The backend then says which chunks it
+lacks (and refuses a put past the domain's quota before anything is written). Then
+two passes over the bytes run at once: ``Artifact.check`` (strict parse, every chunk
+digest, NaN/Inf scan) and the backend's write of the chunks it lacks (files, or keys
+sent to Redis). hashlib, file I/O and sockets release the GIL, so they overlap.
+
+An artifact of format version 1 names no chunks: it is kept as pieces, hashed on a
+third thread.
 
 Reading a blob back is the mirror image: :func:`hash_while_reading` hashes each
 chunk on a helper thread while the next one is being read.
@@ -28,11 +32,12 @@ class Ingested:
     """What the store needs to know about validated artifact bytes."""
 
     id: CommitId
-    blob: BlobDigest
+    blob: BlobDigest                    # the manifest digest
     size: int
     parents: tuple[CommitId, ...]       # from the artifact header
     default_stream: str                 # producer["agent"], else "default"
     summary: dict[str, Any] = field(default_factory=dict)
+    manifest: Any = None                # c2c.store.manifest.Manifest
 
 
 def summarize(header) -> dict[str, Any]:
@@ -42,18 +47,29 @@ def summarize(header) -> dict[str, Any]:
             "producer": dict(header.producer), "labels": dict(header.labels), "header_created": header.created}
 
 
-def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T],
-           discard: Callable[[T], Any]) -> tuple[Ingested, T]:
-    """Decode-validate ``data`` while hashing it and while ``write(view)`` stores it.
+def ingest(data: bytes | bytearray | memoryview, *, plan: Callable[[str, Any], Sequence[int]],
+           stage: Callable[[memoryview, Any, Sequence[int]], T], discard: Callable[[T], Any],
+           piece_bytes: int) -> tuple[Ingested, T]:
+    """Decode-validate ``data`` while ``stage`` writes the chunks ``plan`` asks for.
 
-    Returns the facts and what ``write`` returned. If validation fails, what was
-    written is passed to ``discard`` and the :class:`ArtifactError` propagates; if
-    ``write`` fails, its exception propagates (``write`` cleans up after itself).
+    ``plan(commit id, manifest)`` returns the indices of the chunks to write (those the
+    store lacks), or raises (:class:`~c2c.errors.QuotaExceededError`) before anything is
+    written. ``stage(view, manifest, indices)`` writes them somewhere not yet visible.
+
+    Returns the facts and what ``stage`` returned. If validation fails, what was staged
+    is passed to ``discard`` and the :class:`ArtifactError` propagates; if ``stage``
+    fails, its exception propagates (``stage`` cleans up after itself).
     """
+    from c2c.artifact import Artifact  # lazy: torch loads only when bytes are decoded
+    from c2c.store.manifest import Manifest  # lazy: with the codec, as above
+
     view = memoryview(data).cast("B")
+    head, _ = Artifact.peek(view)  # header, table and size checked, no tensor byte read: refuse early
+    manifest = Manifest.for_put(view, head, piece_bytes=piece_bytes)
+    which = list(plan(check_id(head.digest), manifest))
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="c2c-ingest") as pool:
-        hashed = pool.submit(lambda: hashlib.sha256(view).hexdigest())
-        written = pool.submit(write, view)
+        written = pool.submit(stage, view, manifest, which)
+        hashed = pool.submit(_piece_digests, view, manifest) if manifest.format == 1 else None
         decoded = pool.submit(_decode_single_threaded, view)
         try:
             header = decoded.result()
@@ -67,33 +83,41 @@ def ingest(data: bytes | bytearray | memoryview, write: Callable[[memoryview], T
             except Exception:
                 pass
             raise
-        digest = hashed.result()
+        if hashed is not None:
+            manifest = manifest.with_digests(hashed.result())
         wrote = written.result()
-    return Ingested(id=cid, blob=BlobDigest(digest), size=len(view), parents=parents,
-                    default_stream=_stream_of(header.producer.get("agent")), summary=summary), wrote
+    return Ingested(id=cid, blob=BlobDigest(manifest.digest), size=len(view), parents=parents,
+                    default_stream=_stream_of(header.producer.get("agent")), summary=summary,
+                    manifest=manifest), wrote
 
 
-def prepare_put(data, *, stream: str | None, parents: Sequence[str], write: Callable[[memoryview], T],
-                discard: Callable[[T], Any]) -> tuple[Ingested, T, str, tuple[CommitId, ...]]:
+def prepare_put(data, *, stream: str | None, parents: Sequence[str], plan: Callable[[str, Any], Sequence[int]],
+                stage: Callable[[memoryview, Any, Sequence[int]], T], discard: Callable[[T], Any],
+                piece_bytes: int) -> tuple[Ingested, T, str, tuple[CommitId, ...]]:
     """The part of ``Store.put`` every backend shares: check the arguments, ingest the bytes.
 
-    Returns ``(ingested, what write returned, the stream, every parent)``: the parents
+    Returns ``(ingested, what stage returned, the stream, every parent)``: the parents
     are the header's and ``parents``, deduplicated in order. Nothing is committed yet.
 
     Raises:
         ConfigError: a bad stream name or parent id, or a commit that names itself as parent
-            (what was written is discarded first).
+            (what was staged is discarded first).
         ArtifactError: the bytes are not a valid artifact (ditto).
+        QuotaExceededError: from ``plan``; nothing was written.
     """
     if stream is not None:
         check_stream(stream)
     extra = [check_id(p, "parent") for p in parents]
-    ing, written = ingest(data, write, discard)
+    ing, written = ingest(data, plan=plan, stage=stage, discard=discard, piece_bytes=piece_bytes)
     all_parents = tuple(dict.fromkeys((*ing.parents, *extra)))
     if ing.id in all_parents:
         discard(written)
         raise ConfigError(f"commit {ing.id[:12]} cannot be its own parent")
     return ing, written, stream or ing.default_stream, all_parents
+
+
+def _piece_digests(view: memoryview, manifest) -> list[str]:
+    return [hashlib.sha256(view[o: o + n]).hexdigest() for c in manifest.chunks for o, n in c.runs]
 
 
 def _decode_single_threaded(view: memoryview):

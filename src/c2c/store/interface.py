@@ -38,20 +38,34 @@ A consumer chooses: ``get(id)`` raises :class:`StaleCommitError` on a stale
 commit, ``latest(stream)`` names the newest version to re-pull, and
 ``get(id, allow_stale=True)`` returns the record flagged ``stale`` so the caller
 continues explicitly "built on stale context".
+
+**Chunks.** A commit's bytes are kept as its artifact's chunks (:mod:`c2c.store.manifest`):
+fixed runs of tokens keyed by the chained hash of the tokens they cover, model and
+dtype, stored once per trust domain and shared by every commit that lists them
+(reference-counted), so a team's commits that share a prefix store it once. Every
+read checks each chunk against its digest (:class:`ChunkCorruptError`,
+:class:`ChunkMissingError`). :meth:`Store.fetch` leaves out the chunks a receiver
+already holds (:class:`~c2c.store.manifest.HeldPrefix`): only the rest crosses the wire.
+
+**Bounds.** A domain may have a byte quota (:meth:`Store.set_quota`; a put past it
+raises :class:`QuotaExceededError` and writes nothing) and its streams a retention
+(:meth:`Store.set_retention`: keep the last N versions, or a TTL), applied on every put.
+:meth:`Store.stats` reports logical and stored bytes per domain.
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NewType, Sequence
 
 from c2c.canon import check_utf8
-from c2c.errors import ArtifactTooLargeError, CommitNotFoundError, ConfigError, StaleCommitError, StoreError
+from c2c.errors import (ArtifactTooLargeError, CommitNotFoundError, ConfigError, StaleCommitError, StoreCorruptError,
+                        StoreError)
 
 CommitId = NewType("CommitId", str)   # 64 hex chars: Artifact.id
-BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: sha256 of the stored bytes
+BlobDigest = NewType("BlobDigest", str)  # 64 hex chars: the manifest digest (head and chunk digests)
 
 # Bounds on the strings a store keeps. Each one is copied: a reason into every dependent's
 # stale_reason and into the event log (a 5 MiB reason on a 21-commit chain once grew a
@@ -146,10 +160,13 @@ class Commit:
         stream: the per-agent stream it was published on.
         version: its 1-based position in ``stream``.
         parents: ids of the commits it was derived from.
-        blob: sha256 of the stored bytes; every read re-checks it.
-        size: length of the stored bytes.
+        blob: the manifest digest (its head and every chunk digest, :mod:`c2c.store.manifest`);
+            every read re-checks it, and every chunk against its own digest.
+        size: length of the artifact's bytes.
         created: when the store accepted it (unix seconds, the store's clock).
         summary: a few header facts for listings (model, kind, span, dtype, labels).
+        format: 2 for a commit kept as token chunks, 1 for one kept as pieces (older artifacts).
+        chunks: how many chunks (or pieces) it lists.
     """
 
     id: CommitId
@@ -160,10 +177,13 @@ class Commit:
     size: int
     created: float
     summary: dict[str, Any] = field(default_factory=dict)
+    format: int = 2
+    chunks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "stream": self.stream, "version": self.version, "parents": list(self.parents),
-                "blob": self.blob, "size": self.size, "created": self.created, "summary": dict(self.summary)}
+                "blob": self.blob, "size": self.size, "created": self.created, "summary": dict(self.summary),
+                "format": self.format, "chunks": self.chunks}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,6 +230,33 @@ class CommitRecord:
         d.update(stale=self.stale, stale_reason=self.stale_reason, stale_chain=list(self.stale_chain),
                  superseded_by=self.superseded_by)
         return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetched:
+    """A commit read by :meth:`Store.fetch`: its record and bytes, without the chunks the reader holds.
+
+    Attributes:
+        record: the commit; ``record.data`` is the artifact's bytes, where the chunks in ``held``
+            are left zero for the reader to fill from its own cache (:mod:`c2c.store.fetch`).
+        manifest: its head and chunks, and where each lies in ``record.data``.
+        held: indices (into ``manifest.chunks``) of the chunks not read.
+        bytes_read: bytes that came from the store (the head and every chunk read).
+    """
+
+    record: CommitRecord
+    manifest: Any  # c2c.store.manifest.Manifest
+    held: tuple[int, ...] = ()
+    bytes_read: int = 0
+
+    @property
+    def bytes_referenced(self) -> int:
+        """The whole artifact's bytes."""
+        return self.record.commit.size
+
+    @property
+    def complete(self) -> bool:
+        return not self.held
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,13 +394,67 @@ class Store(ABC):
             return False
         return True
 
-    @abstractmethod
     def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
-        """The commit with its bytes, re-hashed against its blob digest.
+        """The commit with its bytes; every chunk re-hashed against its digest.
 
         Raises:
             StaleCommitError: the commit is stale and ``allow_stale`` is False.
-            StoreCorruptError: the stored bytes are missing or do not hash to the digest.
+            ChunkMissingError, ChunkCorruptError (:class:`StoreCorruptError`): a chunk is missing or
+                does not hash to its digest, or the commit's head or chunk list was changed.
+        """
+        return self.fetch(commit_id, allow_stale=allow_stale).record
+
+    def fetch(self, commit_id: str, *, held=None, allow_stale: bool = False) -> Fetched:
+        """The commit's bytes but for the chunks the caller already holds.
+
+        Args:
+            held: a :class:`~c2c.store.manifest.HeldPrefix`: the chunk keys of the caller's own
+                cache from position 0. The commit's chunks whose keys it names are not read
+                (``Fetched.held``); None reads everything, as :meth:`get` does.
+            allow_stale: as for :meth:`get`.
+
+        Raises:
+            As :meth:`get`.
+        """
+        from c2c.store.manifest import Manifest  # lazy: the artifact codec (torch) only when bytes are read
+
+        cid = check_id(commit_id)
+        rec, head, stored = self._load(cid)
+        if rec.stale and not allow_stale:
+            raise stale_error(rec)
+        c = rec.commit
+        manifest = Manifest.load(commit_id=cid, blob=c.blob, format=c.format, size=c.size, head=head, stored=stored)
+        skip = set(manifest.held(held))
+        data = bytearray(c.size)
+        data[: len(head)] = head
+        want = [i for i in range(len(manifest.chunks)) if i not in skip]
+        try:
+            n = self._read_chunks(manifest, want, memoryview(data), cid)
+        except StoreCorruptError:
+            self.show(cid)  # collected meanwhile (gc)? then that is the answer
+            raise
+        return Fetched(record=replace(rec, data=data), manifest=manifest, held=tuple(sorted(skip)),
+                       bytes_read=len(head) + n)
+
+    def fill(self, fetched: Fetched, indices: Sequence[int]) -> int:
+        """Read chunks ``indices`` of a fetched commit into ``fetched.record.data``; the bytes read."""
+        return self._read_chunks(fetched.manifest, list(indices), memoryview(fetched.record.data), fetched.record.id)
+
+    @abstractmethod
+    def _load(self, commit_id: CommitId) -> tuple[CommitRecord, bytes, list]:
+        """(the record without bytes, its head, its stored chunk list ``[[digest, size, key], ...]``).
+
+        Raises:
+            CommitNotFoundError.
+        """
+
+    @abstractmethod
+    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
+        """Read chunks ``indices`` of ``manifest`` into their runs of ``out``, each checked against its
+        digest; returns the bytes read.
+
+        Raises:
+            ChunkMissingError, ChunkCorruptError.
         """
 
     @abstractmethod
@@ -383,21 +484,58 @@ class Store(ABC):
         With ``wait_s > 0`` it waits up to that long for the first new event.
         """
 
-    # --------------------------------------------------------------- lifecycle
+    # ------------------------------------------------------------ bounds, usage
     @abstractmethod
+    def set_quota(self, max_bytes: int | None) -> None:
+        """Bound this domain's stored bytes (None: no bound). Puts past it raise QuotaExceededError.
+
+        Raises:
+            ConfigError: not a number of bytes.
+        """
+
+    @abstractmethod
+    def set_retention(self, stream: str | None, *, keep_last: int | None = None, ttl_s: float | None = None) -> None:
+        """Keep only the last ``keep_last`` versions of ``stream`` and / or those younger than ``ttl_s``
+        (both None: no retention); ``stream`` None sets this domain's default for every stream.
+        Applied on every put to the stream (:func:`c2c.store.gc.retain`).
+        """
+
+    @abstractmethod
+    def retention(self, stream: str | None):
+        """The :class:`~c2c.store.gc.Retention` of ``stream``: its own, else the domain's default
+        (``stream`` None: the default alone)."""
+
+    @abstractmethod
+    def usage(self):
+        """This domain's :class:`~c2c.store.usage.DomainUsage`: commits, logical and stored bytes, quota."""
+
+    @abstractmethod
+    def stats(self):
+        """:class:`~c2c.store.usage.StoreStats`: the usage of every domain this handle can list."""
+
+    # --------------------------------------------------------------- lifecycle
     def verify(self) -> list[BlobProblem]:
-        """Re-hash every stored blob; the problems found (empty when all is intact)."""
+        """Re-read every commit, re-hashing each chunk; the problems found (empty when all is intact)."""
+        problems = []
+        for rec in self.log():
+            try:
+                self.fetch(rec.id, allow_stale=True)
+            except StoreCorruptError as e:
+                problems.append(BlobProblem(commit=rec.id, problem=str(e)))
+            except CommitNotFoundError:
+                pass  # removed by a concurrent gc
+        return problems
 
     @abstractmethod
     def delete_leaf(self, commit_id: str) -> bool:
-        """Remove a commit and its blob, atomically, only if nothing depends on it.
+        """Remove a commit, atomically, only if nothing depends on it; chunks no other commit uses are freed.
 
         Returns False (and changes nothing) if it has dependents. Used by :mod:`c2c.store.gc`.
         """
 
     @abstractmethod
     def sweep_orphans(self, grace_s: float) -> int:
-        """Remove blobs and partial uploads no commit references, older than ``grace_s``."""
+        """Remove chunks and partial uploads no commit references, older than ``grace_s``."""
 
     def close(self) -> None:
         """Release connections; the store must not be used afterwards."""

@@ -1,16 +1,18 @@
 """`RedisStore`: a store shared across processes and machines, ``redis://HOST:PORT/DB``.
 
-The URL and its options (trust domain, cluster, timeouts, chunk size) are
-:class:`~c2c.store.redis_config.RedisConfig`'s.
+The URL and its options (domain, cluster, timeouts, ...): :class:`~c2c.store.redis_config.RedisConfig`.
 
-Metadata is in hashes, blobs are ``chunk_mb``-sized string chunks, and stale
-events go to a Redis Stream that a consumer reads from its last cursor, so one
-that was down catches up (see :mod:`c2c.store.redis_lua` for the key layout).
+Metadata is in hashes, each chunk of a commit (:mod:`c2c.store.manifest`) is a string
+``chunk:<digest>`` with a reference count in the domain's ``refs`` hash (under the
+domain's hash tag, so on its one cluster slot), and stale events go to a Redis Stream
+that a consumer reads from its last cursor (key layout: :mod:`c2c.store.redis_lua`).
 
-A put uploads the chunks under a temporary token (each chunk expires on its
-own after ``upload_ttl_s``), then one Lua script checks the parents and adopts
-the chunks as the blob, all at once. A writer killed mid-upload leaves only
-expiring chunks; nothing is visible until the script ran.
+A put asks which of its chunks the domain lacks, uploads those under a temporary
+token (each expires on its own after ``upload_ttl_s``), then one Lua script checks
+the parents and the quota, adopts the uploaded chunks and counts a reference to each
+chunk, all at once. A writer killed mid-upload leaves only expiring chunks; nothing
+is visible, and nothing is counted, until the script ran. Older layouts migrate on
+open (:mod:`c2c.store.redis_layout`).
 
 An invalidation (and the supersession a put causes) marks the dependents in
 steps of at most :data:`WALK_BATCH` commits, one short script each, so a big
@@ -22,8 +24,8 @@ NOTE: an acknowledged put is as durable as the server's persistence: run
 redis-server with ``appendonly yes`` and ``appendfsync always`` for "acknowledged
 means on disk"; ``everysec`` can lose the last second if the server host dies.
 Keep ``maxmemory-policy noeviction`` (the default): an evicting policy would drop
-blob chunks, which reads then report as :class:`StoreCorruptError`. When memory
-runs out, puts fail with :class:`StoreWriteError` and leave nothing behind.
+chunks, which reads then report as :class:`ChunkMissingError`. When memory runs
+out, puts fail with :class:`StoreWriteError` and leave nothing behind.
 """
 
 from __future__ import annotations
@@ -42,17 +44,22 @@ import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
+from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteError
 from c2c.store import redis_lua, resp
-from c2c.store.interface import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
-                                 check_id, check_reason, check_stream, invalidated_reason, stale_error)
-from c2c.store.ingest import HashingBuffer, hash_while_reading, prepare_put
+from c2c.store.gc import Retention, retain
+from c2c.store.ingest import prepare_put
+from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
+                                 check_reason, check_stream, invalidated_reason)
+from c2c.store.redis_chunks import drop_upload, read_chunks, upload
 from c2c.store.redis_config import RedisConfig, key_prefix
+from c2c.store.redis_layout import ensure_layout
+from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 
 _CURSOR = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")  # a stream id, MS-SEQ (or MS alone), each part a uint64
 _MAX_ROWS = 1 << 62  # a larger count means "all" (Redis parses counts as 64-bit integers)
-READ_GROUP = 2      # chunks per pipelined round trip when reading a blob
+_FIELDS = ("stream", "version", "parents", "blob", "size", "created", "summary", "format", "nchunks",
+           "stale_reason", "stale_chain", "superseded_by")
 WALK_BATCH = 500    # commits one invalidation step (one script run) marks at most
 WALK_LEASE_S = 30   # a walk whose walker made no step for this long is finished by the next write
 _RETRIES = 1000     # script runs that may be told "read again" in a row (each means another writer got on)
@@ -88,6 +95,9 @@ class RedisStore(Store):
         self._invalidate = self._r.register_script(redis_lua.INVALIDATE)
         self._step = self._r.register_script(redis_lua.STEP)
         self._delete_leaf = self._r.register_script(redis_lua.DELETE_LEAF)
+        self._migrate = self._r.register_script(redis_lua.MIGRATE)
+        self._laid_out: set[str] = set()  # domains known to be in LAYOUT, shared with every in_domain view
+        ensure_layout(self)
 
     @classmethod
     def from_url(cls, url: str) -> "RedisStore":
@@ -103,6 +113,7 @@ class RedisStore(Store):
         view = copy.copy(self)  # the same connection pool and scripts; another key prefix
         view.config = replace(self.config, domain=domain)
         view.url, view.domain, view.prefix, view._owner = view.config.url, domain, key_prefix(domain), False
+        ensure_layout(view)
         return view
 
     def grant(self, commit_id: str, domains: Sequence[str]) -> None:
@@ -169,11 +180,13 @@ class RedisStore(Store):
         return self._r
 
     @staticmethod
-    def _record(cid: str, h: dict[bytes, bytes]) -> CommitRecord:
-        s = {k.decode(): v.decode() for k, v in h.items()}
+    def _record(cid: str, values: list) -> CommitRecord:
+        """A record from the :data:`_FIELDS` of its hash, in order (HMGET)."""
+        s = {k: v.decode() for k, v in zip(_FIELDS, values) if v is not None}
         commit = Commit(id=CommitId(cid), stream=s["stream"], version=int(s["version"]),
                         parents=tuple(CommitId(p) for p in json.loads(s["parents"])), blob=BlobDigest(s["blob"]),
-                        size=int(s["size"]), created=float(s["created"]), summary=json.loads(s["summary"]))
+                        size=int(s["size"]), created=float(s["created"]), summary=json.loads(s["summary"]),
+                        format=int(s["format"]), chunks=int(s["nchunks"]))
         return CommitRecord(commit=commit, stale="stale_reason" in s, stale_reason=s.get("stale_reason"),
                             stale_chain=tuple(json.loads(s["stale_chain"])) if "stale_chain" in s else (),
                             superseded_by=CommitId(s["superseded_by"]) if "superseded_by" in s else None)
@@ -183,74 +196,75 @@ class RedisStore(Store):
         return [StaleEvent(seq=_s(eid), commit=CommitId(_s(c)), root=CommitId(_s(r)), reason=_s(why),
                            chain=tuple(json.loads(_s(ch))), at=float(_s(at))) for eid, c, r, why, ch, at in raw]
 
-    # ------------------------------------------------------------------- blobs
-    def _upload(self, token: str, view: memoryview) -> int:
-        """Send ``view`` as expiring chunks under ``token`` (runs on an ingest thread). Returns the count."""
-        step, ttl = self.config.chunk_bytes, self.config.upload_ttl_s
-        n = max(1, -(-len(view) // step))
-        try:
-            with self._errors(writing=True):
-                pipe = self._r.pipeline(transaction=False)
-                for i in range(n):
-                    pipe.set(f"{self.prefix}up:{token}:{i}", view[i * step: (i + 1) * step], ex=ttl)
-                pipe.execute()
-        except StoreWriteError:
-            self._drop_upload(token, n)
-            raise
-        return n
+    # ------------------------------------------------------------------- chunks
+    def _upload(self, token: str, view: memoryview, manifest, which) -> list[int]:
+        return upload(self, token, view, manifest, which)
 
-    def _drop_upload(self, token: str, n: int) -> None:
-        try:
-            self._r.delete(*[f"{self.prefix}up:{token}:{i}" for i in range(n)])
-        except redis.exceptions.RedisError:
-            pass  # NOTE: the chunks expire on their own after upload_ttl_s
+    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
+        return read_chunks(self, manifest, indices, out, commit_id)
 
-    def _read_blob(self, commit: Commit, chunks: int) -> bytes:
-        keys = [f"{self.prefix}blob:{commit.blob}:{i}" for i in range(chunks)]
+    def _plan(self, cid: str, manifest) -> list[int]:
+        """The chunks of ``manifest`` this domain lacks (first index of each); QuotaExceededError
+        (nothing written yet) when storing them would pass the domain's quota."""
+        p = self.prefix
+        with self._errors(writing=True):
+            if self._r.exists(self._ckey(cid)):
+                return []  # putting it again changes nothing
+            have: set[str] = set()
+            digests = list(manifest.distinct()) if manifest.format == 2 else []
+            if digests:
+                found = self._r.hmget(f"{p}refs", digests)
+                have = {d for d, r in zip(digests, found) if r is not None}
+            quota, stored = self._r.get(f"{p}quota"), self._r.hget(f"{p}usage", "stored")
+        which, seen, adding = [], set(), len(manifest.head)
+        for i, c in enumerate(manifest.chunks):
+            if c.digest not in have and (c.digest not in seen or not c.digest):
+                seen.add(c.digest)
+                which.append(i)
+                adding += c.size
+        check_quota(self.domain, None if quota is None else int(quota), int(stored or 0), adding)
+        return which
+
+    def _load(self, commit_id: CommitId) -> tuple[CommitRecord, bytes, list]:
         with self._errors(writing=False):
-            got = None
-            if self._direct_reads:
-                try:
-                    got = self._read_blob_direct(commit, keys)
-                except resp.Redirected:
-                    pass  # the slot is moving (cluster resharding): redis-py follows MOVED/ASK
-            data, digest = got or hash_while_reading(self._read_blob_pipelined(commit, keys))
-        if digest != commit.blob or len(data) != commit.size:
-            raise StoreCorruptError(f"blob of commit {commit.id[:12]} does not hash to {commit.blob[:12]} "
-                                    f"({len(data)} bytes, sha256 {digest[:12]}); run `c2c store verify`")
-        return data
-
-    def _read_blob_direct(self, commit: Commit, keys: list[str]) -> tuple[bytearray, str]:
-        """Chunks straight into one buffer (see :mod:`c2c.store.resp`), hashed as each lands."""
-        with HashingBuffer(commit.size) as buf:
-            try:
-                n = resp.get_into(self._plain_client(keys[0]), keys, buf.view, buf.filled)
-            except resp.MissingValue as e:
-                raise StoreCorruptError(f"blob of commit {commit.id[:12]} lost chunk {e.key}") from None
-            except ValueError:
-                raise StoreCorruptError(f"blob of commit {commit.id[:12]} is longer than its "
-                                        f"{commit.size} bytes") from None
-            data, digest = buf.finish()
-        return (data if n == commit.size else data[:n]), digest
-
-    def _read_blob_pipelined(self, commit: Commit, keys: list[str]) -> Iterator[bytes]:
-        for g in range(0, len(keys), READ_GROUP):
             pipe = self._r.pipeline(transaction=False)
-            for k in keys[g: g + READ_GROUP]:
-                pipe.get(k)
-            for k, part in zip(keys[g: g + READ_GROUP], pipe.execute()):
-                if part is None:
-                    raise StoreCorruptError(f"blob of commit {commit.id[:12]} lost chunk {k}")
-                yield part
+            pipe.hmget(self._ckey(commit_id), [*_FIELDS, "chunks"])
+            pipe.get(f"{self.prefix}head:{commit_id}")
+            values, head = pipe.execute()
+        if values[0] is None:
+            raise CommitNotFoundError(f"no commit {commit_id[:12]} in store {self.url}")
+        return self._record(commit_id, values[:-1]), head or b"", json.loads(values[-1])
 
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
         token = uuid.uuid4().hex
-        ing, n, stream, all_parents = prepare_put(data, stream=stream, parents=parents,
-                                                  write=lambda view: self._upload(token, view),
-                                                  discard=lambda n: self._drop_upload(token, n))
-        res = self._commit(ing.id, stream, ing.blob, ing.size, n, all_parents, ing.summary, token)
-        code = int(res[0])
+        ing, uploaded, stream, all_parents = prepare_put(
+            data, stream=stream, parents=parents, plan=self._plan,
+            stage=lambda view, manifest, which: self._upload(token, view, manifest, which),
+            discard=lambda which: drop_upload(self, token, which), piece_bytes=self.config.chunk_bytes)
+        view = memoryview(data).cast("B")
+        m = ing.manifest
+        distinct = []  # (digest, size, uses, first index) in chunk order
+        first: dict[str, int] = {}
+        for i, c in enumerate(m.chunks):
+            if c.digest not in first:
+                first[c.digest] = len(distinct)
+                distinct.append([c.digest, c.size, 0, i])
+            distinct[first[c.digest]][2] += 1
+        uploaded = set(uploaded)
+        for _ in range(_RETRIES):
+            res = self._commit(ing, stream, all_parents, token, distinct)
+            code = int(res[0])
+            if code != -2:
+                break
+            j = int(res[1])  # collected since the plan: upload it too, and commit again
+            i = distinct[j][3]
+            self._upload(token, view, m, [i])
+            uploaded.add(i)
+        else:
+            drop_upload(self, token, uploaded)
+            raise StoreWriteError(f"the chunks of {ing.id[:12]} kept being collected while it was put; nothing "
+                                  "was committed, put it again")
         if code == 0:  # already committed (by an earlier put whose reply was lost, say)
             try:
                 return self.show(ing.id).commit
@@ -259,11 +273,11 @@ class RedisStore(Store):
                                       "put it again") from e
         if code == -1:
             raise CommitNotFoundError(f"parent {_s(res[1])[:12]} is not in store {self.url}; put it first")
-        if code == -2:
-            raise StoreWriteError(f"the upload of {ing.id[:12]} expired or was lost before it was committed; "
-                                  "nothing was committed, put it again")
+        if code == -4:
+            check_quota(self.domain, int(res[2]), int(res[1]), int(res[3]))  # raises QuotaExceededError
         commit = Commit(id=ing.id, stream=stream, version=int(res[1]), parents=all_parents, blob=ing.blob,
-                        size=ing.size, created=float(_s(res[2])), summary=ing.summary)
+                        size=ing.size, created=float(_s(res[2])), summary=ing.summary, format=m.format,
+                        chunks=len(m.chunks))
         superseded = _s(res[4])
         try:
             if superseded:
@@ -274,28 +288,37 @@ class RedisStore(Store):
                 f"commit {ing.id[:12]} is stored as {stream} v{commit.version}, but marking the dependents of "
                 f"the version it superseded ({superseded[:12] or '-'}) stale was interrupted ({e}); the next "
                 f"write after {WALK_LEASE_S} s finishes that, or store.invalidate(old id, ...) does now") from e
+        try:
+            retain(self, commit.stream)
+        except StoreError as e:
+            raise StoreWriteError(f"commit {commit.id[:12]} is stored as {commit.stream} v{commit.version}, but "
+                                  f"applying the stream's retention failed ({e}); the next put to the stream or "
+                                  "`c2c store gc` does it") from e
         return commit
 
-    def _commit(self, cid: str, stream: str, blob: str, size: int, n: int, parents: tuple[str, ...],
-                summary: dict, token: str) -> list:
+    def _commit(self, ing, stream: str, parents: tuple[str, ...], token: str, distinct: list) -> list:
         """Run the PUT script, naming the stream head it read; read again while other puts move the head."""
-        p = self.prefix
+        p, m = self.prefix, ing.manifest
         with self._errors(writing=True):
             top = self._head(stream)
             for _ in range(_RETRIES):
-                keys = [self._ckey(cid), f"{p}s:{stream}", f"{p}seq", f"{p}all", f"{p}ids", f"{p}streams",
+                keys = [self._ckey(ing.id), f"{p}s:{stream}", f"{p}seq", f"{p}all", f"{p}ids", f"{p}streams",
                         f"{p}events", f"{p}walks"]
                 if top:
                     keys += [self._ckey(top), f"{p}walk:{top}"]
                 for parent in parents:
                     keys += [self._ckey(parent), self._kids_key(parent)]
-                keys += [f"{p}up:{token}:{i}" for i in range(n)] + [f"{p}blob:{blob}:{i}" for i in range(n)]
-                res = self._put(keys=keys, args=self._args(cid, stream, blob, size, n, json.dumps(list(parents)),
-                                                            json.dumps(summary, sort_keys=True), top))
+                keys += [f"{p}refs", f"{p}usage", f"{p}quota", f"{p}head:{ing.id}"]
+                keys += [f"{p}chunk:{d}" for d, _, _, _ in distinct]
+                keys += [f"{p}up:{token}:{i}" for _, _, _, i in distinct]
+                res = self._put(keys=keys, args=self._args(
+                    ing.id, stream, ing.blob, ing.size, m.format, json.dumps(list(parents)),
+                    json.dumps(ing.summary, sort_keys=True), top, json.dumps(m.stored()), m.head,
+                    json.dumps([[size, uses] for _, size, uses, _ in distinct])))
                 if int(res[0]) != -3:
                     return res
                 top = _s(res[1])
-        self._drop_upload(token, n)
+        drop_upload(self, token, [i for _, _, _, i in distinct])
         raise StoreWriteError(f"stream {stream} took {_RETRIES} new versions from other writers while this put "
                               "waited; nothing was committed, put it again")
 
@@ -375,30 +398,17 @@ class RedisStore(Store):
             self._walk(_s(root))
 
     # ------------------------------------------------------------------- reading
-    def _hash(self, cid: str) -> dict[bytes, bytes]:
+    def _hash(self, cid: str) -> list:
+        """The commit's :data:`_FIELDS`; CommitNotFoundError when there is none."""
         with self._errors(writing=False):
-            h = self._r.hgetall(self._ckey(cid))
-        if not h:
+            h = self._r.hmget(self._ckey(cid), _FIELDS)
+        if h[0] is None:
             raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
         return h
 
     def show(self, commit_id: str) -> CommitRecord:
         cid = check_id(commit_id)
         return self._record(cid, self._hash(cid))
-
-    def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
-        cid = check_id(commit_id)
-        h = self._hash(cid)
-        rec = self._record(cid, h)
-        if rec.stale and not allow_stale:
-            raise stale_error(rec)
-        try:
-            data = self._read_blob(rec.commit, int(h[b"chunks"]))
-        except StoreCorruptError:
-            self._hash(cid)  # deleted meanwhile (gc)? then that is the answer
-            raise
-        return CommitRecord(commit=rec.commit, stale=rec.stale, stale_reason=rec.stale_reason,
-                            stale_chain=rec.stale_chain, superseded_by=rec.superseded_by, data=data)
 
     def latest(self, stream: str) -> CommitRecord:
         check_stream(stream)
@@ -417,9 +427,9 @@ class RedisStore(Store):
             ids = [_s(i) for i in self._r.zrevrange(key, 0, end)]
             pipe = self._r.pipeline(transaction=False)
             for cid in ids:
-                pipe.hgetall(self._ckey(cid))
+                pipe.hmget(self._ckey(cid), _FIELDS)
             hashes = pipe.execute()
-        return [self._record(cid, h) for cid, h in zip(ids, hashes) if h]  # skip ones deleted meanwhile
+        return [self._record(cid, h) for cid, h in zip(ids, hashes) if h[0] is not None]  # skip ones deleted meanwhile
 
     def children(self, commit_id: str) -> tuple[CommitId, ...]:
         cid = check_id(commit_id)
@@ -471,38 +481,91 @@ class RedisStore(Store):
                            reason=_s(f[b"reason"]), chain=tuple(json.loads(f[b"chain"])), at=float(f[b"at"]))
                 for eid, f in entries]
 
-    # ----------------------------------------------------------------- lifecycle
-    def verify(self) -> list[BlobProblem]:
-        problems = []
-        for rec in self.log():
-            try:
-                self.get(rec.id, allow_stale=True)
-            except StoreCorruptError as e:
-                problems.append(BlobProblem(commit=rec.id, problem=str(e)))
-            except CommitNotFoundError:
-                pass  # removed by a concurrent gc
-        return problems
+    # ------------------------------------------------------------ bounds, usage
+    def set_quota(self, max_bytes: int | None) -> None:
+        quota = check_quota_value(max_bytes)
+        with self._errors(writing=True):
+            if quota is None:
+                self._r.delete(f"{self.prefix}quota")
+            else:
+                self._r.set(f"{self.prefix}quota", quota)
 
+    def set_retention(self, stream: str | None, *, keep_last: int | None = None, ttl_s: float | None = None) -> None:
+        name = "" if stream is None else check_stream(stream)
+        policy = Retention(keep_last=keep_last, ttl_s=ttl_s)
+        with self._errors(writing=True):
+            if policy.active:
+                self._r.hset(f"{self.prefix}retention", name, json.dumps(policy.to_dict()))
+            else:
+                self._r.hdel(f"{self.prefix}retention", name)
+
+    def retention(self, stream: str | None) -> Retention:
+        name = "" if stream is None else check_stream(stream)
+        with self._errors(writing=False):
+            own, default = self._r.hmget(f"{self.prefix}retention", [name, ""])
+        raw = own if own is not None else default
+        return Retention.from_dict(json.loads(raw)) if raw is not None else Retention()
+
+    def usage(self) -> DomainUsage:
+        return self._usage(self.domain)
+
+    def _usage(self, domain: str) -> DomainUsage:
+        p = key_prefix(domain)
+        with self._errors(writing=False):
+            pipe = self._r.pipeline(transaction=False)
+            pipe.hmget(f"{p}usage", ["commits", "logical", "stored", "chunks"])
+            pipe.get(f"{p}quota")
+            (n, logical, stored, chunks), quota = pipe.execute()
+        return DomainUsage(domain=domain, commits=int(n or 0), logical_bytes=int(logical or 0),
+                           stored_bytes=int(stored or 0), chunks=int(chunks or 0),
+                           quota_bytes=None if quota is None else int(quota))
+
+    def stats(self) -> StoreStats:
+        domains, partial = {self.domain}, False
+        try:
+            with self._errors(writing=False):
+                for key in self._r.scan_iter(match="c2c:{*}:usage", count=1000):
+                    domains.add(_s(key)[len("c2c:{"):-len("}:usage")])
+                for key in self._r.scan_iter(match="c2c:{*}:quota", count=1000):
+                    domains.add(_s(key)[len("c2c:{"):-len("}:quota")])
+        except StoreError:
+            partial = True  # a user that may not list keys sees its own domain
+        out = []
+        for d in sorted(domains):
+            try:
+                u = self._usage(d) if d != self.domain else self.usage()
+            except (StoreError, ConfigError):
+                partial = True  # another domain's keys, out of this user's reach
+                continue
+            if u.commits or u.chunks or u.quota_bytes is not None or d == self.domain:
+                out.append(u)
+        return StoreStats(url=self.url, domains=tuple(out), partial=partial)
+
+    # ----------------------------------------------------------------- lifecycle
     def delete_leaf(self, commit_id: str) -> bool:
         cid = check_id(commit_id)
         p = self.prefix
         with self._errors(writing=True):
             for _ in range(_RETRIES):
-                h = self._r.hmget(self._ckey(cid), "stream", "blob", "chunks", "parents")
+                h = self._r.hmget(self._ckey(cid), "stream", "blob", "parents", "chunks")
                 if h[0] is None:
                     return False
-                stream, blob, chunks, parents = (_s(v) for v in h)
+                stream, blob, parents, stored = (_s(v) for v in h)
+                uses: dict[str, int] = {}
+                for digest, _, _ in json.loads(stored):
+                    uses[digest] = uses.get(digest, 0) + 1
                 keys = [self._ckey(cid), self._kids_key(cid), f"{p}s:{stream}", f"{p}streams", f"{p}all",
                         f"{p}ids", *(self._kids_key(q) for q in json.loads(parents)),
-                        *(f"{p}blob:{blob}:{i}" for i in range(int(chunks)))]
-                res = int(self._delete_leaf(keys=keys, args=self._args(cid, stream, blob, chunks, parents)))
+                        f"{p}refs", f"{p}usage", f"{p}head:{cid}", *(f"{p}chunk:{d}" for d in uses)]
+                res = int(self._delete_leaf(keys=keys, args=self._args(cid, stream, blob, parents,
+                                                                        json.dumps(list(uses.values())))))
                 if res != -3:
                     return res == 1
         raise StoreWriteError(f"commit {cid[:12]} kept being deleted and put again under this gc; run it again")
 
     def sweep_orphans(self, grace_s: float) -> int:
-        # Upload chunks carry their own TTL, and the put and delete scripts adopt or drop a
-        # blob together with its commit, so Redis never holds an orphan to sweep.
+        # Upload chunks carry their own TTL, and the put and delete scripts adopt or release chunks
+        # together with their commit (counting references), so Redis never holds an orphan to sweep.
         return 0
 
 

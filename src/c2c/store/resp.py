@@ -1,12 +1,14 @@
-"""Reading big Redis values straight into one buffer.
+"""Reading big Redis values straight into their places in one buffer.
 
 redis-py's pure-Python reply parser copies a bulk reply several times on its
 way in (socket -> read buffer -> BytesIO -> slices -> joined bytes); for a
 64 MB blob that costs more than the transfer itself. :func:`get_into` instead
-sends the GETs of a blob's chunks on a redis-py connection (which did the TLS,
+sends the GETs of a commit's chunks on a redis-py connection (which did the TLS,
 AUTH, SELECT and HELLO handshake) and reads each bulk reply's payload with
-``recv_into`` directly into its place in a preallocated buffer. Bulk replies
-look the same in RESP2 and RESP3: ``$<n>\\r\\n<n bytes>\\r\\n``.
+``recv_into`` directly into its places in a preallocated buffer: a chunk of a
+cache lies in many runs of the artifact (one per layer and head), which the
+reply fills in turn. Bulk replies look the same in RESP2 and RESP3:
+``$<n>\\r\\n<n bytes>\\r\\n``.
 
 NOTE: this reads the connection's socket (``Connection._sock``, private in
 redis-py; pyproject.toml bounds redis-py to the major version it was checked
@@ -72,15 +74,75 @@ def require(client: redis.Redis) -> None:
             raise _unsupported(what)
 
 
-def get_into(client: redis.Redis, keys: list[str], out: memoryview,
-             on_value: Callable[[int, int], None]) -> int:
-    """GET ``keys`` (pipelined) and write their values back to back into ``out``.
+def set_from(client: redis.Redis, items: list[tuple[str, list]], ex: int) -> None:
+    """``SET key value EX ex`` for each ``(key, buffers)``, pipelined, each value sent as its buffers are:
+    a chunk's runs go to the socket one after another, never joined into one copy first.
 
-    Calls ``on_value(start, end)`` as each value lands. Returns the bytes written.
+    Raises:
+        Redirected: the server answered MOVED or ASK (a cluster slot is moving).
+        redis.RedisError: connection or server errors (OOM as a ResponseError, NOPERM as NoPermissionError).
+    """
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    ok = False
+    try:
+        ttl = str(int(ex)).encode()
+        tail = b"\r\n$2\r\nEX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
+        out: list = []
+        for key, parts in items:
+            k = key.encode()
+            out.append(b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(k), k, sum(len(x) for x in parts)))
+            out.extend(parts)
+            out.append(tail)
+        conn.send_packed_command(out)
+        failure = None
+        for _ in items:  # every reply is read, so the connection stays in step
+            try:
+                conn.read_response()
+            except redis.exceptions.ResponseError as e:
+                failure = failure or e
+        if failure is not None:
+            if str(failure).startswith(("MOVED ", "ASK ")):
+                raise Redirected(str(failure))
+            raise failure
+        ok = True
+    except OSError as e:
+        raise redis.exceptions.ConnectionError(f"writing to redis failed: {e}") from e
+    finally:
+        if not ok:
+            conn.disconnect()
+        pool.release(conn)
+
+
+def _recv_views(sock, views: list[memoryview]) -> None:
+    """Fill ``views`` from ``sock``: one ``recvmsg_into`` for many views where the socket has it (not TLS)."""
+    scatter = getattr(sock, "recvmsg_into", None) if type(sock).__name__ == "socket" else None
+    while views:
+        if scatter is not None:
+            r = scatter(views[:_IOV_MAX])[0]
+        else:
+            r = sock.recv_into(views[0])
+        if r == 0:
+            raise redis.exceptions.ConnectionError("the server closed the connection mid-reply")
+        while views and r >= len(views[0]):
+            r -= len(views[0])
+            views.pop(0)
+        if r:
+            views[0] = views[0][r:]
+
+
+_IOV_MAX = 1024
+
+
+def get_into(client: redis.Redis, keys: list[str], targets: list[list[memoryview]],
+             on_value: Callable[[int], None]) -> int:
+    """GET ``keys`` (pipelined) and write value ``i`` into the views ``targets[i]``, filling them in order.
+
+    Calls ``on_value(i)`` as value ``i`` lands. Returns the bytes written.
 
     Raises:
         MissingValue: a key does not exist.
-        ValueError: the values do not fit in ``out``.
+        ValueError: a value is not exactly as long as its targets together.
         redis.RedisError: connection or server errors (NOPERM as NoPermissionError).
     """
     pool = client.connection_pool
@@ -99,8 +161,8 @@ def get_into(client: redis.Redis, keys: list[str], out: memoryview,
                 raise redis.exceptions.ConnectionError("the server closed the connection mid-reply")
             pending.extend(chunk)
 
-        pos = 0
-        for key in keys:
+        total = 0
+        for i, key in enumerate(keys):
             while (nl := pending.find(b"\r\n")) < 0:
                 fill()
             head = bytes(pending[:nl])
@@ -117,24 +179,23 @@ def get_into(client: redis.Redis, keys: list[str], out: memoryview,
             if head[:1] != b"$":
                 raise redis.exceptions.ResponseError(f"unexpected reply {head[:32]!r} to GET")
             n = int(head[1:])
-            if pos + n > len(out):
-                raise ValueError(f"values exceed the {len(out)}-byte buffer")
-            take = min(n, len(pending))
-            out[pos: pos + take] = pending[:take]
-            del pending[:take]
-            got = take
-            while got < n:
-                r = sock.recv_into(out[pos + got: pos + n])
-                if r == 0:
-                    raise redis.exceptions.ConnectionError("the server closed the connection mid-reply")
-                got += r
-            on_value(pos, pos + n)
-            pos += n
+            if n != sum(len(v) for v in targets[i]):
+                raise ValueError(f"value {key} is {n} bytes, not the {sum(len(v) for v in targets[i])} expected")
+            left = []
+            for view in targets[i]:
+                take = min(len(view), len(pending))
+                view[:take] = pending[:take]
+                del pending[:take]
+                if take < len(view):
+                    left.append(view[take:])
+            _recv_views(sock, left)
+            on_value(i)
+            total += n
             while len(pending) < 2:
                 fill()
             del pending[:2]  # the CRLF after the payload
         ok = not pending
-        return pos
+        return total
     except OSError as e:
         raise redis.exceptions.ConnectionError(f"reading from redis failed: {e}") from e
     finally:

@@ -1,29 +1,34 @@
-"""`SQLiteStore`: the embedded default, ``sqlite:////ABSOLUTE/PATH`` or ``sqlite:///RELATIVE/PATH``.
-
-The URL follows SQLAlchemy's convention: ``sqlite://`` then ``/`` then the path,
-so an absolute path has four slashes (``sqlite:////var/c2c/store``) and three
-slashes mean relative to the working directory (``sqlite:///store``). Because
-``sqlite:///tmp/x`` reads like ``/tmp/x`` but would mean ``./tmp/x``, a relative
-path whose first component is also a top-level directory (``/tmp``, ``/var``,
-``/home``, ...) is refused as ambiguous unless written ``sqlite:///./tmp/x``.
-``sqlite://HOST/...`` and ``sqlite:PATH`` are refused too.
+"""`SQLiteStore`: the embedded default, ``sqlite:////ABSOLUTE/PATH`` or ``sqlite:///RELATIVE/PATH``
+(:mod:`c2c.store.sqlite_config`).
 
 ``PATH`` is a directory::
 
-    PATH/store.sqlite3          metadata: commits, edges, events (WAL mode)
-    PATH/blobs/ab/abcdef...     one file per blob, named by the sha256 of its bytes
-    PATH/tmp/<random>           blobs being written; renamed into blobs/ when complete
+    PATH/store.sqlite3                   metadata: commits, their manifests (head, chunk list), chunks and
+                                         their reference counts, edges, events, domains (usage, quota),
+                                         retention (WAL mode)
+    PATH/chunks/<domain>/ab/abcdef...    one file per chunk of a domain, named by its digest
+    PATH/tmp/<random>                    chunks being written; renamed into chunks/ when complete
 
-A put writes and fsyncs the blob under ``tmp/``, renames it to its content
-address, fsyncs the directory, and only then commits the metadata row in one
-``BEGIN IMMEDIATE`` transaction. A writer killed at any point therefore leaves
-either nothing visible or a complete commit; at worst an unreferenced blob or
-temp file, which :meth:`sweep_orphans` removes after a grace period.
+A put writes and fsyncs each chunk the domain lacks under ``tmp/`` (several at once),
+renames them to their content addresses, fsyncs their directories, and only then
+commits the metadata (commit row, chunk rows and counts, usage) in one ``BEGIN
+IMMEDIATE`` transaction, which also checks the quota. A writer killed at any point
+therefore leaves either nothing visible or a complete commit; at worst chunk files no
+row names, or temp files, which :meth:`sweep_orphans` removes after a grace period.
+Nothing counts them: usage is the rows.
+
+A chunk file is deleted only inside a write transaction that sees no row for it, and
+a put's transaction checks that every chunk file it adds a row for exists; a row is
+deleted (its count reached 0) before its file. So a collector racing a put never
+leaves a commit with a missing chunk, and a crash never leaves a row without its file.
+
+Older schemas migrate on open (:mod:`c2c.store.sqlite_schema`); the chunk files are
+:mod:`c2c.store.sqlite_chunks`'.
 
 Several processes may share one directory: SQLite serializes the writers and
 WAL lets readers proceed while one writes.
 
-Everything is private (:mod:`c2c._io`): blob and temp files and the database are
+Everything is private (:mod:`c2c._io`): chunk and temp files and the database are
 mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the database's mode), and
 every directory the store creates is 0700. A directory that already exists, such
 as a shared parent the user pointed at, is never ``chmod``-ed.
@@ -35,82 +40,33 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import time
-import uuid
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
-from urllib.parse import parse_qs
 
 from c2c import _io
-from c2c.errors import CommitNotFoundError, ConfigError, StoreCorruptError, StoreError, StoreWriteError
-from c2c.store.interface import (BlobDigest, BlobProblem, Commit, CommitId, CommitRecord, StaleEvent, Store,
-                                 check_id, check_reason, check_stream, invalidated_reason, stale_error,
-                                 stale_reason_for, superseded_reason)
-from c2c.store.ingest import HashingBuffer, prepare_put
+from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteError
+from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
+                                 check_reason, check_stream, invalidated_reason, stale_reason_for,
+                                 superseded_reason)
+from c2c.store.gc import Retention, retain
+from c2c.store.ingest import prepare_put
+from c2c.store.sqlite_chunks import WRITERS, ChunkFiles
+from c2c.store.sqlite_config import SQLiteConfig
+from c2c.store.sqlite_schema import SCHEMA_VERSION, migrate
+from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 
-SCHEMA_VERSION = 2
-CHUNK = 8 << 20  # bytes per read/write call on blob files
+__all__ = ["SCHEMA_VERSION", "SQLiteConfig", "SQLiteStore"]
 
-# Version 2: every row belongs to a trust domain. A commit is (domain, id), a stream is
-# (domain, stream), and an edge, an event (numbered per domain) and a share grant live in one
-# domain; blobs stay content-addressed across domains (a blob is freed when no commit of any
-# domain uses it).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS commits (
-    domain TEXT NOT NULL, id TEXT NOT NULL, stream TEXT NOT NULL, version INTEGER NOT NULL,
-    parents TEXT NOT NULL, blob TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL,
-    summary TEXT NOT NULL, seq INTEGER NOT NULL UNIQUE,
-    stale_root TEXT, stale_cause TEXT, stale_reason TEXT, stale_chain TEXT, stale_at REAL,
-    superseded_by TEXT,
-    PRIMARY KEY (domain, id),
-    UNIQUE (domain, stream, version)
-);
-CREATE TABLE IF NOT EXISTS edges (
-    domain TEXT NOT NULL, parent TEXT NOT NULL, child TEXT NOT NULL, PRIMARY KEY (domain, parent, child)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS edges_child ON edges (domain, child);
-CREATE INDEX IF NOT EXISTS commits_blob ON commits (blob);
-CREATE INDEX IF NOT EXISTS commits_seq ON commits (domain, seq);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, domain TEXT NOT NULL, dseq INTEGER NOT NULL,
-    commit_id TEXT NOT NULL, root TEXT NOT NULL, reason TEXT NOT NULL, chain TEXT NOT NULL, at REAL NOT NULL,
-    UNIQUE (domain, dseq)
-);
-CREATE TABLE IF NOT EXISTS shares (
-    domain TEXT NOT NULL, commit_id TEXT NOT NULL, owner TEXT NOT NULL, PRIMARY KEY (domain, commit_id)
-) WITHOUT ROWID;
-"""
-
-# Version 1 -> 2: each commit goes to the domain its header's producer names (else "default"),
-# with its edges and events; event cursors are renumbered per domain.
-_MIGRATE_1_2 = """
-ALTER TABLE commits RENAME TO commits_v1;
-ALTER TABLE edges RENAME TO edges_v1;
-ALTER TABLE events RENAME TO events_v1;
-DROP INDEX IF EXISTS edges_child;
-DROP INDEX IF EXISTS commits_blob;
-{schema}
-INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, seq, stale_root,
-                     stale_cause, stale_reason, stale_chain, stale_at, superseded_by)
-    SELECT {domain_of}, id, stream, version, parents, blob, size, created, summary, seq, stale_root, stale_cause,
-           stale_reason, stale_chain, stale_at, superseded_by FROM commits_v1;
-INSERT INTO edges (domain, parent, child)
-    SELECT c.domain, e.parent, e.child FROM edges_v1 e JOIN commits c ON c.id = e.child;
-INSERT INTO events (seq, domain, dseq, commit_id, root, reason, chain, at)
-    SELECT v.seq, c.domain, ROW_NUMBER() OVER (PARTITION BY c.domain ORDER BY v.seq), v.commit_id, v.root,
-           v.reason, v.chain, v.at FROM events_v1 v JOIN commits c ON c.id = v.commit_id;
-DROP TABLE commits_v1;
-DROP TABLE edges_v1;
-DROP TABLE events_v1
-"""
-_V1_DOMAIN = ("CASE WHEN json_valid(summary) AND json_type(summary, '$.producer.domain') = 'text' "
-              "THEN json_extract(summary, '$.producer.domain') ELSE 'default' END")
+_PUT_RETRIES = 5       # puts whose chunk was collected between their plan and their commit
 _MAX_ROWS = 1 << 62  # a larger LIMIT means "all" (SQLite's integers are 64-bit: 2**63 overflows)
 
 
@@ -124,62 +80,7 @@ def _cursor(after: str) -> int:
 
 
 _COLUMNS = ("id, stream, version, parents, blob, size, created, summary, "
-            "stale_reason, stale_chain, superseded_by")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SQLiteConfig:
-    """Where, in which trust domain and how durably:
-    ``sqlite:////ABS/PATH?domain=research&synchronous=FULL&busy_timeout_s=30``.
-
-    ``sqlite:////abs/dir`` (four slashes) is the absolute ``/abs/dir``; ``sqlite:///rel/dir``
-    (three) is ``rel/dir`` under the working directory, refused as ambiguous when ``/rel``
-    is an existing top-level directory (write ``sqlite:///./rel/dir`` to mean the relative one).
-    """
-
-    root: Path
-    synchronous: str = "FULL"       # NOTE: NORMAL survives process crashes but may lose the last commits on power loss
-    busy_timeout_s: float = 30.0
-    domain: str = "default"
-
-    @classmethod
-    def from_url(cls, url: str) -> "SQLiteConfig":
-        scheme, _, rest = url.partition(":")
-        if scheme.lower() == "sqlite" and rest.startswith("//") and not rest.startswith("///"):
-            raise ConfigError(f"{url!r} names a host; a sqlite store is a local directory: write "
-                              "sqlite:////ABS/PATH (four slashes) or sqlite:///RELATIVE/PATH (three)")
-        if scheme.lower() != "sqlite" or not rest.startswith("///"):
-            raise ConfigError(f"{url!r} is not a sqlite:// URL of a local directory: write "
-                              "sqlite:////ABS/PATH (four slashes) or sqlite:///RELATIVE/PATH (three)")
-        path, _, query = rest[3:].partition("?")
-        if not path:
-            raise ConfigError(f"{url!r} names no directory; use sqlite:////ABS/PATH or sqlite:///RELATIVE/PATH")
-        first = path.split("/", 1)[0]
-        if not path.startswith("/") and first not in (".", "..") and not first.startswith("~") \
-                and Path("/" + first).is_dir():
-            raise ConfigError(f"{url!r} is ambiguous: three slashes mean the relative path {path!r}, but "
-                              f"/{first} is also a top-level directory; write sqlite:////{path} for the "
-                              f"absolute path or sqlite:///./{path} for a relative one")
-        q = {k: v[-1] for k, v in parse_qs(query).items()}
-        unknown = set(q) - {"synchronous", "busy_timeout_s", "domain"}
-        if unknown:
-            raise ConfigError(f"unknown sqlite store options {sorted(unknown)}; known: domain, synchronous, "
-                              "busy_timeout_s")
-        sync = q.get("synchronous", "FULL").upper()
-        if sync not in ("FULL", "NORMAL", "EXTRA"):
-            raise ConfigError(f"synchronous={sync!r}; use FULL, EXTRA or NORMAL")
-        try:
-            timeout = float(q.get("busy_timeout_s", 30.0))
-        except ValueError:
-            raise ConfigError("busy_timeout_s must be a number of seconds") from None
-        return cls(root=Path(path).expanduser(), synchronous=sync, busy_timeout_s=timeout,
-                   domain=check_domain(q.get("domain", "default")))
-
-    @property
-    def url(self) -> str:
-        """A URL that parses back to ``root`` and the domain: ``sqlite:////abs`` or ``sqlite:///./rel``."""
-        base = f"sqlite:///{self.root}" if self.root.is_absolute() else f"sqlite:///./{self.root}"
-        return base if self.domain == "default" else f"{base}?domain={self.domain}"
+            "stale_reason, stale_chain, superseded_by, format, nchunks")
 
 
 class SQLiteStore(Store):
@@ -192,8 +93,9 @@ class SQLiteStore(Store):
         self.domain = config.domain
         self._owner = True
         self._lock = threading.RLock()
+        self._chunks = ChunkFiles(self.root)
         try:
-            for d in (self.root, self.root / "blobs", self.root / "tmp"):
+            for d in (self.root, self.root / "chunks", self.root / "tmp"):
                 # 0700 if we create it; an existing one is left as it is
                 _io.private_dir(d, error=lambda msg: StoreWriteError(f"cannot create the store at {self.root}: {msg}"))
             db_path = self.root / "store.sqlite3"
@@ -211,17 +113,9 @@ class SQLiteStore(Store):
             self._db.execute(f"PRAGMA synchronous = {config.synchronous}")
             with self._tx() as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, 1, SCHEMA_VERSION):
-                    raise StoreError(f"store schema version {version}; this build reads 1 (migrated on open) "
-                                     f"and {SCHEMA_VERSION}: use a newer c2c")
-                if version == 1:
-                    script = _MIGRATE_1_2.format(schema=_SCHEMA, domain_of=_V1_DOMAIN)
-                else:
-                    script = _SCHEMA if version == 0 else ""
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                migrate(db, version, self.root, self._chunks.path)
+            if (self.root / "blobs").is_dir():  # schema 2's blob files, every one linked into chunks/ by now
+                shutil.rmtree(self.root / "blobs", ignore_errors=True)
         except OSError as e:
             raise StoreWriteError(f"cannot create the store at {self.root}: {e.strerror or e}") from e
         except sqlite3.Error as e:
@@ -287,92 +181,122 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _record(row: tuple) -> CommitRecord:
-        cid, stream, version, parents, blob, size, created, summary, reason, chain, sup = row
+        cid, stream, version, parents, blob, size, created, summary, reason, chain, sup, fmt, nchunks = row
         commit = Commit(id=CommitId(cid), stream=stream, version=version,
                         parents=tuple(CommitId(p) for p in json.loads(parents)), blob=BlobDigest(blob),
-                        size=size, created=created, summary=json.loads(summary))
+                        size=size, created=created, summary=json.loads(summary), format=fmt, chunks=nchunks)
         return CommitRecord(commit=commit, stale=reason is not None, stale_reason=reason,
                             stale_chain=tuple(json.loads(chain)) if chain else (),
                             superseded_by=CommitId(sup) if sup else None)
 
-    def _blob_path(self, blob: str) -> Path:
-        return self.root / "blobs" / blob[:2] / blob
+    # --------------------------------------------------------------- chunk files
+    def _chunk_path(self, domain: str, digest: str) -> Path:
+        return self._chunks.path(domain, digest)
 
-    # ---------------------------------------------------------------- blob files
-    def _write_tmp(self, view: memoryview) -> Path:
-        """Write ``view`` to a fresh temp file and fsync it (runs on an ingest thread)."""
-        tmp = self.root / "tmp" / uuid.uuid4().hex
-        try:
-            fd = _io.create_private(tmp)  # 0600; renamed into blobs/ as it is
-            try:
-                off = 0
-                while off < len(view):
-                    off += os.write(fd, view[off: off + CHUNK])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            _unlink(tmp)
-            raise StoreWriteError(f"cannot write a blob under {self.root}: {e.strerror or e}; "
-                                  "nothing was written") from e
-        return tmp
+    def _read_chunks(self, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
+        return self._chunks.read(self.domain, manifest, indices, out, commit_id)
 
-    def _publish_blob(self, tmp: Path, blob: str) -> None:
-        """Rename a complete temp file to its content address (or reuse an identical one)."""
-        final = self._blob_path(blob)
+    def _plan(self, cid: str, manifest) -> list[int]:
+        """The chunks of ``manifest`` this domain lacks (first index of each); QuotaExceededError
+        (nothing written yet) when storing them would pass the domain's quota."""
+        d = self.domain
+        if self._read("SELECT 1 FROM commits WHERE domain = ? AND id = ?", (d, cid)):
+            return []  # putting it again changes nothing
+        have = set()
+        if manifest.format == 2:
+            digests = list(manifest.distinct())
+            for i in range(0, len(digests), 500):
+                part = digests[i: i + 500]
+                have |= {r[0] for r in self._read(
+                    f"SELECT digest FROM chunks WHERE domain = ? AND refs > 0 AND digest IN "
+                    f"({','.join('?' * len(part))})", (d, *part))}
+        which, seen, adding = [], set(), len(manifest.head)
+        for i, c in enumerate(manifest.chunks):
+            if c.digest not in have and (c.digest not in seen or not c.digest):
+                seen.add(c.digest)
+                which.append(i)
+                adding += c.size
+        row = self._read("SELECT quota, stored FROM domains WHERE domain = ?", (d,))
+        quota, stored = row[0] if row else (None, 0)
+        check_quota(d, quota, stored, adding)
+        return which
+
+    def _publish(self, manifest, staged: dict[int, Path]) -> dict[str, Path]:
+        """Rename staged chunks to their content addresses and fsync their directories."""
+        out: dict[str, Path] = {}
         try:
-            if final.exists():
-                # Same bytes already there; touching it keeps sweep_orphans off it until we commit.
-                os.utime(final)
-                _unlink(tmp)
-                return
-            _io.private_dir(final.parent, error=StoreWriteError)
-            os.replace(tmp, final)
-            _io.fsync_dir(final.parent)
+            for i, tmp in staged.items():
+                digest = manifest.chunks[i].digest
+                final = self._chunk_path(self.domain, digest)
+                _io.private_dir(final.parent, error=StoreWriteError)
+                os.replace(tmp, final)
+                out[digest] = final
+            dirs = {p.parent for p in out.values()}
+            with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="c2c-chunk-sync") as pool:
+                list(pool.map(_io.fsync_dir, dirs))
         except OSError as e:
-            _unlink(tmp)
-            raise StoreWriteError(f"cannot store blob {blob[:12]} under {self.root}: {e.strerror or e}; "
+            self._chunks.discard(staged)
+            self._free(list(out))
+            raise StoreWriteError(f"cannot store chunks under {self.root}: {e.strerror or e}; "
                                   "nothing was committed") from e
+        return out
 
-    def _read_blob(self, commit: Commit) -> bytearray:
-        path = self._blob_path(commit.blob)
-        try:
-            with open(path, "rb", buffering=0) as f, HashingBuffer(commit.size) as buf:
-                pos = 0
-                while pos < commit.size:
-                    n = f.readinto(buf.view[pos: pos + CHUNK])
-                    if not n:
-                        break
-                    buf.filled(pos, pos + n)
-                    pos += n
-                longer = bool(f.read(1))
-                data, digest = buf.finish()
-        except FileNotFoundError:
-            raise StoreCorruptError(f"blob of commit {commit.id[:12]} is missing ({path})") from None
-        except OSError as e:
-            raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-        if digest != commit.blob or pos != commit.size or longer:
-            raise StoreCorruptError(f"blob of commit {commit.id[:12]} does not hash to {commit.blob[:12]} "
-                                    f"({'longer than' if longer else pos} of {commit.size} bytes, "
-                                    f"sha256 {digest[:12]}); run `c2c store verify`")
-        return data
+    def _free(self, digests: Sequence[str], domain: str | None = None) -> int:
+        """Delete the files of chunks ``digests`` that no row names (any more), under the write lock."""
+        d = domain or self.domain
+        removed = 0
+        if not digests:
+            return 0
+        with self._tx() as db:
+            for digest in digests:
+                if db.execute("SELECT 1 FROM chunks WHERE domain = ? AND digest = ?", (d, digest)).fetchone() is None:
+                    removed += _unlink(self._chunk_path(d, digest))
+        return removed
 
     # ------------------------------------------------------------------- writing
     def put(self, data, *, stream: str | None = None, parents: Sequence[str] = ()) -> Commit:
-        ing, tmp, stream, all_parents = prepare_put(data, stream=stream, parents=parents, write=self._write_tmp,
-                                                    discard=_unlink)
+        for _ in range(_PUT_RETRIES):
+            ing, staged, stream, all_parents = prepare_put(data, stream=stream, parents=parents, plan=self._plan,
+                                                           stage=self._chunks.stage, discard=self._chunks.discard,
+                                                           piece_bytes=1 << 62)  # a format-1 artifact: one piece
+            published: dict[str, Path] = {}
+            try:
+                for p in all_parents:  # checked again inside the transaction; this spares orphan chunks
+                    if not self._read("SELECT 1 FROM commits WHERE domain = ? AND id = ?", (self.domain, p)):
+                        raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
+                published = self._publish(ing.manifest, staged)
+                commit, fresh = self._commit(ing, stream, all_parents, published)
+            except _Collected:
+                self._free(list(published))
+                continue  # a chunk it meant to share was collected meanwhile: write it this time
+            except BaseException:
+                self._chunks.discard(staged)
+                with contextlib.suppress(StoreError):  # else they stay as orphans, for sweep_orphans
+                    self._free(list(published))  # those no row took: nothing stays behind a refused put
+                raise
+            if not fresh:
+                self._free(list(published))  # already stored: the copies it wrote go again
+            break
+        else:
+            raise StoreWriteError(f"the chunks of {ing.id[:12]} kept being collected while it was put; "
+                                  "nothing was committed, put it again")
         try:
-            for p in all_parents:  # checked again inside the transaction; this spares an orphan blob
-                if not self._read("SELECT 1 FROM commits WHERE domain = ? AND id = ?", (self.domain, p)):
-                    raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
-            self._publish_blob(tmp, ing.blob)
-        finally:
-            _unlink(tmp)  # no-op after a rename
+            retain(self, commit.stream)
+        except StoreError as e:
+            raise StoreWriteError(f"commit {commit.id[:12]} is stored as {commit.stream} v{commit.version}, but "
+                                  f"applying the stream's retention failed ({e}); the next put to the stream or "
+                                  "`c2c store gc` does it") from e
+        return commit
+
+    def _commit(self, ing, stream: str, all_parents: tuple[CommitId, ...],
+                published: dict[str, Path]) -> tuple[Commit, bool]:
+        """Commit the metadata in one transaction; (the commit, whether it is new)."""
+        m = ing.manifest
         with self._tx() as db:
             d = self.domain
             row = db.execute(f"SELECT {_COLUMNS} FROM commits WHERE domain = ? AND id = ?", (d, ing.id)).fetchone()
             if row:
-                return self._record(row).commit
+                return self._record(row).commit, False
             inherited = None
             for p in all_parents:
                 prow = db.execute("SELECT stale_root, stale_cause, stale_chain FROM commits WHERE domain = ? AND id = ?",
@@ -381,6 +305,22 @@ class SQLiteStore(Store):
                     raise CommitNotFoundError(f"parent {p[:12]} is not in store {self.url}; put it first")
                 if inherited is None and prow[0] is not None:
                     inherited = prow
+            adding, new = len(m.head), 0
+            for digest, (size, uses) in m.distinct().items():
+                refs = db.execute("SELECT refs FROM chunks WHERE domain = ? AND digest = ?", (d, digest)).fetchone()
+                if refs is not None:
+                    db.execute("UPDATE chunks SET refs = refs + ? WHERE domain = ? AND digest = ?", (uses, d, digest))
+                    continue
+                if digest not in published or not published[digest].exists():
+                    raise _Collected(digest)
+                db.execute("INSERT INTO chunks (domain, digest, size, refs) VALUES (?, ?, ?, ?)", (d, digest, size, uses))
+                adding += size
+                new += 1
+            db.execute("INSERT OR IGNORE INTO domains (domain) VALUES (?)", (d,))
+            quota, stored = db.execute("SELECT quota, stored FROM domains WHERE domain = ?", (d,)).fetchone()
+            check_quota(d, quota, stored, adding)
+            db.execute("UPDATE domains SET commits = commits + 1, logical = logical + ?, stored = stored + ?, "
+                       "chunks = chunks + ? WHERE domain = ?", (ing.size, adding, new, d))
             now = time.time()
             head = db.execute("SELECT id, version FROM commits WHERE domain = ? AND stream = ? "
                               "ORDER BY version DESC LIMIT 1", (d, stream)).fetchone()
@@ -390,10 +330,12 @@ class SQLiteStore(Store):
                 db.execute("UPDATE commits SET superseded_by = ? WHERE domain = ? AND id = ?", (ing.id, d, head[0]))
                 self._invalidate_in(db, head[0], superseded_reason(ing.id, stream, version), now, events)
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
-            db.execute(f"INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, "
-                       f"seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO commits (domain, id, stream, version, parents, blob, size, created, summary, seq, "
+                       "format, nchunks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (d, ing.id, stream, version, json.dumps(all_parents), ing.blob, ing.size, now,
-                        json.dumps(ing.summary, sort_keys=True), seq))
+                        json.dumps(ing.summary, sort_keys=True), seq, m.format, len(m.chunks)))
+            db.execute("INSERT OR REPLACE INTO manifests (domain, id, head, chunks) VALUES (?, ?, ?, ?)",
+                       (d, ing.id, m.head, json.dumps(m.stored())))
             db.executemany("INSERT INTO edges (domain, parent, child) VALUES (?, ?, ?)",
                            [(d, p, ing.id) for p in all_parents])
             if inherited is not None:
@@ -401,7 +343,7 @@ class SQLiteStore(Store):
                 self._mark(db, ing.id, root, cause, stale_reason_for(root, cause, len(chain) - 1),
                            tuple(chain), now, events)
         return Commit(id=ing.id, stream=stream, version=version, parents=all_parents, blob=ing.blob,
-                      size=ing.size, created=now, summary=ing.summary)
+                      size=ing.size, created=now, summary=ing.summary, format=m.format, chunks=len(m.chunks)), True
 
     def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
         cid = check_id(commit_id)
@@ -452,13 +394,14 @@ class SQLiteStore(Store):
             raise CommitNotFoundError(f"no commit {cid[:12]} in store {self.url}")
         return self._record(rows[0])
 
-    def get(self, commit_id: str, *, allow_stale: bool = False) -> CommitRecord:
-        rec = self.show(commit_id)
-        if rec.stale and not allow_stale:
-            raise stale_error(rec)
-        return CommitRecord(commit=rec.commit, stale=rec.stale, stale_reason=rec.stale_reason,
-                            stale_chain=rec.stale_chain, superseded_by=rec.superseded_by,
-                            data=self._read_blob(rec.commit))
+    def _load(self, commit_id: CommitId) -> tuple[CommitRecord, bytes, list]:
+        rows = self._read(f"SELECT {', '.join('c.' + x.strip() for x in _COLUMNS.split(','))}, m.head, m.chunks "
+                          "FROM commits c JOIN manifests m ON m.domain = c.domain AND m.id = c.id "
+                          "WHERE c.domain = ? AND c.id = ?", (self.domain, commit_id))
+        if not rows:
+            raise CommitNotFoundError(f"no commit {commit_id[:12]} in store {self.url}")
+        *row, head, stored = rows[0]
+        return self._record(tuple(row)), bytes(head), json.loads(stored)
 
     def latest(self, stream: str) -> CommitRecord:
         check_stream(stream)
@@ -513,31 +456,73 @@ class SQLiteStore(Store):
                                    chain=tuple(json.loads(ch)), at=at) for s, c, r, why, ch, at in rows]
             time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))  # NOTE: polling; Redis blocks instead
 
-    # ----------------------------------------------------------------- lifecycle
-    def verify(self) -> list[BlobProblem]:
-        problems = []
-        for rec in self.log():
-            try:
-                self._read_blob(rec.commit)
-            except StoreCorruptError as e:
-                problems.append(BlobProblem(commit=rec.id, problem=str(e)))
-        return problems
+    # ------------------------------------------------------------ bounds, usage
+    def set_quota(self, max_bytes: int | None) -> None:
+        quota = check_quota_value(max_bytes)
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO domains (domain) VALUES (?)", (self.domain,))
+            db.execute("UPDATE domains SET quota = ? WHERE domain = ?", (quota, self.domain))
 
+    def set_retention(self, stream: str | None, *, keep_last: int | None = None, ttl_s: float | None = None) -> None:
+        name = "" if stream is None else check_stream(stream)
+        policy = Retention(keep_last=keep_last, ttl_s=ttl_s)
+        with self._tx() as db:
+            if policy.active:
+                db.execute("INSERT OR REPLACE INTO retention (domain, stream, keep_last, ttl_s) VALUES (?, ?, ?, ?)",
+                           (self.domain, name, policy.keep_last, policy.ttl_s))
+            else:
+                db.execute("DELETE FROM retention WHERE domain = ? AND stream = ?", (self.domain, name))
+
+    def retention(self, stream: str | None) -> Retention:
+        name = "" if stream is None else check_stream(stream)
+        rows = self._read("SELECT keep_last, ttl_s FROM retention WHERE domain = ? AND stream IN (?, '') "
+                          "ORDER BY stream DESC LIMIT 1", (self.domain, name))
+        return Retention(keep_last=rows[0][0], ttl_s=rows[0][1]) if rows else Retention()
+
+    def usage(self) -> DomainUsage:
+        rows = self._read("SELECT commits, logical, stored, chunks, quota FROM domains WHERE domain = ?", (self.domain,))
+        n, logical, stored, chunks, quota = rows[0] if rows else (0, 0, 0, 0, None)
+        return DomainUsage(domain=self.domain, commits=n, logical_bytes=logical, stored_bytes=stored, chunks=chunks,
+                           quota_bytes=quota)
+
+    def stats(self) -> StoreStats:
+        rows = self._read("SELECT domain, commits, logical, stored, chunks, quota FROM domains "
+                          "WHERE commits > 0 OR chunks > 0 OR quota IS NOT NULL ORDER BY domain")
+        return StoreStats(url=self.url, domains=tuple(
+            DomainUsage(domain=d, commits=n, logical_bytes=lg, stored_bytes=st, chunks=ch, quota_bytes=q)
+            for d, n, lg, st, ch, q in rows))
+
+    # ----------------------------------------------------------------- lifecycle
     def delete_leaf(self, commit_id: str) -> bool:
         cid = check_id(commit_id)
+        freed: list[str] = []
         with self._tx() as db:
             d = self.domain
-            row = db.execute("SELECT blob FROM commits WHERE domain = ? AND id = ?", (d, cid)).fetchone()
+            row = db.execute("SELECT c.size, length(m.head), m.chunks FROM commits c JOIN manifests m "
+                             "ON m.domain = c.domain AND m.id = c.id WHERE c.domain = ? AND c.id = ?", (d, cid)).fetchone()
             if row is None:
                 return False
             if db.execute("SELECT 1 FROM edges WHERE domain = ? AND parent = ? LIMIT 1", (d, cid)).fetchone():
                 return False
+            size, head_bytes, stored = row
             db.execute("DELETE FROM edges WHERE domain = ? AND child = ?", (d, cid))
             db.execute("DELETE FROM commits WHERE domain = ? AND id = ?", (d, cid))
+            db.execute("DELETE FROM manifests WHERE domain = ? AND id = ?", (d, cid))
             db.execute("DELETE FROM shares WHERE owner = ? AND commit_id = ?", (d, cid))
-            shared = db.execute("SELECT 1 FROM commits WHERE blob = ? LIMIT 1", (row[0],)).fetchone()
-        if not shared:
-            _unlink(self._blob_path(row[0]))  # a crash here leaves an orphan for sweep_orphans
+            released = head_bytes
+            uses: dict[str, int] = {}
+            for digest, _, _ in json.loads(stored):
+                uses[digest] = uses.get(digest, 0) + 1
+            for digest, n in uses.items():
+                db.execute("UPDATE chunks SET refs = refs - ? WHERE domain = ? AND digest = ?", (n, d, digest))
+                left = db.execute("SELECT refs, size FROM chunks WHERE domain = ? AND digest = ?", (d, digest)).fetchone()
+                if left is not None and left[0] <= 0:
+                    db.execute("DELETE FROM chunks WHERE domain = ? AND digest = ?", (d, digest))
+                    freed.append(digest)
+                    released += left[1]
+            db.execute("UPDATE domains SET commits = commits - 1, logical = logical - ?, stored = stored - ?, "
+                       "chunks = chunks - ? WHERE domain = ?", (size, released, len(freed), d))
+        self._free(freed)  # a crash before this leaves orphan files for sweep_orphans
         return True
 
     def sweep_orphans(self, grace_s: float) -> int:
@@ -546,11 +531,15 @@ class SQLiteStore(Store):
         for tmp in (self.root / "tmp").iterdir():
             if _mtime(tmp) < cutoff:
                 removed += _unlink(tmp)
-        for path in (self.root / "blobs").glob("??/*"):
-            if _mtime(path) < cutoff and not self._read("SELECT 1 FROM commits WHERE blob = ? LIMIT 1",
-                                                        (path.name,)):
-                removed += _unlink(path)
+        for domain_dir in (self.root / "chunks").iterdir():
+            old = [p.name for p in domain_dir.glob("??/*") if _mtime(p) < cutoff]
+            for i in range(0, len(old), 500):
+                removed += self._free(old[i: i + 500], domain=domain_dir.name)
         return removed
+
+
+class _Collected(Exception):
+    """A chunk a put meant to share was freed between its plan and its commit."""
 
 
 def _unlink(path: Path) -> int:

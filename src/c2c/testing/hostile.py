@@ -171,7 +171,7 @@ def corpus(key: SigningKey, other: SigningKey, revoked: SigningKey) -> list[tupl
     add("unknown header field", edit_header(data, lambda h: h.__setitem__("admin", True)), CorruptArtifactError)
     add("missing header field", edit_header(data, lambda h: h.pop("tokens")), CorruptArtifactError)
     add("format not c2c", edit_header(data, lambda h: h.__setitem__("format", "evil")), CorruptArtifactError)
-    add("version 2", edit_header(data, lambda h: h.__setitem__("version", 2)), UnsupportedVersionError)
+    add("version 3", edit_header(data, lambda h: h.__setitem__("version", 3)), UnsupportedVersionError)
     add("tokens do not match digest", edit_header(data, lambda h: h["tokens"].__setitem__(0, 7)), CorruptArtifactError)
     add("deeply nested JSON", struct.pack("<Q", 200_008) + b"[" * 100_004 + b"]" * 100_004 + body, CorruptArtifactError)
     add("table is a list", join([1, 2], body), CorruptArtifactError)  # type: ignore[arg-type]
@@ -425,6 +425,41 @@ def _repair(h: dict) -> None:
             p["hashes"] = list(PrefixRef.of(tokens[: max(p["length"], 0)], p["block_size"]).hashes)
 
 
+def _repair_chunks(h: dict, body: bytes) -> None:
+    """Recompute a version-2 header's chunk keys from its tokens and its chunk digests from ``body``,
+    as a compromised sender would, where the header still parses far enough for that."""
+    from c2c.artifact import chunks  # lazy: only the field fuzz repairs chunks
+    from c2c.artifact.codec import _tensor_table, cache_layout, chunk_geometry  # lazy: ditto
+    from c2c.artifact.fingerprint import Fingerprint  # lazy: ditto
+    from c2c.artifact.header import ArtifactHeader  # lazy: ditto
+
+    c, tokens = h.get("chunks"), h.get("tokens")
+    if not isinstance(c, dict) or not isinstance(c.get("tokens"), int) or not 1 <= c["tokens"] <= 4096:
+        return
+    try:
+        fp = Fingerprint.from_dict(h["fingerprint"])
+        start, end = int(h["start"]), int(h["end"])
+        prefix = PrefixRef.from_dict(h["prefix"])
+        if not (0 <= start < end <= start + 4096):
+            return
+        seed = chunks.seed(fingerprint_digest=fp.digest, dtype=h["dtype"], start=start, prefix=prefix,
+                           tokens=c["tokens"])
+        if isinstance(tokens, list) and len(tokens) == end - start:
+            c["keys"] = list(chunks.chunk_keys(tokens, seed, c["tokens"]))
+        # placeholders (of the right count) where a digest was edited, so that the rest of the header parses
+        c["digests"], c["tail"] = ["0" * 64] * chunks.count(end - start, c["tokens"]), None
+        parsed = ArtifactHeader.from_dict({**h, "tokens": None})  # the keys are checked against tokens above
+        geometry = chunk_geometry(parsed)
+        if sum(geometry.size(i) for i in range(geometry.count)) + geometry.tail_size != len(body):
+            return
+        digests, tail = chunks.digests_of(geometry, memoryview(body), c["keys"])
+        c["digests"], c["tail"] = list(digests), tail
+        names, shapes, _ = cache_layout(fp, end - start)
+        h["tensor_digest"] = chunks.tensor_digest(_tensor_table(names, h["dtype"], shapes), digests, tail)
+    except Exception:  # noqa: BLE001 - a header broken elsewhere: leave it to the parser to refuse
+        return
+
+
 def field_fuzz_inputs(key: SigningKey, bases: list[Artifact]):
     """Strategy of artifact bytes with 1-3 field-level edits, re-signed by ``key`` (trusted)."""
 
@@ -443,6 +478,7 @@ def field_fuzz_inputs(key: SigningKey, bases: list[Artifact]):
             table = {"__metadata__": table["__metadata__"], **target}
         if repair and not in_table:
             _repair(h)
+            _repair_chunks(h, body)
         text = _encode_header(h)
         fields = {"v": SIGNATURE_VERSION, "alg": ALGORITHM, "domain": key.domain, "key_id": key.key_id,
                   "header": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),

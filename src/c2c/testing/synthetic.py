@@ -38,3 +38,15 @@ def synthetic_artifact(T: int = 6, *, start: int = 0, dtype=torch.float32, seed:
     prefix = PrefixRef.of(cache.token_ids[:plen]) if start == 0 else PrefixRef.of(list(range(plen)))
     return Artifact.build(cache, fingerprint=fp, prefix=prefix, withhold_tokens=withhold,
                           producer={"agent": "fuzz"}, labels={"span": "conclusion"})
+
+
+def as_version_1(artifact: Artifact) -> bytes:
+    """``artifact`` encoded in artifact format version 1 (one tensor digest, no chunks), as c2c wrote
+    it before version 2; unsigned. For tests of what older stores and files hold."""
+    from c2c.artifact.codec import _bytes, _digest_tensors, _ordered, _tensor_table  # lazy: the old format, for tests only
+
+    names, tensors = _ordered(artifact.cache)
+    table = _tensor_table(names, artifact.header.dtype, [t.shape for t in tensors])
+    data = b"".join(_bytes(t) for t in tensors)
+    header = replace(artifact.header, version=1, chunks=None, tensor_digest=_digest_tensors(table, data))
+    return replace(artifact, header=header, signature=None).encode()

@@ -28,7 +28,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from c2c.artifact.codec import Artifact, read_file
 from c2c.artifact.header import ArtifactHeader
@@ -119,14 +119,15 @@ def verify_header(header: ArtifactHeader, sig: dict | None, keyring: Keyring, *,
                       signed_at=sig["signed_at"])
 
 
-def decode_exact(data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> Artifact:
+def decode_exact(data: bytes | bytearray | memoryview, *, max_bytes: int | None = None,
+                 own: Sequence[int] = ()) -> Artifact:
     """Decode artifact bytes and insist that they are the canonical encoding of their content.
 
     Raises:
         ArtifactError: as :meth:`Artifact.decode`, and :class:`CorruptArtifactError`
             when the bytes are a non-canonical variant (e.g. edited whitespace).
     """
-    artifact = Artifact.decode(data, max_bytes=max_bytes)
+    artifact = Artifact.decode(data, max_bytes=max_bytes, own=own)
     # The data section is already pinned by tensor_digest (checked by decode, with exact
     # offsets and length), so only the header bytes need comparing: no re-encode of tensors.
     head = canonical_head(artifact)
@@ -142,15 +143,19 @@ def canonical_head(artifact: Artifact) -> bytes:
 
 
 def load_signed(source: bytes | bytearray | memoryview | str | Path, keyring: Keyring, *,
-                domain: str | None = None, max_bytes: int | None = None) -> tuple[Artifact, SignerInfo]:
+                domain: str | None = None, max_bytes: int | None = None,
+                own: Sequence[int] = ()) -> tuple[Artifact, SignerInfo]:
     """Read (from bytes or a path), decode byte-exactly and verify the signature.
 
     Every changed byte of a signed artifact raises a :class:`~c2c.errors.C2CError`:
     an :class:`~c2c.errors.ArtifactError` when the file is malformed, else a
     :class:`~c2c.errors.TrustError`. The signature is checked on the header before
     the tensors are hashed or built: an unsigned or foreign blob costs its header only.
+
+    ``own``: chunks the receiver filled with its own K/V of the same tokens (:mod:`c2c.store.fetch`);
+    the signed header names their digests, every other chunk is checked against its own.
     """
     data = read_file(source, max_bytes) if isinstance(source, (str, Path)) else source
     header, sig = Artifact.peek(data, max_bytes=max_bytes)
     signer = verify_header(header, sig, keyring, domain=domain)  # before any tensor byte is read
-    return decode_exact(data, max_bytes=max_bytes), signer
+    return decode_exact(data, max_bytes=max_bytes, own=own), signer
