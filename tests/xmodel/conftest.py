@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from c2c.runtime import hf
-from c2c.runtime.engine import Runtime
+from c2c.runtime.transformers import tiny
+from c2c.runtime.transformers import TransformersRuntime
 from c2c.xmodel import FitConfig, fit
 
 SHAPES = {  # name -> (seed, layers, head_dim, rope_theta)
@@ -21,8 +21,8 @@ def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("xmodel-tiny")
     models = {}
     for name, (seed, layers, head_dim, theta) in SHAPES.items():
-        hf.build_tiny("qwen2", root / name, seed=seed, layers=layers, head_dim=head_dim, rope_theta=theta)
-        models[name] = Runtime.load(root / name, name=f"tiny-{name}", dtype="float32")
+        tiny.build_tiny("qwen2", root / name, seed=seed, layers=layers, head_dim=head_dim, rope_theta=theta)
+        models[name] = TransformersRuntime.load(root / name, name=f"tiny-{name}", dtype="float32")
     return models
 
 

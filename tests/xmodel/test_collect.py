@@ -33,7 +33,7 @@ def test_flat_layout_is_heads_side_by_side_and_inverts(tiny_models):
     rt = tiny_models["big"]
     _, cache = rt.prefill(list(range(10, 30)))
     keys, values = flat_plain(rt, cache)
-    H, D = rt.facts["kv_heads"], rt.facts["head_dim"]
-    assert keys[0].shape == (20, H * D) and len(values) == rt.facts["num_layers"]
+    H, D = rt.facts.kv_heads, rt.facts.head_dim
+    assert keys[0].shape == (20, H * D) and len(values) == rt.facts.num_layers
     torch.testing.assert_close(values[2][:, D:2 * D], cache.values[2][0, 1].float())  # head 1's columns
     torch.testing.assert_close(unflat(values[2], H), cache.values[2].float())

@@ -9,7 +9,7 @@ import pytest
 from c2c.errors import ConfigError
 from c2c.runtime import zoo
 from c2c.xmodel import FitConfig, fit
-from c2c.xmodel.data import CORPORA, token_streams
+from c2c.xmodel.streams import CORPORA, token_streams
 from c2c.xmodel.fit import candidates, group, split
 
 

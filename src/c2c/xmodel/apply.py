@@ -22,7 +22,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import IncompatibleCacheError
 from c2c.runtime.kvcache import KVCache
 from c2c.xmodel.collect import flat_plain, require_mappable, unflat
-from c2c.xmodel.map import CrossModelMap
+from c2c.xmodel.crossmap import CrossModelMap
 
 
 @torch.inference_mode()
@@ -50,7 +50,7 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
     require_mappable(source)
     require_mappable(target)
     xmap.check_pair(Fingerprint.of(source), Fingerprint.of(target))
-    source._check_cache(cache)
+    source.check_cache(cache)
     if cache.start != 0 or cache.seq_len == 0:
         raise IncompatibleCacheError(f"map a whole context (a cache starting at position 0, not {cache.start}); "
                                      "re-position a slice after its prefix first")
@@ -59,12 +59,12 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
     P = prefix.seq_len
     if prefix.start != 0 or P > cache.seq_len or tuple(prefix.token_ids) != tuple(cache.token_ids[:P]):
         raise IncompatibleCacheError("prefix must be the target's cache of the first tokens of the mapped cache")
-    target._check_cache(prefix)
+    target.check_cache(prefix)
     if P == cache.seq_len:
         return prefix
     rest = cache.slice(P, cache.end)                                           # positions P..T-1
     xk, xv = flat_plain(source, rest)                                          # Ls x (T-P, d_in)
-    Ht, dtype = target.facts["kv_heads"], target.dtype
+    Ht, dtype = target.facts.kv_heads, target.dtype
     keys, values = [], []
     for t in range(len(xmap.layers)):
         wk, bk = xmap.weight("k", t)
@@ -74,5 +74,5 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
         v = torch.cat([xv[s] for s in lf["v"].sources], 1) @ wv + bv          # (T-P, d_out)
         keys.append(target.rope_apply(t, unflat(k, Ht), P).to(dtype))         # (1, Ht, T-P, Dt)
         values.append(unflat(v, Ht).to(dtype))
-    mapped = replace(rest, keys=tuple(keys), values=tuple(values), windows=tuple(target.windows))
+    mapped = replace(rest, keys=tuple(keys), values=tuple(values), windows=tuple(target.facts.windows))
     return prefix.append(mapped)

@@ -32,7 +32,7 @@ class MapCalibration:
     """The mapped target against the source alone, on the same held-out calibration questions.
 
     Attributes:
-        map_id: the id of the map measured (:attr:`c2c.xmodel.map.CrossModelMap.id`).
+        map_id: the id of the map measured (:attr:`c2c.xmodel.crossmap.CrossModelMap.id`).
         task: what was asked, e.g. ``"context_qa doc_tokens=1024 seed=1"``.
         n: questions; ``mapped_correct`` / ``source_correct`` / ``target_correct``: how many each
             condition got right (``target_correct``: the target's own prefill, the upper bound; -1

@@ -19,7 +19,7 @@ def require_mappable(runtime) -> None:
     if not hasattr(runtime, "rope_remove"):
         raise RuntimeUnsupportedError(f"{runtime.name}: cross-model maps need the transformers backend "
                                       "(it re-applies RoPE with the model's own rotary embedding)")
-    if any(w is not None for w in runtime.windows):
+    if any(w is not None for w in runtime.facts.windows):
         raise RuntimeUnsupportedError(f"{runtime.name} has sliding-window layers; a cross-model map needs every "
                                       "token of every layer")
 

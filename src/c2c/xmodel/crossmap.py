@@ -46,8 +46,9 @@ MAX_MAP_BYTES = 1 << 30       # a map is megabytes; a gigabyte bounds a hostile 
 MAX_HEADER_BYTES = 4 << 20
 KINDS = ("k", "v")
 # Fingerprint fields a map does not depend on: the dtype the models run in (a map is fp32 and
-# applies in any), and the informational name.
-_IGNORED = ("dtype", "model_name")
+# applies in any), and the engine's build and numerics (a map is a property of the weights; only
+# the engine's kind is compared).
+_IGNORED = ("dtype", "backend")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,13 +123,16 @@ class CrossModelMap:
         """Raise :class:`MapMismatchError` unless ``source`` -> ``target`` is the pair this map was fitted for.
 
         Every fingerprint field is compared (architecture, layers, heads, RoPE, tokenizer,
-        weights digest, adapters, backend) except the dtype the models run in.
+        weights digest, adapters, the engine's kind) except the dtype the models run in and the
+        engine's build and numerics.
         """
         diffs = {}
         for side, ours, theirs in (("source", self.source, source), ("target", self.target, target)):
-            for name, (a, b) in ours.diff(theirs).items():
+            for name, (a, b) in ours.diff(theirs, exact=False).items():
                 if name not in _IGNORED:
                     diffs[f"{side}.{name}"] = (a, b)
+            if ours.backend.kind != theirs.backend.kind:
+                diffs[f"{side}.backend"] = (ours.backend.kind, theirs.backend.kind)
         if diffs:
             parts = ", ".join(f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(diffs.items()))
             raise MapMismatchError(

@@ -1,6 +1,6 @@
-"""Fit a :class:`~c2c.xmodel.map.CrossModelMap` from two models' K/V on the same token streams.
+"""Fit a :class:`~c2c.xmodel.crossmap.CrossModelMap` from two models' K/V on the same token streams.
 
-1. Both models prefill the same streams (:func:`c2c.xmodel.data.token_streams`; the two must
+1. Both models prefill the same streams (:func:`c2c.xmodel.streams.token_streams`; the two must
    share a vocabulary). Keys lose their RoPE (each model's own, :mod:`c2c.xmodel.collect`).
 2. The streams are split three ways: *train* (the fit), *calibration* (chooses, per target
    layer and for keys and values apart, the source layer among those within ``layer_window``
@@ -30,8 +30,8 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.canon import utc_now
 from c2c.errors import ConfigError
 from c2c.xmodel.collect import flat_plain, require_mappable
-from c2c.xmodel.data import CORPORA, token_streams
-from c2c.xmodel.map import KINDS, CrossModelMap, LayerFit
+from c2c.xmodel.streams import CORPORA, token_streams
+from c2c.xmodel.crossmap import KINDS, CrossModelMap, LayerFit
 from c2c.xmodel.ridge import Moments, Residuals
 
 
@@ -124,9 +124,9 @@ def fit(source, target, config: FitConfig = FitConfig(), *, streams: list[list[i
         streams = token_streams(source, config.tokens + test_tokens, seq_len=config.seq_len, seed=config.seed)
     n_test = round(len(streams) * test_tokens / (config.tokens + test_tokens))
     parts = split(len(streams), n_test, config.calib_fraction, config.seed)
-    Ls, Lt = source.facts["num_layers"], target.facts["num_layers"]
-    Hs, Ht = source.facts["kv_heads"], target.facts["kv_heads"]
-    d_in, d_out = Hs * source.facts["head_dim"], Ht * target.facts["head_dim"]
+    Ls, Lt = source.facts.num_layers, target.facts.num_layers
+    d_in = source.facts.kv_heads * source.facts.head_dim
+    d_out = target.facts.kv_heads * target.facts.head_dim
     cands = candidates(Ls, Lt, config.layer_window)
     groups = [[group(s, config.span, Ls) for s in c] for c in cands]
     moments = {p: {kind: Moments(n_source=Ls, d_in=d_in, d_out=d_out, candidates=groups) for kind in KINDS}
