@@ -13,7 +13,8 @@ problem and say what to do instead.
     │                               at all; it refuses, naming the way out
     ├── IncompatibleCacheError      a cache does not fit the model that would use it
     │   ├── FingerprintMismatchError  the artifact was made by a different model
-    │   └── PrefixMismatchError       the receiver's shared prefix differs
+    │   ├── PrefixMismatchError       the receiver's shared prefix differs
+    │   └── MapMismatchError          a cross-model map was fitted for another model pair
     ├── ArtifactError               an exchanged artifact is unusable
     │   ├── TruncatedArtifactError    shorter than its header declares
     │   ├── CorruptArtifactError      malformed header, bad offsets, NaN/Inf, bad digest
@@ -99,6 +100,14 @@ class FingerprintMismatchError(IncompatibleCacheError):
 
 class PrefixMismatchError(IncompatibleCacheError):
     """The receiver's shared-prefix hashes differ from the artifact's."""
+
+
+class MapMismatchError(IncompatibleCacheError):
+    """A cross-model map (:mod:`c2c.xmodel`) was fitted for another source or target model."""
+
+    def __init__(self, message: str, differences: dict | None = None):
+        super().__init__(message)
+        self.differences = differences or {}
 
 
 class ArtifactError(C2CError):

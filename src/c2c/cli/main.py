@@ -20,7 +20,7 @@ import sys
 from typing import Any, Callable
 
 # Command-group modules, in help order. Each defines register(subparsers).
-GROUPS = ["models", "artifact", "demo", "bench", "fuser", "keys", "verify", "store", "advise", "serve"]
+GROUPS = ["models", "artifact", "demo", "bench", "fuser", "map", "keys", "verify", "store", "advise", "serve"]
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -54,17 +54,37 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def remove(model, layer: int, keys: torch.Tensor, start: int) -> torch.Tensor:
+    """``keys`` ``(1, H, T, D)`` rotated at positions ``start...`` -> the same keys before RoPE (fp32).
+
+    The inverse rotation ``k·cos(p) - rot(k)·sin(p)`` is exact since ``cos² + sin² = 1``.
+    """
+    c, s = _cos_sin(model, layer, start, keys.shape[2])  # (T, D)
+    kf = keys.float()
+    return kf * c - _rotate_half(kf) * s
+
+
+def apply(model, layer: int, plain: torch.Tensor, start: int) -> torch.Tensor:
+    """Un-rotated keys ``(1, H, T, D)`` rotated for positions ``start...`` with ``layer``'s RoPE (fp32)."""
+    c, s = _cos_sin(model, layer, start, plain.shape[2])  # (T, D)
+    pf = plain.float()
+    return pf * c + _rotate_half(pf) * s
+
+
+def _cos_sin(model, layer: int, start: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    positions = torch.arange(start, start + T, dtype=torch.long)  # (T,)
+    c, s = rotary_cos_sin(model, layer, positions, torch.float32)
+    return c.float(), s.float()
+
+
 def reposition(model, cache: KVCache, new_start: int) -> KVCache:
     """``cache`` moved to positions ``new_start...`` by re-rotating its keys (see the module docstring)."""
     keys = []
     for layer, k in enumerate(cache.keys):
-        T_l = k.shape[2]
-        old = torch.arange(cache.layer_start(layer), cache.end, dtype=torch.long)  # (T_l,)
-        new = old - cache.start + new_start
-        c0, s0 = rotary_cos_sin(model, layer, old, torch.float32)  # (T_l, D)
-        c1, s1 = rotary_cos_sin(model, layer, new, torch.float32)
-        kf = k.float()  # (1, H, T_l, D)
-        plain = kf * c0 - _rotate_half(kf) * s0  # inverse rotation, exact since cos²+sin²=1
-        moved = plain * c1 + _rotate_half(plain) * s1
-        keys.append(moved.to(k.dtype) if T_l else k)
+        if not k.shape[2]:
+            keys.append(k)
+            continue
+        first = cache.layer_start(layer)
+        plain = remove(model, layer, k, first)                                # (1, H, T_l, D)
+        keys.append(apply(model, layer, plain, first - cache.start + new_start).to(k.dtype))
     return replace(cache, keys=tuple(keys), start=new_start)

@@ -99,6 +99,15 @@ class TransformersRuntime(ChatTurns):
         return hashlib.sha256(tk.tokenizer_material(self.tokenizer)).hexdigest()
 
     @cached_property
+    def vocab_digest(self) -> str:
+        """sha256 of what token ids mean (vocabulary, specials), without the chat template.
+
+        Two models with the same vocabulary digest read the same ids the same way (the
+        Qwen2.5-Coder sizes differ only in their templates' tool section), which is what a
+        cross-model map (:mod:`c2c.xmodel`) needs."""
+        return hashlib.sha256(tk.tokenizer_material(self.tokenizer, template=False)).hexdigest()
+
+    @cached_property
     def weights_digest(self) -> str:
         """sha256 over the weight files, computed once per model and cached beside them."""
         return weights_digest(self.path, self.model)
@@ -202,6 +211,18 @@ class TransformersRuntime(ChatTurns):
             return cache
         self.check_cache(cache)
         return rope.reposition(self.model, cache, new_start)
+
+    def rope_remove(self, layer: int, keys: torch.Tensor, start: int) -> torch.Tensor:
+        """``keys`` ``(1, H, T, D)`` of ``layer`` at positions ``start...`` with RoPE taken out (fp32).
+
+        Not in the :class:`~c2c.runtime.protocol.Runtime` protocol: cross-model maps
+        (:mod:`c2c.xmodel`) use it, and refuse an engine without it.
+        """
+        return rope.remove(self.model, layer, keys, start)
+
+    def rope_apply(self, layer: int, plain: torch.Tensor, start: int) -> torch.Tensor:
+        """Un-rotated keys ``(1, H, T, D)`` rotated for ``layer`` at positions ``start...`` (fp32)."""
+        return rope.apply(self.model, layer, plain, start)
 
     # -------------------------------------------------------------- probes
     def probe_kv(self, ids: Sequence[int], positions: Sequence[int], past: KVCache,

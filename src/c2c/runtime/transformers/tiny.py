@@ -38,18 +38,25 @@ def byte_tokenizer():
     return fast
 
 
-def build_tiny(arch: str, out_dir: Path, *, seed: int = 0) -> None:
-    """Write a tiny random-weight model of ``arch`` (llama, qwen2, gemma3) with a byte tokenizer."""
+def build_tiny(arch: str, out_dir: Path, *, seed: int = 0, layers: int | None = None,
+               head_dim: int = 16, rope_theta: float | None = None) -> None:
+    """Write a tiny random-weight model of ``arch`` (llama, qwen2, gemma3) with a byte tokenizer.
+
+    ``layers``, ``head_dim`` and ``rope_theta`` (llama, qwen2) change the shape and RoPE (tests of
+    maps between models of different depth, head size and rotary base); the zoo's tiny models
+    use the defaults.
+    """
     tokenizer = byte_tokenizer()
-    common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    common = dict(vocab_size=len(tokenizer), hidden_size=4 * head_dim, intermediate_size=8 * head_dim,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
                   max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
                   pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
                   tie_word_embeddings=False)
     if arch == "llama":
-        config = transformers.LlamaConfig(num_hidden_layers=4, rope_theta=10000.0, **common)
+        config = transformers.LlamaConfig(num_hidden_layers=layers or 4, rope_theta=rope_theta or 10000.0, **common)
     elif arch == "qwen2":
-        config = transformers.Qwen2Config(num_hidden_layers=4, rope_theta=1000000.0, **common)
+        config = transformers.Qwen2Config(num_hidden_layers=layers or 4, rope_theta=rope_theta or 1000000.0,
+                                          **common)
     elif arch == "gemma3":
         config = transformers.Gemma3TextConfig(
             num_hidden_layers=6, sliding_window=16, query_pre_attn_scalar=16,

@@ -86,8 +86,9 @@ def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = F
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
-def tokenizer_material(tokenizer) -> bytes:
-    """Canonical bytes that identify a tokenizer's behaviour (vocab, specials, template)."""
+def tokenizer_material(tokenizer, *, template: bool = True) -> bytes:
+    """Canonical bytes that identify a tokenizer's behaviour (vocab, specials, and the template
+    unless ``template=False``)."""
     vocab = tokenizer.get_vocab()
     payload = {
         "vocab": sorted(vocab.items(), key=lambda kv: kv[1]),
@@ -96,4 +97,6 @@ def tokenizer_material(tokenizer) -> bytes:
         "bos": tokenizer.bos_token_id,
         "class": type(tokenizer).__name__,
     }
+    if not template:
+        del payload["chat_template"]
     return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,78 @@
+"""Apply a map: a source model's cache becomes a cache the target model continues from, unprefilled.
+
+Per target layer ``t``: the source layers the map reads have their keys un-rotated (the source's
+RoPE), K and V (each from the same kind, those layers side by side) go through the layer's
+linear maps ``(T, G * d_in) @ (G * d_in, d_out) + b``, the
+keys are rotated again for the same positions with the target's own RoPE, and the result is
+laid out ``(1, kv_heads, T, head_dim)`` in the target's dtype.
+
+The first tokens are the target's own: ``prefix`` when the caller holds the target's cache of
+them (a shared system prompt it has prefilled once), else the target computes the first token
+itself (one token: its K/V depend on that token alone, and it is the attention sink every later
+query leans on; the map is not fitted there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.errors import IncompatibleCacheError
+from c2c.runtime.kvcache import KVCache
+from c2c.xmodel.collect import flat_plain, require_mappable, unflat
+from c2c.xmodel.crossmap import CrossModelMap
+
+
+@torch.inference_mode()
+def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KVCache | None = None) -> KVCache:
+    """``target``'s KV-cache of ``cache.token_ids``, computed from ``source``'s ``cache`` through ``xmap``.
+
+    Args:
+        xmap: a map fitted for exactly ``source`` -> ``target``.
+        cache: ``source``'s cache of a whole context (``start == 0``).
+        source, target: the two runtimes (transformers backend); the source's is needed to
+            take its RoPE out of the keys.
+        prefix: ``target``'s own cache of the first ``P >= 1`` tokens of ``cache`` (e.g. the
+            shared system prompt); default: the target prefills the first token.
+
+    Returns:
+        a cache of ``target``'s layout, ``start == 0``, holding every token of ``cache``:
+        the target continues from it (``target.prefill(more, past=...)``) without prefilling them.
+
+    Raises:
+        MapMismatchError: ``xmap`` was fitted for another model pair.
+        IncompatibleCacheError: ``cache`` is not ``source``'s layout or not a whole context;
+            ``prefix`` is not a prefix of it.
+        RuntimeUnsupportedError: a backend or layer layout a map cannot serve.
+    """
+    require_mappable(source)
+    require_mappable(target)
+    xmap.check_pair(Fingerprint.of(source), Fingerprint.of(target))
+    source.check_cache(cache)
+    if cache.start != 0 or cache.seq_len == 0:
+        raise IncompatibleCacheError(f"map a whole context (a cache starting at position 0, not {cache.start}); "
+                                     "re-position a slice after its prefix first")
+    if prefix is None:
+        _, prefix = target.prefill(cache.token_ids[:1])
+    P = prefix.seq_len
+    if prefix.start != 0 or P > cache.seq_len or tuple(prefix.token_ids) != tuple(cache.token_ids[:P]):
+        raise IncompatibleCacheError("prefix must be the target's cache of the first tokens of the mapped cache")
+    target.check_cache(prefix)
+    if P == cache.seq_len:
+        return prefix
+    rest = cache.slice(P, cache.end)                                           # positions P..T-1
+    xk, xv = flat_plain(source, rest)                                          # Ls x (T-P, d_in)
+    Ht, dtype = target.facts.kv_heads, target.dtype
+    keys, values = [], []
+    for t in range(len(xmap.layers)):
+        wk, bk = xmap.weight("k", t)
+        wv, bv = xmap.weight("v", t)
+        lf = xmap.layers[t]
+        k = torch.cat([xk[s] for s in lf["k"].sources], 1) @ wk + bk          # (T-P, d_out), un-rotated
+        v = torch.cat([xv[s] for s in lf["v"].sources], 1) @ wv + bv          # (T-P, d_out)
+        keys.append(target.rope_apply(t, unflat(k, Ht), P).to(dtype))         # (1, Ht, T-P, Dt)
+        values.append(unflat(v, Ht).to(dtype))
+    mapped = replace(rest, keys=tuple(keys), values=tuple(values), windows=tuple(target.facts.windows))
+    return prefix.append(mapped)
