@@ -124,11 +124,7 @@ def writev_all(fd: int, buffers: list) -> int:
     while views:
         n = os.writev(fd, views[:_IOV_MAX])
         total += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
+        advance(views, n)
     return total
 
 
@@ -142,12 +138,17 @@ def readv_all(fd: int, buffers: list) -> int:
         if n == 0:
             break
         total += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
+        advance(views, n)
     return total
+
+
+def advance(views: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of the byte views ``views`` (in place), after a scatter/gather call moved them."""
+    while views and n >= len(views[0]):
+        n -= len(views[0])
+        views.pop(0)
+    if n:
+        views[0] = views[0][n:]
 
 
 def fsync_dir(path: str | Path) -> None:

@@ -34,6 +34,20 @@ def canonical_json(obj: Any) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
+def check_format(doc: Any, fmt: str, version: int, *, where: str, what: str,
+                 not_it: type[Exception], too_new: type[Exception]) -> dict:
+    """``doc`` when it is a JSON object of format ``fmt`` and version ``version`` (a file's header or config).
+
+    Raises ``not_it`` (another format, or no object) or ``too_new`` (another version), naming ``where``
+    (the file) and ``what`` (the kind of file, e.g. "c2c map").
+    """
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise not_it(f"{where} is not a {what} (format is not {fmt!r})")
+    if doc.get("version") != version:
+        raise too_new(f"{where}: {what} version {doc.get('version')!r}; this build reads {version}")
+    return doc
+
+
 def check_utf8(text: str, what: str) -> str:
     """``text`` if it encodes as UTF-8 (no lone surrogates), else :class:`ConfigError` naming ``what``."""
     where = non_utf8_at(text)

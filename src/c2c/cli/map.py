@@ -35,7 +35,7 @@ def register(sub) -> None:
     add_json_flag(c)
 
     c = command(s, "info", help="check a map file and print its pair, layer mapping and R² per layer",
-                example="c2c map info ~/.cache/c2c/maps/Qwen2.5-Coder-0.5B-Instruct--Qwen2.5-Coder-1.5B-Instruct.c2cmap",
+                example="c2c map info checkpoints/xmodel/Qwen2.5-Coder-0.5B-Instruct--Qwen2.5-Coder-1.5B-Instruct.c2cmap",
                 func=_info)
     c.add_argument("path", help="the map file")
     add_json_flag(c)

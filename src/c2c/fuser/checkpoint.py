@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as save_bytes
 
 from c2c._io import write_atomic
-from c2c.canon import canonical_json
+from c2c.canon import canonical_json, check_format
 from c2c.errors import FuserCheckpointError
 from c2c.fuser.model import CacheFuser, FuserConfig
 
@@ -96,10 +96,8 @@ def read_meta(path: str | Path) -> FuserMeta:
                                    "`c2c fuser train --config FILE`") from None
     except (OSError, ValueError) as e:
         raise FuserCheckpointError(f"{path / CONFIG} is unreadable: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise FuserCheckpointError(f"{path / CONFIG} is not a c2c fuser config")
-    if doc.get("version") != VERSION:
-        raise FuserCheckpointError(f"fuser checkpoint version {doc.get('version')!r}; this build reads {VERSION}")
+    check_format(doc, FORMAT, VERSION, where=str(path / CONFIG), what="c2c fuser config",
+                 not_it=FuserCheckpointError, too_new=FuserCheckpointError)
     try:
         return FuserMeta(fuser=FuserConfig.from_dict(doc["fuser"]), receiver=dict(doc["receiver"]),
                          sharer=dict(doc["sharer"]), alignment=dict(doc.get("alignment", {})),

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from c2c.errors import ConfigError
-from c2c.store.interface import CommitId, CommitRecord, Store
+from c2c.errors import ConfigError, StoreError, StoreWriteError
+from c2c.store.interface import Commit, CommitId, CommitRecord, Store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,3 +148,18 @@ def retain(store: Store, stream: str, *, now: float | None = None) -> tuple[Comm
     removable, _ = plan(store.log(stream), GCPolicy(ttl_s=policy.ttl_s, keep_last=policy.keep_last),
                         time.time() if now is None else now)
     return tuple(cid for cid in removable if store.delete_leaf(cid))
+
+
+def retain_after_put(store: Store, commit: Commit) -> None:
+    """Apply ``commit``'s stream retention once the commit is stored (every backend's put ends here).
+
+    Raises:
+        StoreWriteError: retention failed; the commit stands, and the next put to the stream or
+            ``c2c store gc`` applies the retention.
+    """
+    try:
+        retain(store, commit.stream)
+    except StoreError as e:
+        raise StoreWriteError(f"commit {commit.id[:12]} is stored as {commit.stream} v{commit.version}, but "
+                              f"applying the stream's retention failed ({e}); the next put to the stream or "
+                              "`c2c store gc` does it") from e

@@ -252,6 +252,17 @@ class Manifest:
             n += 1
         return tuple(range(n))
 
+    def to_write(self, have: set[str]) -> tuple[list[int], int]:
+        """What a put must write when its domain already holds the chunks ``have``: the index of each
+        missing chunk's first use, and the bytes they and the head add."""
+        which, seen, adding = [], set(), len(self.head)
+        for i, c in enumerate(self.chunks):
+            if c.digest not in have and (c.digest not in seen or not c.digest):
+                seen.add(c.digest)
+                which.append(i)
+                adding += c.size
+        return which, adding
+
     def distinct(self) -> dict[str, tuple[int, int]]:
         """``{digest: (size, uses)}``: each chunk once, with how often this commit lists it."""
         out: dict[str, tuple[int, int]] = {}

@@ -46,7 +46,7 @@ from redis.retry import Retry
 
 from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteError
 from c2c.store import redis_lua, resp
-from c2c.store.gc import Retention, retain
+from c2c.store.gc import Retention, retain_after_put
 from c2c.store.ingest import prepare_put
 from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
                                  check_reason, check_stream, invalidated_reason)
@@ -216,12 +216,7 @@ class RedisStore(Store):
                 found = self._r.hmget(f"{p}refs", digests)
                 have = {d for d, r in zip(digests, found) if r is not None}
             quota, stored = self._r.get(f"{p}quota"), self._r.hget(f"{p}usage", "stored")
-        which, seen, adding = [], set(), len(manifest.head)
-        for i, c in enumerate(manifest.chunks):
-            if c.digest not in have and (c.digest not in seen or not c.digest):
-                seen.add(c.digest)
-                which.append(i)
-                adding += c.size
+        which, adding = manifest.to_write(have)
         check_quota(self.domain, None if quota is None else int(quota), int(stored or 0), adding)
         return which
 
@@ -288,12 +283,7 @@ class RedisStore(Store):
                 f"commit {ing.id[:12]} is stored as {stream} v{commit.version}, but marking the dependents of "
                 f"the version it superseded ({superseded[:12] or '-'}) stale was interrupted ({e}); the next "
                 f"write after {WALK_LEASE_S} s finishes that, or store.invalidate(old id, ...) does now") from e
-        try:
-            retain(self, commit.stream)
-        except StoreError as e:
-            raise StoreWriteError(f"commit {commit.id[:12]} is stored as {commit.stream} v{commit.version}, but "
-                                  f"applying the stream's retention failed ({e}); the next put to the stream or "
-                                  "`c2c store gc` does it") from e
+        retain_after_put(self, commit)
         return commit
 
     def _commit(self, ing, stream: str, parents: tuple[str, ...], token: str, distinct: list) -> list:

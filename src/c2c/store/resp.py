@@ -25,10 +25,12 @@ parser (medians of 7, benchmarks/results/store.md).
 
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import redis
 
+from c2c import _io
 from c2c.errors import StoreError
 
 # (what, how to find it) for each redis-py internal get_into relies on
@@ -74,6 +76,30 @@ def require(client: redis.Redis) -> None:
             raise _unsupported(what)
 
 
+class _Lease:
+    """A connection borrowed from a redis-py pool; ``in_step`` once every reply sent for was read."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.in_step = False
+
+
+@contextmanager
+def _leased(client: redis.Redis, doing: str) -> Iterator[_Lease]:
+    """Borrow a connection of ``client``'s pool; give it back, disconnected unless the body left it in step
+    (unread replies may remain on it); an ``OSError`` becomes redis-py's ConnectionError ("``doing`` redis")."""
+    pool = client.connection_pool
+    lease = _Lease(pool.get_connection())
+    try:
+        yield lease
+    except OSError as e:
+        raise redis.exceptions.ConnectionError(f"{doing} redis failed: {e}") from e
+    finally:
+        if not lease.in_step:
+            lease.conn.disconnect()
+        pool.release(lease.conn)
+
+
 def set_from(client: redis.Redis, items: list[tuple[str, list]], ex: int) -> None:
     """``SET key value EX ex`` for each ``(key, buffers)``, pipelined, each value sent as its buffers are:
     a chunk's runs go to the socket one after another, never joined into one copy first.
@@ -82,10 +108,8 @@ def set_from(client: redis.Redis, items: list[tuple[str, list]], ex: int) -> Non
         Redirected: the server answered MOVED or ASK (a cluster slot is moving).
         redis.RedisError: connection or server errors (OOM as a ResponseError, NOPERM as NoPermissionError).
     """
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    ok = False
-    try:
+    with _leased(client, "writing to") as lease:
+        conn = lease.conn
         ttl = str(int(ex)).encode()
         tail = b"\r\n$2\r\nEX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
         out: list = []
@@ -105,13 +129,7 @@ def set_from(client: redis.Redis, items: list[tuple[str, list]], ex: int) -> Non
             if str(failure).startswith(("MOVED ", "ASK ")):
                 raise Redirected(str(failure))
             raise failure
-        ok = True
-    except OSError as e:
-        raise redis.exceptions.ConnectionError(f"writing to redis failed: {e}") from e
-    finally:
-        if not ok:
-            conn.disconnect()
-        pool.release(conn)
+        lease.in_step = True
 
 
 def _recv_views(sock, views: list[memoryview]) -> None:
@@ -124,11 +142,7 @@ def _recv_views(sock, views: list[memoryview]) -> None:
             r = sock.recv_into(views[0])
         if r == 0:
             raise redis.exceptions.ConnectionError("the server closed the connection mid-reply")
-        while views and r >= len(views[0]):
-            r -= len(views[0])
-            views.pop(0)
-        if r:
-            views[0] = views[0][r:]
+        _io.advance(views, r)
 
 
 _IOV_MAX = 1024
@@ -145,10 +159,8 @@ def get_into(client: redis.Redis, keys: list[str], targets: list[list[memoryview
         ValueError: a value is not exactly as long as its targets together.
         redis.RedisError: connection or server errors (NOPERM as NoPermissionError).
     """
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    ok = False
-    try:
+    with _leased(client, "reading from") as lease:
+        conn = lease.conn
         conn.send_packed_command(conn.pack_commands([("GET", k) for k in keys]))
         sock = getattr(conn, "_sock", None)
         if sock is None or not hasattr(sock, "recv_into"):
@@ -194,11 +206,5 @@ def get_into(client: redis.Redis, keys: list[str], targets: list[list[memoryview
             while len(pending) < 2:
                 fill()
             del pending[:2]  # the CRLF after the payload
-        ok = not pending
+        lease.in_step = not pending
         return total
-    except OSError as e:
-        raise redis.exceptions.ConnectionError(f"reading from redis failed: {e}") from e
-    finally:
-        if not ok:
-            conn.disconnect()
-        pool.release(conn)

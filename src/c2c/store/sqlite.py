@@ -56,9 +56,9 @@ from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteE
 from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
                                  check_reason, check_stream, invalidated_reason, stale_reason_for,
                                  superseded_reason)
-from c2c.store.gc import Retention, retain
+from c2c.store.gc import Retention, retain_after_put
 from c2c.store.ingest import prepare_put
-from c2c.store.sqlite_chunks import WRITERS, ChunkFiles
+from c2c.store.sqlite_chunks import WRITERS, ChunkFiles, unlink_count
 from c2c.store.sqlite_config import SQLiteConfig
 from c2c.store.sqlite_schema import SCHEMA_VERSION, migrate
 from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
@@ -210,12 +210,7 @@ class SQLiteStore(Store):
                 have |= {r[0] for r in self._read(
                     f"SELECT digest FROM chunks WHERE domain = ? AND refs > 0 AND digest IN "
                     f"({','.join('?' * len(part))})", (d, *part))}
-        which, seen, adding = [], set(), len(manifest.head)
-        for i, c in enumerate(manifest.chunks):
-            if c.digest not in have and (c.digest not in seen or not c.digest):
-                seen.add(c.digest)
-                which.append(i)
-                adding += c.size
+        which, adding = manifest.to_write(have)
         row = self._read("SELECT quota, stored FROM domains WHERE domain = ?", (d,))
         quota, stored = row[0] if row else (None, 0)
         check_quota(d, quota, stored, adding)
@@ -250,7 +245,7 @@ class SQLiteStore(Store):
         with self._tx() as db:
             for digest in digests:
                 if db.execute("SELECT 1 FROM chunks WHERE domain = ? AND digest = ?", (d, digest)).fetchone() is None:
-                    removed += _unlink(self._chunk_path(d, digest))
+                    removed += unlink_count(self._chunk_path(d, digest))
         return removed
 
     # ------------------------------------------------------------------- writing
@@ -280,12 +275,7 @@ class SQLiteStore(Store):
         else:
             raise StoreWriteError(f"the chunks of {ing.id[:12]} kept being collected while it was put; "
                                   "nothing was committed, put it again")
-        try:
-            retain(self, commit.stream)
-        except StoreError as e:
-            raise StoreWriteError(f"commit {commit.id[:12]} is stored as {commit.stream} v{commit.version}, but "
-                                  f"applying the stream's retention failed ({e}); the next put to the stream or "
-                                  "`c2c store gc` does it") from e
+        retain_after_put(self, commit)
         return commit
 
     def _commit(self, ing, stream: str, all_parents: tuple[CommitId, ...],
@@ -530,7 +520,7 @@ class SQLiteStore(Store):
         removed = 0
         for tmp in (self.root / "tmp").iterdir():
             if _mtime(tmp) < cutoff:
-                removed += _unlink(tmp)
+                removed += unlink_count(tmp)
         for domain_dir in (self.root / "chunks").iterdir():
             old = [p.name for p in domain_dir.glob("??/*") if _mtime(p) < cutoff]
             for i in range(0, len(old), 500):
@@ -542,12 +532,6 @@ class _Collected(Exception):
     """A chunk a put meant to share was freed between its plan and its commit."""
 
 
-def _unlink(path: Path) -> int:
-    try:
-        os.unlink(path)
-        return 1
-    except OSError:
-        return 0
 
 
 def _mtime(path: Path) -> float:

@@ -45,7 +45,7 @@ class ChunkFiles:
                 finally:
                     os.close(fd)
             except OSError as e:
-                _unlink(tmp)
+                unlink_count(tmp)
                 raise StoreWriteError(f"cannot write a chunk under {self.root}: {e.strerror or e}; "
                                       "nothing was written") from e
             return i, tmp
@@ -67,7 +67,7 @@ class ChunkFiles:
     @staticmethod
     def discard(staged: dict[int, Path]) -> None:
         for tmp in staged.values():
-            _unlink(tmp)
+            unlink_count(tmp)
 
     def read(self, domain: str, manifest, indices: list[int], out: memoryview, commit_id: str) -> int:
         """Read chunks ``indices`` of ``manifest`` into their runs of ``out``, each checked; the bytes read."""
@@ -101,7 +101,8 @@ class ChunkFiles:
             return sum(pool.map(read, indices))
 
 
-def _unlink(path: Path) -> int:
+def unlink_count(path: Path) -> int:
+    """Remove ``path``: 1 if it went, 0 if it was not there (or could not go)."""
     try:
         os.unlink(path)
         return 1

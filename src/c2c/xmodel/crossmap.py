@@ -37,7 +37,7 @@ from safetensors.torch import save as save_bytes
 
 from c2c._io import read_bounded, write_atomic
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.canon import canonical_json, sha256_hex
+from c2c.canon import canonical_json, check_format, sha256_hex
 from c2c.errors import CorruptArtifactError, MapMismatchError, UnsupportedVersionError
 
 FORMAT = "c2c-xmodel-map"
@@ -193,10 +193,8 @@ def load(path: str | Path, *, expect_id: str | None = None) -> CrossModelMap:
         doc = json.loads(text)
     except (ValueError, KeyError, AttributeError, TypeError):
         raise CorruptArtifactError(f"{path} is not a c2c map (no readable c2c.map header)") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CorruptArtifactError(f"{path} is not a c2c map (format is not {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise UnsupportedVersionError(f"{path}: map format version {doc.get('version')!r}; this build reads {VERSION}")
+    check_format(doc, FORMAT, VERSION, where=str(path), what="c2c map", not_it=CorruptArtifactError,
+                 too_new=UnsupportedVersionError)
     try:
         canonical = canonical_json(doc).decode()
     except ValueError:
