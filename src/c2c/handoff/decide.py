@@ -48,7 +48,7 @@ from c2c.handoff.policy import HandoffPolicy
 from c2c.trust.isolation import domain_rule
 
 if TYPE_CHECKING:  # the offer is read, never imported here: decide() stays free of torch
-    from c2c.xmodel.offer import MapOffer
+    from c2c.xmodel.mapoffer import MapOffer
 
 Path = Literal["cache", "fused", "mapped", "text"]
 PATHS: tuple[str, ...] = ("cache", "fused", "mapped", "text")
