@@ -9,8 +9,8 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
                 domain shared it with the receiver's (else: text, always;
                 caches never leave a domain unshared, nor do fusers)
 ``fingerprint`` the same model: architecture, layers, heads, RoPE, dtype,
-                tokenizer, weights, adapters (else: a fuser if one exists
-                for the pair, else text)
+                tokenizer, weights, adapters (else: an earned cross-model
+                map for the pair, else a fuser if one exists, else text)
 ``prefix``      the same shared prefix, block by block
 ``hops``        the chain stays within the hop limit (``C2C_MAX_HOPS``)
 ``staleness``   the context is not built on a stale commit
