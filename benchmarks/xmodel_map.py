@@ -177,7 +177,9 @@ def main() -> int:
     if args.calibrate:
         rec = calibration(result, task=f"context_qa doc_tokens={args.doc_tokens} seed={seed}")
         if rec is not None:
-            rec.save(mpath.with_suffix(".calibration.json"))
+            from c2c.xmodel.calibration import record_path
+
+            rec.save(record_path(mpath))  # where MapOffer.load and `c2c serve --map` look for it
             print(rec.reason)
     return summary(out_dir)
 

@@ -47,3 +47,57 @@ def tiny():
 def zoo_model():
     """``zoo_model(NAME, dtype=None, backend=None)`` -> a runtime of a real zoo model (pulled on first use)."""
     return _load
+
+
+# ------------------------------------------------- cross-model maps (c2c.xmodel) between tiny models
+# Tiny random-weight models of different depth, head size and RoPE base, sharing the byte vocabulary.
+XMODEL_SHAPES = {  # name -> (seed, layers, head_dim, rope_theta)
+    "small": (1, 3, 8, 10000.0),
+    "big": (2, 5, 16, 1000000.0),
+    "big_other": (3, 5, 16, 1000000.0),  # the shapes of "big", other weights
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """``{"small", "big", "big_other"}`` -> a float32 runtime of that tiny model."""
+    from c2c.runtime.transformers import TransformersRuntime, tiny as tiny_build
+
+    root = tmp_path_factory.mktemp("xmodel-tiny")
+    models = {}
+    for name, (seed, layers, head_dim, theta) in XMODEL_SHAPES.items():
+        tiny_build.build_tiny("qwen2", root / name, seed=seed, layers=layers, head_dim=head_dim, rope_theta=theta)
+        models[name] = TransformersRuntime.load(root / name, name=f"tiny-{name}", dtype="float32")
+    return models
+
+
+@pytest.fixture(scope="session")
+def streams():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 256, (48,), generator=g).tolist() for _ in range(12)]
+
+
+@pytest.fixture(scope="session")
+def small_to_big(tiny_models, streams):
+    """A map between two models of different depth (3 -> 5 layers) and head size (8 -> 16)."""
+    from c2c.xmodel import FitConfig, fit
+
+    return fit(tiny_models["small"], tiny_models["big"], FitConfig(tokens=400, seq_len=48, layer_window=2),
+               streams=streams, progress=False)
+
+
+@pytest.fixture(scope="session")
+def map_offer():
+    """``map_offer(xmap, earned=True)`` -> a :class:`c2c.xmodel.MapOffer` with a calibration record for that
+    very map that says it beats the source alone (``earned=False``: a record that does not; ``None``: none)."""
+    from c2c.xmodel import MapCalibration, MapOffer
+
+    def make(xmap, earned: bool | None = True):
+        rec = None if earned is None else MapCalibration(
+            map_id=xmap.id, task="context_qa doc_tokens=256 seed=1", n=100, mapped_correct=70 if earned else 52,
+            source_correct=50, diff_ci95=(0.08, 0.32) if earned else (-0.06, 0.10), target_correct=80)
+        return MapOffer.of(xmap, rec)
+
+    return make

@@ -109,3 +109,21 @@ def test_each_dtype_and_backend_has_its_own_calibration(tiny):
     assert calibration_name("m", "bfloat16") == "m@bfloat16"
     assert calibration_name("m", "float16", "llama.cpp") == "m@llama.cpp"
     assert runtime_calibration_name(tiny("qwen2")) == "tiny-qwen2"  # the suite runs in float32
+
+
+def test_a_map_forecast_is_mapped_only_when_its_record_earns_it():
+    from dataclasses import replace
+
+    from c2c.testing.synthetic import synthetic_fingerprint
+    from c2c.xmodel import MapCalibration, MapOffer
+
+    small = synthetic_fingerprint()
+    big = replace(small, weights_digest="3" * 64, head_dim=16)
+    rec = MapCalibration(map_id="a" * 64, task="t", n=100, mapped_correct=70, source_correct=50, diff_ci95=(0.1, 0.3))
+    offer = MapOffer(map_id="a" * 64, source=small, target=big, calibration=rec)
+    d = forecast(CAL, message_tokens=256, context_tokens=512, xmap=offer)
+    assert (d.path, d.map_id) == ("mapped", "a" * 64) and d.check("fingerprint").ok is False
+    unearned = replace(offer, calibration=replace(rec, diff_ci95=(-0.1, 0.3)))
+    d = forecast(CAL, message_tokens=256, context_tokens=512, xmap=unearned)
+    assert d.path == "text" and "does not clearly beat" in d.reason
+    assert forecast(CAL, message_tokens=256, context_tokens=512, xmap=offer, cross_domain=True).path == "text"

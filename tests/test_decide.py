@@ -1,4 +1,4 @@
-"""decide(): the one place the handoff rules live. Pure: no model, no I/O."""
+"""decide(): the one place the handoff rules live. Pure: no model, no I/O (maps are offered as descriptors)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from c2c.advise import Advice
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (ConfigError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
                         StaleCommitError)
-from c2c.handoff import CHECKS, HandoffPolicy, Party, decide
+from c2c.handoff import CHECKS, HandoffPolicy, Party, decide, fall_back
 from c2c.testing.synthetic import synthetic_fingerprint
+from c2c.xmodel import MapCalibration, MapOffer
 
 FP = synthetic_fingerprint()
+BIG = replace(FP, num_layers=4, layer_types=("full_attention",) * 4, head_dim=16, weights_digest="3" * 64,
+              model_name="synthetic-big")
 PREFIX = PrefixRef.of(list(range(40)))
 
 
@@ -91,3 +94,54 @@ def test_policy_is_validated_and_built_from_options():
         HandoffPolicy.build(modes="full")
     with pytest.raises(ConfigError, match="isolation"):
         HandoffPolicy(isolation="none")
+
+
+# ------------------------------------------------------------------ the mapped path (cross-model maps)
+def offer(source=FP, target=BIG, *, lo=0.08, hi=0.32, record=True, map_id="a" * 64, measured=None):
+    """A map descriptor for ``source -> target`` whose record has the interval ``[lo, hi]`` of mapped - source."""
+    rec = MapCalibration(map_id=measured or map_id, task="context_qa seed=1", n=100, mapped_correct=70,
+                         source_correct=50, diff_ci95=(lo, hi)) if record else None
+    return MapOffer(map_id=map_id, source=source, target=target, calibration=rec)
+
+
+def test_auto_maps_a_cache_to_another_model_only_with_an_earned_map_for_that_very_pair():
+    big = party("b", fingerprint=BIG)
+    d = decide(party(), big, maps=[offer()])
+    assert (d.path, d.mode, d.map_id) == ("mapped", "full", "a" * 64)
+    assert d.check("fingerprint").ok is False and "mapped target beats the source alone" in d.reason
+    assert d.to_dict()["map_id"] == "a" * 64 and d.to_dict()["path"] == "mapped"
+    d = decide(party(), big, maps=[offer(lo=-0.01)])  # the interval does not clear zero
+    assert d.path == "text" and d.map_id is None and "does not clearly beat" in d.reason
+    d = decide(party(), big, maps=[offer(record=False)])
+    assert d.path == "text" and "no calibration record" in d.reason
+    d = decide(party(), big, maps=[offer(measured="b" * 64)])  # a record of another map
+    assert d.path == "text" and "measured map bbbbbbbbbbbb" in d.reason
+    d = decide(party(), big, maps=[offer(source=BIG, target=FP)])  # the map of the reverse pair
+    assert d.path == "text" and "no map for this pair" in d.reason and "source.num_layers" in d.reason
+    d = decide(party(), big, maps=[offer(source=BIG, target=FP, map_id="c" * 64), offer(lo=-0.2, hi=-0.1),
+                                   offer(map_id="d" * 64, measured="d" * 64)])
+    assert d.map_id == "d" * 64  # the one earned map among those for this pair
+    assert decide(party(), big).path == "text" and decide(party(), party("b"), maps=[offer()]).path == "cache"
+
+
+def test_a_map_never_crosses_a_failed_check_and_is_no_explicit_mode():
+    big = party("b", fingerprint=BIG)
+    for other in (replace(big, domain="elsewhere"), replace(big, prefix=PrefixRef.of(list(range(39)) + [7]))):
+        assert decide(party(), other, maps=[offer()]).path == "text"
+    assert decide(party(), big, HandoffPolicy(max_hops=1), hops=2, maps=[offer()]).path == "text"
+    assert decide(party(), big, stale="superseded", maps=[offer()]).path == "text"
+    assert decide(party(), big, advice=costs(2.0, 1.0), maps=[offer()]).path == "text"
+    explicit = decide(party(), big, HandoffPolicy(mode="full"), maps=[offer()])
+    assert explicit.path == "cache" and isinstance(explicit.refusal(), FingerprintMismatchError)
+
+
+def test_a_mapped_path_keeps_private_spans_home_and_outranks_a_fuser_only_when_earned():
+    big = party("b", fingerprint=BIG)
+    d = decide(party(private=("role",), exportable=("evidence",)), big, maps=[offer()])
+    assert (d.path, d.mode, d.labels) == ("mapped", "slice", ("evidence",)) and "never leave" in d.reason
+    assert decide(party(private=("role",)), big, maps=[offer()]).path == "text"  # nothing exportable
+    assert decide(party(), big, fuser_available=True, maps=[offer()]).path == "mapped"
+    d = decide(party(), big, fuser_available=True, maps=[offer(lo=-0.01)])
+    assert d.path == "fused" and "does not clearly beat" in d.reason
+    back = fall_back(decide(party(), big, maps=[offer()]), HandoffPolicy(), HandoffError("map failed"))
+    assert (back.path, back.map_id) == ("text", None) and "map failed" in back.reason

@@ -1,7 +1,9 @@
 """Every hop asks decide(): with decide replaced by one that refuses, every path that moves context refuses.
 
 hand_off (every mode), the shared-memory channel, the store chain's pull, the server's Exchange, Router, and
-the forecast behind `c2c advise` and POST /v1/c2c/advise. A path that decided by itself would go on.
+the forecast behind `c2c advise` and POST /v1/c2c/advise; and the mapped path between two models with a
+cross-model map on offer (hand_off, Router, the server's Exchange with `--map`). A path that decided by
+itself would go on.
 """
 
 from __future__ import annotations
@@ -97,3 +99,28 @@ def test_the_servers_exchange_asks_decide(tiny, team, tmp_path, no_decisions):
         with pytest.raises(Asked):
             exchange.attach(cid, runtime=rt, principal=Principal(agent="w", domain="lab"),
                             prefix_ids=a.context.token_ids[:a.context.prefix_len], mode="auto")
+
+
+def test_the_mapped_path_asks_decide_in_the_library_the_router_and_the_server(tiny_models, small_to_big, map_offer,
+                                                                           tmp_path, no_decisions):
+    from c2c.serve.auth import Principal
+    from c2c.serve.exchange import Exchange
+    from c2c.serve.mapped import ServedMap
+
+    ring = Keyring(tmp_path / "keys")
+    ring.create_key("lab")
+    team = Team(shared=SHARED, domain="lab", keyring=ring)
+    small, big = tiny_models["small"], tiny_models["big"]
+    a, b = Agent("analyst", small, team), Agent("writer", big, team)
+    a.read("The deploy is on Friday.")
+    offer = map_offer(small_to_big)
+    with pytest.raises(Asked):
+        hand_off(a, b, maps=[offer])
+    with pytest.raises(Asked):
+        c2c.flows.router.Router(maps=[offer]).hand_off(a, b)
+    with open_store(f"sqlite:///{tmp_path / 'store'}?domain=lab") as store:
+        cid = store.put(a.export().encode(), stream="a").id
+        exchange = Exchange(store, ring, maps=[ServedMap(offer=offer, source=small, target=big)])
+        with pytest.raises(Asked):
+            exchange.attach(cid, runtime=big, principal=Principal(agent="w", domain="lab"),
+                            prefix_ids=b.context.token_ids[:b.context.prefix_len], mode="auto")

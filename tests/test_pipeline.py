@@ -58,3 +58,12 @@ def test_pipeline_validation(tiny):
         Pipeline([Stage(agent=a, instruction="x")])
     with pytest.raises(ConfigError, match="unique"):
         Pipeline([Stage(agent=a, instruction="x"), Stage(agent=a, instruction="y")])
+
+
+def test_an_expensive_hop_to_another_model_is_mapped_with_an_earned_map(tiny_models, small_to_big, map_offer):
+    team = Team(shared=SharedPrefix.build("A team of agents."))
+    a, b = Agent("small", tiny_models["small"], team), Agent("big", tiny_models["big"], team, role="You are big.")
+    stages = [Stage(agent=a, instruction="Analyse.", max_new_tokens=2),
+              Stage(agent=b, instruction="Draft.", expensive=True, max_new_tokens=2)]
+    [hop] = Pipeline(stages, maps=[map_offer(small_to_big)]).run("Some material.").hops
+    assert (hop.handoff.path, hop.handoff.used, hop.handoff.map_id) == ("mapped", "full", small_to_big.id)

@@ -105,6 +105,27 @@ def test_advise_uses_the_saved_calibration(tmp_path, monkeypatch, capsys):
     assert text.startswith("decision: TEXT") and "trust domains" in text
 
 
+def test_advise_with_a_map_decides_the_mapped_path_by_its_record(tmp_path, monkeypatch, capsys, small_to_big,
+                                                                  map_offer):
+    from c2c.advise import Calibration, save_calibration
+    from c2c.xmodel.calibration import record_path
+
+    monkeypatch.setenv("C2C_HOME", str(tmp_path))
+    save_calibration(Calibration(model="tiny-qwen2", decode_s_per_token=0.1, decode_s_per_position=0.0,
+                                 prefill_s_fixed=0.01, prefill_s_per_token=0.005, prefill_s_per_pair=0.0,
+                                 prefill_s_per_past=0.0, kv_bytes_per_token=1000, handoff_points=((10**6, 0.01),)))
+    path = tmp_path / "small--big.c2cmap"
+    small_to_big.save(path)
+    flags = ["advise", "--model", "tiny-qwen2", "--message-tokens", "200", "--map", str(path), "--json"]
+    assert main(flags) == 0  # no record beside the map: not used
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "text" and out["map_id"] is None and "no calibration record" in out["reason"]
+    map_offer(small_to_big).calibration.save(record_path(path))
+    assert main(flags) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "mapped" and out["map_id"] == small_to_big.id and "beats" in out["reason"]
+
+
 def test_continue_from_an_exported_artifact(tiny, tmp_path, capsys):
     model_dir = str(tiny("qwen2").path)
     out = tmp_path / "a.c2c"

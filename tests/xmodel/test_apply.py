@@ -49,3 +49,18 @@ def test_a_self_map_reproduces_the_models_own_cache_and_answer(tiny_models, stre
     a = big.generate([9, 10], own, max_new_tokens=6)
     b = big.generate([9, 10], mapped, max_new_tokens=6)
     assert a.token_ids == b.token_ids
+
+
+def test_a_slice_after_the_prefix_maps_as_the_same_tokens_of_the_whole_context(small_to_big, tiny_models):
+    # what a slice cut after the shared prefix carries: the source need not send the prefix's K/V
+    small, big = tiny_models["small"], tiny_models["big"]
+    ids = list(range(60, 100))
+    _, cache = small.prefill(ids)
+    _, prefix = big.prefill(ids[:10])
+    whole = map_cache(small_to_big, cache, source=small, target=big, prefix=prefix)
+    part = map_cache(small_to_big, cache.slice(10, 40), source=small, target=big, prefix=prefix)
+    assert part.start == 0 and part.token_ids == tuple(ids) and part.max_abs_diff(whole) == 0.0
+    with pytest.raises(IncompatibleCacheError):  # a slice that does not continue the prefix
+        map_cache(small_to_big, cache.slice(12, 40), source=small, target=big, prefix=prefix)
+    with pytest.raises(IncompatibleCacheError):  # nor without one
+        map_cache(small_to_big, cache.slice(10, 40), source=small, target=big)

@@ -13,7 +13,9 @@ def register(sub) -> None:
     p = command(sub, "advise", help="predict text vs cache latency for a hop and decide it (c2c.decide's rules)",
                 example="c2c advise --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 256 --context-tokens 2048\n"
                         "c2c advise --model Qwen2.5-Coder-0.5B-Instruct --message-tokens 64 --context-tokens 512 "
-                        "--bandwidth-gbps 1 --hops 4 --json",
+                        "--bandwidth-gbps 1 --hops 4 --json\n"
+                        "c2c advise --model Qwen2.5-Coder-1.5B-Instruct --message-tokens 64 --context-tokens 1024 "
+                        "--map checkpoints/xmodel/Qwen2.5-Coder-0.5B-Instruct--Qwen2.5-Coder-1.5B-Instruct.c2cmap",
                 func=_advise)
     p.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct", help="zoo model name or model directory")
     add_runtime_flags(p)
@@ -27,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("--cross-domain", action="store_true", help="sender and receiver are in different trust domains")
     p.add_argument("--other-model", action="store_true", help="the receiver runs a different model")
     p.add_argument("--fuser", action="store_true", help="a trained fuser exists for the model pair")
+    p.add_argument("--map", default=None, metavar="FILE",
+                   help="a cross-model map (c2c map fit): the hop goes from its source model to its target, "
+                        "mapped if its calibration record (FILE's .calibration.json) says it beats the source alone")
     p.add_argument("--recalibrate", action="store_true", help="measure this machine again (else cached)")
     add_json_flag(p)
 
@@ -39,6 +44,7 @@ def _advise(args: argparse.Namespace) -> int:
 
     from c2c.runtime.dtype import resolve as resolve_dtype
 
+    xmap = _offer(args.map)  # a bad map file fails before a calibration is measured
     base = args.model if Path(args.model).is_dir() else zoo.resolve(args.model).name
     backend = args.backend or "transformers"
     name = advise.calibration_name(base, "float16" if backend == "llama.cpp" else resolve_dtype(args.dtype), backend)
@@ -49,13 +55,22 @@ def _advise(args: argparse.Namespace) -> int:
         advise.save_calibration(cal)
     d = forecast(cal, message_tokens=args.message_tokens, context_tokens=args.context_tokens, hops=args.hops,
                  hop_limit=args.hop_limit, bandwidth_gbps=args.bandwidth_gbps, cross_domain=args.cross_domain,
-                 other_model=args.other_model, fuser_available=args.fuser)
+                 other_model=args.other_model, fuser_available=args.fuser, xmap=xmap)
     a = d.advice
     text = (f"decision: {d.path.upper()}: {d.reason}\n"
             f"  text  handoff {a['text_handoff_s']:8.3f}s   pipeline {a['text_pipeline_s']:8.2f}s\n"
             f"  cache handoff {a['cache_handoff_s']:8.3f}s   pipeline {a['cache_pipeline_s']:8.2f}s   "
             f"({a['artifact_bytes'] / 1e6:.1f} MB)\n" + "\n".join(f"  - {c.name}: {c.detail}" for c in d.checks
                                                                    if c.ok is not None))
-    emit(args, {"decision": d.path, "reason": d.reason, "checks": [c.to_dict() for c in d.checks], **a,
-                "calibration": cal.__dict__}, text)
+    emit(args, {"decision": d.path, "reason": d.reason, "map_id": d.map_id,
+                "checks": [c.to_dict() for c in d.checks], **a, "calibration": cal.__dict__}, text)
     return 0
+
+
+def _offer(path: str | None):
+    """The map of ``--map`` and its record, as :func:`c2c.handoff.forecast` takes it (None without the flag)."""
+    if path is None:
+        return None
+    from c2c.xmodel import MapOffer
+
+    return MapOffer.load(path)

@@ -9,6 +9,8 @@ from c2c.cli.main import add_runtime_flags, command
 
 EXAMPLE = """c2c serve                                   # the default model on http://127.0.0.1:8000/v1, open access
 c2c serve --model Qwen2.5-Coder-0.5B-Instruct --model SmolLM2-135M-Instruct --port 8080 --tokens tokens.json
+c2c serve --model Qwen2.5-Coder-0.5B-Instruct --model Qwen2.5-Coder-1.5B-Instruct \
+    --map checkpoints/xmodel/Qwen2.5-Coder-0.5B-Instruct--Qwen2.5-Coder-1.5B-Instruct.c2cmap
 # then, from Python:
 #   from openai import OpenAI
 #   client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="TOKEN")
@@ -61,6 +63,11 @@ def register(sub) -> None:
                    help="completion tokens when a request sets no max_tokens (default 512)")
     p.add_argument("--verify-kv", choices=["none", "sample", "strict"], default="none",
                    help="KV check of an attached cache besides signature, fingerprint and prefix (default none)")
+    p.add_argument("--map", action="append", default=None, type=Path, metavar="FILE",
+                   help="a cross-model map (c2c map fit) between two models served here: a commit of its source "
+                        "model attached by a request to its target is mapped (no prefill of it) when the map's "
+                        "calibration record, FILE's .calibration.json beside it, says it beats the source alone "
+                        "(else text); repeatable")
     p.add_argument("--allow-open", action="store_true",
                    help="allow open access (no --tokens) on a non-loopback address, for any Host name "
                         "(without it, open access answers only requests to 127.0.0.1, localhost or [::1])")
@@ -80,7 +87,7 @@ def config_from(args: argparse.Namespace):
                        max_body_bytes=int(args.max_body_mb * MB), read_timeout_s=args.read_timeout,
                        request_timeout_s=args.request_timeout, default_max_tokens=args.default_max_tokens,
                        verify_kv=args.verify_kv, allow_open=args.allow_open, dtype=args.dtype,
-                       backend=args.backend)
+                       backend=args.backend, maps=tuple(args.map or ()))
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ def demo(receiver_name: str = "Qwen2.5-Coder-0.5B-Instruct", small_name: str = "
         h = router.hand_off(sender, receiver, message_tokens=answer_tokens)
         hop_s = time.perf_counter() - t0
         outputs[receiver.name] = receiver.respond(task, max_new_tokens=answer_tokens).text
-        hops.append({"sender": sender.name, "receiver": receiver.name, "path": h.used, "reason": h.reason,
+        hops.append({"sender": sender.name, "receiver": receiver.name, "path": h.path, "reason": h.reason,
                      "hop_s": hop_s, "bytes": h.artifact_bytes})
     return {"hops": hops, "outputs": outputs}
 

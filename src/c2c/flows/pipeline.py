@@ -4,13 +4,15 @@ Hybrid rollout, as the sources recommend: hops use text by default, and a
 cache mode only on hops marked ``expensive``; a run of cache hops longer than
 the hop limit (``C2C_MAX_HOPS``, or ``HandoffPolicy.max_hops``) falls back to
 text, by :func:`c2c.handoff.decide`. Every hop records which path it took and why.
+Stages may run different models: with cross-model maps offered (``maps``), an
+expensive hop from one model to another is mapped where ``decide()`` accepts a map.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from c2c.errors import ConfigError
 from c2c.handoff import Handoff, HandoffPolicy, hand_off
@@ -60,7 +62,8 @@ class Pipeline:
     """Run stages in order; the first reads the material, each later one receives a handoff."""
 
     def __init__(self, stages: Sequence[Stage], *, policy: HopPolicy = HopPolicy(),
-                 handoff: HandoffPolicy = HandoffPolicy(), check: Callable | None = None):
+                 handoff: HandoffPolicy = HandoffPolicy(), check: Callable | None = None, maps: Sequence[Any] = ()):
+        """``maps``: cross-model maps on offer to every hop (:class:`c2c.xmodel.MapOffer`)."""
         if len(stages) < 2:
             raise ConfigError("a pipeline needs at least two stages")
         names = [s.agent.name for s in stages]
@@ -70,6 +73,7 @@ class Pipeline:
         self.policy = policy
         self.handoff = handoff
         self.check = check
+        self.maps = tuple(maps)
 
     def run(self, material: str) -> PipelineRun:
         t0 = time.perf_counter()
@@ -80,7 +84,8 @@ class Pipeline:
         cache_run = 0
         for prev, stage in zip(self.stages, self.stages[1:]):
             mode, why = self.policy.mode_for(stage)
-            h = hand_off(prev.agent, stage.agent, self.handoff, mode=mode, check=self.check, hops=cache_run + 1)
+            h = hand_off(prev.agent, stage.agent, self.handoff, mode=mode, check=self.check, hops=cache_run + 1,
+                         maps=self.maps)
             cache_run = cache_run + 1 if h.used != "text" else 0
             hops.append(HopRecord(sender=prev.agent.name, receiver=stage.agent.name, policy_reason=why, handoff=h))
             outputs[stage.agent.name] = stage.agent.respond(stage.instruction,

@@ -1,12 +1,17 @@
 """Router: switch models mid-conversation, choosing the cheapest safe path per hop.
 
 - same model (fingerprints, prefix and trust domain match): a cache handoff;
+- different models with a cross-model map for the pair whose calibration record says
+  it beats the sender alone (:mod:`c2c.xmodel`): a mapped handoff (the sender's cache,
+  mapped, is the receiver's; it continues without prefilling those tokens). Escalating
+  from a small model to a big one is the case maps are fitted for;
 - different models with a trained fuser for the pair: a fused handoff (the
   receiver continues from its own cache of the conversation with the sender's
   cache fused in, see :mod:`c2c.fuser.infer`);
 - otherwise: text.
 
-Each hop's :class:`~c2c.handoff.Handoff` records the path and the reason.
+Which of these a hop takes is :func:`c2c.handoff.decide`'s; each hop's
+:class:`~c2c.handoff.Handoff` records the path and the reason.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from c2c.team.agent import Agent
 
 
 class Router:
-    """Routes hops between agents; ``fused`` lists the trained fusers available."""
+    """Routes hops between agents; ``fused`` lists the trained fusers available, ``maps`` the
+    cross-model maps (:class:`c2c.xmodel.MapOffer`, with their maps and calibration records)."""
 
-    def __init__(self, fused: Sequence = ()):
+    def __init__(self, fused: Sequence = (), maps: Sequence = ()):
         self._fused = list(fused)  # c2c.fuser.infer.FusedReceiver objects
+        self._maps = tuple(maps)
 
     def fuser_for(self, sender: Agent, receiver: Agent):
         for fr in self._fused:
@@ -34,13 +41,13 @@ class Router:
     def route(self, sender: Agent, receiver: Agent) -> tuple[str, str]:
         """The path a hop will take, and why (:func:`c2c.handoff.decide`)."""
         d = decide(Party.of(sender), Party.of(receiver), HandoffPolicy(mode="auto"),
-                   fuser_available=self.fuser_for(sender, receiver) is not None)
+                   fuser_available=self.fuser_for(sender, receiver) is not None, maps=self._maps)
         return d.path, d.reason
 
     def hand_off(self, sender: Agent, receiver: Agent, **options) -> Handoff:
         path, reason = self.route(sender, receiver)
-        if path == "cache":
-            return hand_off(sender, receiver, mode="auto", **options)
+        if path in ("cache", "mapped"):
+            return hand_off(sender, receiver, mode="auto", maps=self._maps, **options)
         if path == "fused":
             try:
                 return FusedPath(self.fuser_for(sender, receiver)).run(sender, receiver, requested="route",

@@ -1,4 +1,4 @@
-"""Handoff: pass what agent A knows to agent B, by cache or by text.
+"""Handoff: pass what agent A knows to agent B, by cache, by a cross-model map, or by text.
 
 Modes:
 
@@ -14,12 +14,16 @@ Modes:
 - ``auto``  a cache mode when the models' fingerprints, the shared prefix and
   the trust domain match and the advisor (:mod:`c2c.advise`, with this
   machine's calibration) predicts the cache to be faster; text otherwise.
-  The reason, and the advisor's prediction, are recorded.
+  The reason, and the advisor's prediction, are recorded. Between two models,
+  with a cross-model map offered (``maps=[MapOffer...]``, :mod:`c2c.xmodel`) that
+  was fitted for exactly this pair and whose calibration record says it beats the
+  sender alone: the *mapped* path (A's cache through the map; B continues from it
+  without prefilling those tokens).
 
 Modules, one idea each: :mod:`~c2c.handoff.policy` (the frozen
 :class:`HandoffPolicy`), :mod:`~c2c.handoff.decide` (the one place the rules
 live: :func:`decide` returns a :class:`Decision` with every check),
-:mod:`~c2c.handoff.paths` (text, cache and fused paths), :mod:`~c2c.handoff.transport`
+:mod:`~c2c.handoff.paths` (text, cache, fused and mapped paths), :mod:`~c2c.handoff.transport`
 (how artifact bytes travel; a private temporary directory by default, so the
 bytes really hit the disk as between processes), :mod:`~c2c.handoff.shm` (the
 shared-memory channel: a cache across processes on one machine, within one trust
@@ -29,14 +33,14 @@ domain, at memory speed) and :mod:`~c2c.handoff.record` (the :class:`Handoff` re
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from c2c import advise
 from c2c.artifact import Artifact
 from c2c.errors import C2CError
-from c2c.handoff.decide import CHECKS, Check, Decision, Party, decide, fall_back
+from c2c.handoff.decide import CHECKS, PATHS, Check, Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
-from c2c.handoff.paths import CachePath, FusedPath, TextPath
+from c2c.handoff.paths import CachePath, FusedPath, MappedPath, TextPath
 from c2c.handoff.policy import DEFAULT_MESSAGE_PROMPT, MODES, HandoffPolicy
 from c2c.handoff.record import Handoff
 from c2c.handoff.shm import ShmChannel, ShmListener
@@ -44,13 +48,13 @@ from c2c.handoff.transport import DirectoryTransport, SharedTransport, Transport
 from c2c.team.agent import Agent
 
 __all__ = ["CHECKS", "CachePath", "Check", "DEFAULT_MESSAGE_PROMPT", "Decision", "DirectoryTransport", "FusedPath",
-           "Handoff", "HandoffPolicy", "MODES", "Party", "SharedTransport", "ShmChannel", "ShmListener", "TextPath",
-           "Transport", "advice_for", "decide", "fall_back", "forecast", "hand_off"]
+           "Handoff", "HandoffPolicy", "MODES", "MappedPath", "PATHS", "Party", "SharedTransport", "ShmChannel",
+           "ShmListener", "TextPath", "Transport", "advice_for", "decide", "fall_back", "forecast", "hand_off"]
 
 
 def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None, *,
              transport: Transport | None = None, check: Callable[[Artifact], None] | None = None,
-             calibration=None, hops: int = 1, **options: Any) -> Handoff:
+             calibration=None, hops: int = 1, maps: Sequence[Any] = (), **options: Any) -> Handoff:
     """Hand ``sender``'s knowledge to ``receiver`` as ``policy`` (or ``**options``) says.
 
     ``hand_off(a, b, mode="full")`` is ``hand_off(a, b, HandoffPolicy(mode="full"))``; see
@@ -64,6 +68,9 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
         calibration: the :class:`c2c.advise.Calibration` ``auto`` predicts latency with;
             by default the one saved for the sender's model (``c2c advise`` saves it).
         hops: cache hops in the chain once this one is made (``Pipeline`` counts them).
+        maps: cross-model maps on offer (:class:`c2c.xmodel.MapOffer`, loaded with their maps):
+            ``auto`` between two models takes the mapped path with one that :func:`decide` accepts
+            for this pair. The record then says ``path="mapped"``, the map's id and the times.
 
     Raises:
         DomainMismatchError, HandoffError, FingerprintMismatchError, PrefixMismatchError, StaleCommitError, ...:
@@ -71,7 +78,8 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
     """
     policy = HandoffPolicy.build(policy, **options)
     advice, note = advice_for(sender, policy, calibration) if policy.mode == "auto" else (None, "")
-    decision = decide(Party.of(sender), Party.of(receiver), policy, hops=hops, advice=advice, advice_note=note)
+    decision = decide(Party.of(sender), Party.of(receiver), policy, hops=hops, advice=advice, advice_note=note,
+                      maps=maps)
     record = {"decision": decision.to_dict(), "advice": decision.advice}
     if decision.path == "text":
         h = TextPath().run(sender, receiver, policy, requested=policy.mode, reason=decision.reason)
@@ -80,7 +88,10 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
         refusal = decision.refusal()
         if refusal is not None:
             raise refusal
-    path = CachePath(transport or DirectoryTransport(), check)
+    if decision.path == "mapped":
+        path = MappedPath(next(m for m in maps if m.map_id == decision.map_id))
+    else:
+        path = CachePath(transport or DirectoryTransport(), check)
     try:
         h = path.run(sender, receiver, policy, mode=decision.mode, labels=decision.labels,
                      requested=policy.mode, reason=decision.reason)

@@ -9,8 +9,8 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
                 domain shared it with the receiver's (else: text, always;
                 caches never leave a domain unshared, nor do fusers)
 ``fingerprint`` the same model: architecture, layers, heads, RoPE, dtype,
-                tokenizer, weights, adapters (else: a fuser if one exists
-                for the pair, else text)
+                tokenizer, weights, adapters (else: an earned cross-model
+                map for the pair, else a fuser if one exists, else text)
 ``prefix``      the same shared prefix, block by block
 ``hops``        the chain stays within the hop limit (``C2C_MAX_HOPS``)
 ``staleness``   the context is not built on a stale commit
@@ -18,25 +18,40 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
                 be faster (only asked in ``auto``, when calibrated)
 ==============  ==========================================================
 
-``auto`` takes the cache path when every check passes (a fused path when only
-the model differs and a fuser exists), text otherwise, and says why. An explicit
-``full`` or ``slice`` gets the cache path or, through :meth:`Decision.refusal`,
-the specific error of the first failed check.
+``auto`` takes the cache path when every check passes, text otherwise, and says
+why. When only the model differs (every other check passes), ``auto`` takes:
+
+- ``mapped`` with a cross-model map (:class:`c2c.xmodel.MapOffer`) fitted for exactly
+  ``sender -> receiver`` whose calibration record (for that very map) says the mapped
+  receiver beats the sender alone: the sender's cache goes through the map and the
+  receiver continues from it, unprefilled. The record's verdict is the reason. A map
+  for another pair is never used, and one without an earned record neither: the
+  reason says which;
+- else ``fused`` when a trained fuser exists for the pair (the prefix may differ too);
+- else text.
+
+An explicit ``full`` or ``slice`` gets the cache path or, through
+:meth:`Decision.refusal`, the specific error of the first failed check (a map is an
+``auto`` path: it changes the cache).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import (C2CError, DomainMismatchError, FingerprintMismatchError, HandoffError, PrefixMismatchError,
-                        StaleCommitError)
+from c2c.errors import (C2CError, DomainMismatchError, FingerprintMismatchError, HandoffError, MapMismatchError,
+                        PrefixMismatchError, StaleCommitError)
 from c2c.handoff.policy import HandoffPolicy
 from c2c.trust.isolation import domain_rule
 
-Path = Literal["cache", "fused", "text"]
+if TYPE_CHECKING:  # the offer is read, never imported here: decide() stays free of torch
+    from c2c.xmodel.mapoffer import MapOffer
+
+Path = Literal["cache", "fused", "mapped", "text"]
+PATHS: tuple[str, ...] = ("cache", "fused", "mapped", "text")
 CHECKS = ("domain", "fingerprint", "prefix", "hops", "staleness", "advisor")
 
 
@@ -82,12 +97,13 @@ class Check:
 class Decision:
     """The path one hop takes, why, and every check behind it."""
 
-    path: Path
-    mode: str                      # "full" | "slice" | "text" | "fused"
+    path: Path                     # "cache" | "fused" | "mapped" | "text"
+    mode: str                      # "full" | "slice" | "text" | "fused" (a mapped path maps a full cache or a slice)
     reason: str
     checks: tuple[Check, ...]
     labels: tuple[str, ...] = ()   # the spans a slice exports
     advice: dict | None = None     # the advisor's Advice, when it was asked
+    map_id: str | None = None      # the map a mapped path applies (c2c.xmodel.MapOffer.map_id)
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -110,8 +126,8 @@ class Decision:
 
 
 def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy(), *, hops: int = 1,
-           stale: str | None = None, advice=None, advice_note: str = "", fuser_available: bool = False
-           ) -> Decision:
+           stale: str | None = None, advice=None, advice_note: str = "", fuser_available: bool = False,
+           maps: Sequence["MapOffer"] = ()) -> Decision:
     """Which path a hop from ``sender`` to ``receiver`` takes under ``policy``.
 
     Args:
@@ -121,6 +137,8 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
         advice: the advisor's :class:`~c2c.advise.Advice` (predicted costs) for this hop, or
             None when not calibrated (``advice_note`` then says so).
         fuser_available: a trained fuser exists for ``sender -> receiver``.
+        maps: the cross-model maps on offer (:class:`c2c.xmodel.MapOffer`, any pairs): ``auto``
+            takes the mapped path with one fitted for this pair whose record says it earns it.
     """
     checks = _checks(sender, receiver, policy, hops, stale, advice, advice_note)
     by = {c.name: c for c in checks}
@@ -136,16 +154,29 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
     blocking = [c for c in checks if c.ok is False]
     only_model = blocking and all(c.name in ("fingerprint", "prefix") for c in blocking)
     if blocking:
+        offer, map_note = (_map_for(maps, sender, receiver) if [c.name for c in blocking] == ["fingerprint"]
+                           else (None, ""))
+        if offer is not None:
+            return _cache_decision("mapped", sender, policy, checks, adv, map_id=offer.map_id,
+                                   reason=f"{blocking[0].detail}; {map_note}")
+        note = f"; {map_note}" if map_note else ""
         if only_model and fuser_available and by["domain"].ok:
             return Decision(path="fused", mode="fused", checks=checks, advice=adv,
-                            reason=f"{blocking[0].detail}; a trained fuser exists for {sender.name} -> "
+                            reason=f"{blocking[0].detail}{note}; a trained fuser exists for {sender.name} -> "
                                    f"{receiver.name}")
         tail = "" if not only_model or not by["domain"].ok else "; no trained fuser for this pair"
         return Decision(path="text", mode="text", checks=checks, advice=adv,
-                        reason=f"fell back to text: {blocking[0].detail}{tail}")
+                        reason=f"fell back to text: {blocking[0].detail}{note}{tail}")
     reason = "same model, same shared prefix, same trust domain"
     if by["advisor"].ok is not None or advice_note:
         reason += f"; {by['advisor'].detail}"
+    return _cache_decision("cache", sender, policy, checks, adv, reason=reason)
+
+
+def _cache_decision(path: Path, sender: Party, policy: HandoffPolicy, checks: tuple[Check, ...], adv: dict | None,
+                    *, reason: str, map_id: str | None = None) -> Decision:
+    """``auto``'s cache (or mapped) path: ``policy.auto_cache_mode``, minimized to the spans after the
+    sender's private ones (which never leave), or text when nothing is left to export."""
     mode, labels = policy.auto_cache_mode, policy.labels if policy.auto_cache_mode == "slice" else ()
     if mode == "full" and sender.private:
         if not sender.exportable:
@@ -153,7 +184,43 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
                             reason="fell back to text: nothing exportable after the private spans")
         mode, labels = "slice", sender.exportable
         reason += f"; minimized to spans {list(labels)} (private {list(sender.private)} never leave)"
-    return Decision(path="cache", mode=mode, reason=reason, checks=checks, labels=labels, advice=adv)
+    return Decision(path=path, mode=mode, reason=reason, checks=checks, labels=labels, advice=adv, map_id=map_id)
+
+
+def _map_for(maps: Sequence["MapOffer"], sender: Party, receiver: Party) -> tuple["MapOffer | None", str]:
+    """The offered map that earns the mapped path for ``sender -> receiver``, and why; or None and why not.
+
+    A map earns it only when fitted for exactly this pair (:meth:`MapOffer.check_pair`) and its
+    calibration record measured that very map and says the mapped receiver beats the sender alone.
+    """
+    if not maps:
+        return None, ""
+    mismatches, verdicts = [], []
+    for m in maps:
+        try:
+            m.check_pair(sender.fingerprint, receiver.fingerprint)
+        except MapMismatchError as e:
+            mismatches.append(str(e))
+            continue
+        name = f"map {m.map_id[:12]} ({m.pair})"
+        rec = m.calibration
+        if rec is None:
+            verdicts.append(f"{name} has no calibration record (benchmarks/xmodel_map.py --calibrate makes one), so "
+                            "nothing says it beats the sender alone; not used")
+            continue
+        try:
+            rec.require_for(m.map_id)
+        except MapMismatchError as e:
+            verdicts.append(f"{name} not used: {e}")
+            continue
+        if rec.earned:
+            return m, f"{name}: {rec.reason}"
+        verdicts.append(f"{name} not used: {rec.reason}")
+    if verdicts:
+        return None, verdicts[0]
+    if len(maps) == 1:
+        return None, f"no map for this pair: {mismatches[0]}"
+    return None, f"none of the {len(maps)} maps offered fits this pair; the first: {mismatches[0]}"
 
 
 def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, stale: str | None, advice,
@@ -196,6 +263,6 @@ def fall_back(decision: Decision, policy: HandoffPolicy, error: C2CError) -> Dec
     """
     if policy.mode != "auto":
         raise error
-    return replace(decision, path="text", mode="text", labels=(),
+    return replace(decision, path="text", mode="text", labels=(), map_id=None,
                    reason=f"fell back to text: {type(error).__name__}: {error}")
 

@@ -1,4 +1,4 @@
-"""The three ways context crosses a hop, one small class each: text, cache, fused.
+"""The four ways context crosses a hop, one small class each: text, cache, fused, mapped.
 
 Each ``run`` does the work of one path and returns its :class:`~c2c.handoff.record.Handoff`;
 which path runs is :func:`c2c.handoff.decide.decide`'s business, never theirs.
@@ -18,6 +18,7 @@ from c2c.team.agent import Agent
 from c2c.trust import check as trust_check
 from c2c.trust.signing import decode_exact
 from c2c.trust.verify import slice_context
+from c2c.xmodel.apply import map_cache
 
 _ISOLATION_REASONS = {
     "recompute": "isolation recompute: the slice was re-prefilled after the shared prefix only (no trace of "
@@ -133,3 +134,45 @@ class FusedPath:
         receiver.messages = list(sender.messages)
         return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used="fused", reason=reason,
                        artifact_bytes=fused.cache.nbytes, timings={"fuse_s": t1 - t0, **fused.timings})
+
+
+class MappedPath:
+    """The sender's cache, through a cross-model map (:mod:`c2c.xmodel`), becomes the receiver's model's
+    cache; the receiver continues from it without prefilling those tokens. In one process and one trust
+    domain, like a shared cache: no bytes are written, and nothing is re-checked but the pair.
+
+    The whole cache (``full``) replaces the receiver's context, as a full cache does; a slice (the spans
+    after the sender's private ones) is cut as a cache path cuts it, mapped after the receiver's own K/V
+    of the shared prefix, and placed after the receiver's context.
+    """
+
+    def __init__(self, offer):
+        self.offer = offer  # a c2c.xmodel.MapOffer holding its map
+
+    def run(self, sender: Agent, receiver: Agent, policy: HandoffPolicy, *, mode: str, labels: tuple[str, ...],
+            requested: str, reason: str) -> Handoff:
+        if sender.team.domain != receiver.team.domain:  # decide() sends text first; never map across
+            raise HandoffError("a mapped (in-process) handoff never crosses trust domains")
+        xmap = self.offer.require_map()
+        t0 = time.perf_counter()
+        if mode == "slice":
+            cache, span = sender.export_cache(labels=labels, isolation=policy.isolation)
+            reason += "; " + _ISOLATION_REASONS[span["isolation"]]
+            P = sender.context.prefix_len
+            if cache.start != P:  # kept at its positions: moved to follow the shared prefix, which the map needs
+                cache = sender.runtime.reposition(cache, P)
+        else:
+            cache = sender.cache
+        t1 = time.perf_counter()
+        prefix = receiver.team.prefix_cache(receiver.runtime)  # the receiver's own K/V of the shared prefix
+        mapped = map_cache(xmap, cache, source=sender.runtime, target=receiver.runtime, prefix=prefix)
+        if mode == "slice":
+            mapped = mapped.slice(prefix.end, mapped.end)
+        t2 = time.perf_counter()
+        receiver.attach_cache(mapped, fingerprint=receiver.fingerprint, prefix=sender.prefix, source=sender.name)
+        if mode == "full":  # the receiver continues the sender's conversation
+            receiver.messages = list(sender.messages)
+        t3 = time.perf_counter()
+        return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode, path="mapped",
+                       map_id=self.offer.map_id, reason=reason + "; mapped in process (no bytes moved)",
+                       timings={"export_s": t1 - t0, "map_s": t2 - t1, "import_s": t3 - t2})

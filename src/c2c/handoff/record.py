@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+_PATH_OF = {"full": "cache", "slice": "cache"}  # a cache path's record says which cache it moved in `used`
+
 
 @dataclass(frozen=True, kw_only=True)
 class Handoff:
-    """What happened in one handoff, and why."""
+    """What happened in one handoff, and why.
+
+    ``path`` is the decision's (``cache``, ``fused``, ``mapped``, ``text``); ``used`` is what moved:
+    ``full`` or ``slice`` (a cache, mapped or not), ``fused`` or ``text``. Left empty, ``path``
+    follows ``used``.
+    """
 
     sender: str
     receiver: str
     requested: str
     used: str
     reason: str
+    path: str = ""
+    map_id: str | None = None    # the cross-model map a mapped path applied (c2c.xmodel.MapOffer.map_id)
     artifact_id: str | None = None
     artifact_bytes: int = 0
     message: str | None = None
@@ -23,6 +32,10 @@ class Handoff:
     trust: dict | None = None    # the receiver's c2c.trust.TrustReport, when its team has a keyring
     advice: dict | None = None   # auto: the advisor's c2c.advise.Advice for this hop, when calibrated
     decision: dict | None = None  # the c2c.handoff.decide.Decision behind it: every check and its verdict
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            object.__setattr__(self, "path", _PATH_OF.get(self.used, self.used))
 
     @property
     def seconds(self) -> float:

@@ -22,8 +22,11 @@ against a key the server trusts for the owner's domain (a failure is an error in
 every mode: a tampered commit is not read, not even its text). Then
 :func:`c2c.handoff.decide` rules, with the sender's party built from the header
 (fingerprint, prefix, share list) and the signature (domain), the hop count from
-the store (depth + 1) and staleness from the record. A cache goes through
-:func:`c2c.trust.check` and is placed right after the caller's shared prefix;
+the store (depth + 1) and staleness from the record, and the cross-model maps the
+server holds (``c2c serve --map``, :mod:`c2c.serve.mapped`). A cache goes through
+:func:`c2c.trust.check` and is placed right after the caller's shared prefix; a
+commit of another served model, with a map for that pair that ``decide()`` accepts,
+is mapped into the request's model and placed there the same way (path ``mapped``);
 text is placed there as a user message. ``auto`` falls back to text whenever a
 check fails and says why; ``full`` and ``slice`` raise the failed check's error
 instead. For another domain's commit, records and errors give verdicts only: no
@@ -47,13 +50,14 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
                         HandoffError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
-                        StoreWriteError)
+                        StoreWriteError, UnverifiableError)
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
+from c2c.serve.mapped import ServedMap, mapped_parts
 from c2c.serve.render import Part, Rendering, text_turn
 from c2c.store.fetch import fetch
 from c2c.store.interface import Store, check_id, check_stream
@@ -86,7 +90,7 @@ class Attachment:
     """
 
     commit: str
-    path: str                      # the Decision's: cache | text
+    path: str                      # the Decision's: cache | mapped | text
     parts: tuple[Part, ...]
     prefix_kv: KVCache | None
     nbytes: int
@@ -95,12 +99,18 @@ class Attachment:
 
 
 class Exchange:
-    """Publishes and attaches against one store and keyring, each caller in its own trust domain."""
+    """Publishes and attaches against one store and keyring, each caller in its own trust domain.
 
-    def __init__(self, store: Store, keyring: Keyring, *, verify_kv: str = "none"):
+    ``maps``: the cross-model maps the server holds (:func:`c2c.serve.mapped.load_maps`), offered to
+    every attach's decision.
+    """
+
+    def __init__(self, store: Store, keyring: Keyring, *, verify_kv: str = "none", maps: Sequence[ServedMap] = ()):
         self.store = store
         self.keyring = keyring
         self.verify = VerifyPolicy(kv=verify_kv)
+        self.maps = tuple(maps)
+        self.offers = tuple({m.offer.map_id: m.offer for m in self.maps}.values())
         self._key_lock = threading.Lock()
 
     def signing_key(self, domain: str) -> SigningKey:
@@ -236,7 +246,8 @@ class Exchange:
             ConfigError: a malformed id. CommitNotVisibleError: no such commit visible to the caller.
             ArtifactError, TrustError: the commit's bytes or signature do not verify (any mode).
             DomainMismatchError, StaleCommitError, FingerprintMismatchError, PrefixMismatchError,
-            HandoffError: ``full``/``slice`` and the cache may not be used (``auto`` takes text).
+            HandoffError: ``full``/``slice`` and the cache may not be used (``auto`` takes text, or the
+            mapped path for another served model's commit with a map ``decide()`` accepts).
         """
         t0 = time.perf_counter()
         cid = check_id(commit_id)
@@ -264,21 +275,29 @@ class Exchange:
         receiver = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
                          prefix=PrefixRef.of(prefix_ids))
         decision = decide(sender, receiver, HandoffPolicy(mode=mode), hops=hops.depth + 1,
-                          stale=rec.stale_reason if rec.stale else None, advice_note=ADVISOR_NOTE)
+                          stale=rec.stale_reason if rec.stale else None, advice_note=ADVISOR_NOTE,
+                          maps=self.offers)
         if foreign:
             decision = _redacted(decision)
         t2 = time.perf_counter()
         if mode in ("full", "slice"):
             _refuse(decision)
         used, reason, metric = decision.path, decision.reason, _metric_reason(decision, mode)
-        trust = None
+        trust = served = None
         parts: tuple[Part, ...] = ()
         prefix_kv = None
-        if used == "cache":
+        if used in ("cache", "mapped"):
             try:
-                trust = trust_check(artifact, self.keyring, owner, self.verify, runtime=runtime,
-                                    prefix_ids=list(prefix_ids), context=slice_context(h.start, prefix_ids))
-                parts, prefix_kv = _cache_parts(artifact, f"from:{agent}", _kept_text(artifact, cid, required=False))
+                label, kept = f"from:{agent}", _kept_text(artifact, cid, required=False)
+                if used == "cache":
+                    trust = trust_check(artifact, self.keyring, owner, self.verify, runtime=runtime,
+                                        prefix_ids=list(prefix_ids), context=slice_context(h.start, prefix_ids))
+                    parts, prefix_kv = _cache_parts(artifact, label, kept)
+                else:
+                    served = next(m for m in self.maps if m.offer.map_id == decision.map_id)
+                    trust = self._check_mapped(artifact, owner, served, prefix_ids)
+                    parts, prefix_kv = mapped_parts(served, artifact, runtime=runtime, prefix_ids=prefix_ids,
+                                                    held=None if foreign else held, label=label, text=kept)
             except C2CError as e:
                 if foreign:  # the class says what failed; the message may measure the owner's context
                     e = type(e)(f"commit {cid[:12]}: {type(e).__name__} (details withheld: another domain's commit)")
@@ -293,7 +312,7 @@ class Exchange:
             nbytes = len(text.encode())
         t3 = time.perf_counter()
         signer_info = {"domain": signer.domain} if foreign else {"domain": signer.domain, "key_id": signer.key_id[:16]}
-        record = {"commit": cid, "requested": mode, "used": h.kind if used == "cache" else "text", "path": used,
+        record = {"commit": cid, "requested": mode, "used": "text" if used == "text" else h.kind, "path": used,
                   "kind": h.kind, "reason": reason, "checks": [c.to_dict() for c in decision.checks],
                   "signer": signer_info, "shared": foreign, "stale": rec.stale,
                   "hops": hops.depth + 1, "tokens": sum(len(p.token_ids) for p in parts) + (
@@ -301,10 +320,26 @@ class Exchange:
                   "bytes": nbytes, "bytes_fetched": fetched.bytes_fetched, "bytes_referenced": fetched.bytes_referenced,
                   "trust": trust.to_dict() if trust is not None else None,
                   "timings": {"fetch_s": t1 - t0, "decide_s": t2 - t1, "check_s": t3 - t2}}
+        if used == "mapped":
+            record["map"] = served.to_dict()
         if foreign:
             record.pop("hops")
         return Attachment(commit=cid, path=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
                           metric_reason=metric)
+
+    def _check_mapped(self, artifact: Artifact, owner: str, served: ServedMap, prefix_ids: Sequence[int]):
+        """A commit's checks before it is mapped: signature, prefix and the source model's fingerprint.
+
+        Raises:
+            UnverifiableError: the server re-computes K/V (``--verify-kv sample|strict``): that would run
+                the source model on the receiver's turn (see :mod:`c2c.serve.mapped`).
+            TrustError, PrefixMismatchError, FingerprintMismatchError: as for a cache.
+        """
+        if self.verify.kv != "none":
+            raise UnverifiableError(f"--verify-kv {self.verify.kv}: a mapped cache's K/V would be re-computed on "
+                                    f"{served.source.name}, outside its turn; this server reads such commits as text")
+        return trust_check(artifact, self.keyring, owner, self.verify, runtime=served.source,
+                           prefix_ids=list(prefix_ids))
 
     # ------------------------------------------------------------------ commits
     def show(self, principal: Principal, commit_id: str) -> dict:
@@ -432,7 +467,7 @@ def _refuse(decision: Decision) -> None:
 
 
 def _metric_reason(decision: Decision, mode: str) -> str:
-    if decision.path == "cache":
+    if decision.path in ("cache", "mapped"):
         return "ok"
     failed = decision.failed if mode != "text" else ()
     return failed[0].name if failed else "requested"

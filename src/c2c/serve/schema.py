@@ -271,7 +271,8 @@ def c2c_headers(c: Completion) -> dict[str, str]:
     if f.get("publish"):
         h["x-c2c-commit"] = f["publish"]["commit"]
     if f.get("attach"):
-        h["x-c2c-handoffs"] = ",".join(f"{a['commit'][:12]}:{a['used']}" for a in f["attach"])
+        h["x-c2c-handoffs"] = ",".join(  # COMMIT:full|slice|text, or COMMIT:mapped (another model's, mapped)
+            f"{a['commit'][:12]}:{'mapped' if a['path'] == 'mapped' else a['used']}" for a in f["attach"])
     return h
 
 

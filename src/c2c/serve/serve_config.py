@@ -47,6 +47,9 @@ class ServeConfig:
             open access answers only requests addressed to a loopback name, see
             :attr:`loopback_hosts_only`).
         dtype, device, backend: how models are loaded (``c2c.runtime.zoo.load``).
+        maps: cross-model map files (``c2c map fit``), each between two served models, with its
+            calibration record beside it: a commit of the map's source model attached by a request to
+            its target takes the mapped path when ``decide()`` accepts the map (:mod:`c2c.serve.mapped`).
         shutdown_timeout_s: how long a graceful shutdown waits for running requests.
     """
 
@@ -72,6 +75,7 @@ class ServeConfig:
     backend: str | None = None     # None: transformers (llama.cpp for a .gguf path)
     device: str = "cpu"
     shutdown_timeout_s: float = 10.0
+    maps: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.models or not all(isinstance(m, str) and m for m in self.models):
@@ -95,6 +99,8 @@ class ServeConfig:
             raise ConfigError("--request-timeout must be > 0 and the shutdown timeout >= 0")
         if not self.read_timeout_s > 0 or not self.fair_half_life_s > 0:
             raise ConfigError("--read-timeout and --fair-half-life must be > 0")
+        if not isinstance(self.maps, tuple) or not all(isinstance(m, Path) for m in self.maps):
+            raise ConfigError(f"maps must be a tuple of paths, got {self.maps!r}")
         if self.verify_kv not in ("none", "sample", "strict"):
             raise ConfigError(f"--verify-kv {self.verify_kv!r}: use none, sample or strict")
         if self.tokens_file is None and not self.allow_open and not is_loopback(self.host):

@@ -14,6 +14,7 @@ from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import TokenTable
 from c2c.serve.serve_config import ServeConfig
 from c2c.serve.exchange import Exchange
+from c2c.serve.mapped import load_maps
 from c2c.serve.metrics import Metrics
 from c2c.serve.service import ChatService
 from c2c.store.interface import Store
@@ -34,20 +35,25 @@ class Server:
 
     @classmethod
     def start(cls, config: ServeConfig, *, runtimes: dict[str, Runtime] | None = None) -> "Server":
-        """Load the models (unless given), open the store and keyring, read the tokens."""
+        """Load the models (unless given) and the maps between them, open the store and keyring, read the tokens."""
         tokens = TokenTable.load(config.tokens_file) if config.tokens_file is not None else TokenTable.open()
         if runtimes is None:
             runtimes = {}
             for name in config.models:
                 rt = zoo.load(name, dtype=config.dtype, device=config.device, backend=config.backend)
                 runtimes[rt.name] = rt
+        maps = load_maps(config.maps, runtimes)  # before the store opens: a map that cannot serve stops the start
         store = open_store(config.store_url)
         metrics = Metrics()
-        exchange = Exchange(store, Keyring(), verify_kv=config.verify_kv)
+        exchange = Exchange(store, Keyring(), verify_kv=config.verify_kv, maps=maps)
         service = ChatService(config, runtimes, exchange, metrics, tenants=len(tokens.domains))
         log.info("serving %s; store %s; %s", ", ".join(runtimes), store_url(config.store_url),
                  "open access in domain 'default'" if tokens.is_open else
                  f"tokens for domain(s) {', '.join(tokens.domains)}")
+        for m in maps:
+            rec = m.offer.calibration
+            log.info("map %s: %s -> %s (%s)", m.offer.map_id[:12], m.source.name, m.target.name,
+                     "no calibration record: never used" if rec is None else rec.reason)
         return cls(config=config, service=service, tokens=tokens, store=store, metrics=metrics)
 
     def close(self) -> None:

@@ -31,14 +31,16 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
 
     Args:
         xmap: a map fitted for exactly ``source`` -> ``target``.
-        cache: ``source``'s cache of a whole context (``start == 0``).
+        cache: ``source``'s cache of a whole context (``start == 0``), or of the tokens right
+            after ``prefix`` (``start == prefix.end``: a slice cut after the shared prefix, whose
+            own K/V the source need not send).
         source, target: the two runtimes (transformers backend); the source's is needed to
-            take its RoPE out of the keys.
-        prefix: ``target``'s own cache of the first ``P >= 1`` tokens of ``cache`` (e.g. the
+            take its RoPE out of the keys (no forward pass of the source runs).
+        prefix: ``target``'s own cache of the first ``P >= 1`` tokens of the context (e.g. the
             shared system prompt); default: the target prefills the first token.
 
     Returns:
-        a cache of ``target``'s layout, ``start == 0``, holding every token of ``cache``:
+        a cache of ``target``'s layout, ``start == 0``, holding the prefix and every token of ``cache``:
         the target continues from it (``target.prefill(more, past=...)``) without prefilling them.
 
     Raises:
@@ -51,18 +53,21 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
     require_mappable(target)
     xmap.check_pair(Fingerprint.of(source), Fingerprint.of(target))
     source.check_cache(cache)
-    if cache.start != 0 or cache.seq_len == 0:
-        raise IncompatibleCacheError(f"map a whole context (a cache starting at position 0, not {cache.start}); "
-                                     "re-position a slice after its prefix first")
+    after = prefix is not None and cache.start == prefix.end > 0               # a slice that continues the prefix
+    if (cache.start != 0 and not after) or cache.seq_len == 0:
+        raise IncompatibleCacheError(f"map a whole context (a cache starting at position 0, not {cache.start}) or "
+                                     "the tokens right after the given prefix; re-position a slice after its "
+                                     "prefix first")
     if prefix is None:
         _, prefix = target.prefill(cache.token_ids[:1])
     P = prefix.seq_len
-    if prefix.start != 0 or P > cache.seq_len or tuple(prefix.token_ids) != tuple(cache.token_ids[:P]):
+    if prefix.start != 0 or (not after and (P > cache.seq_len
+                                            or tuple(prefix.token_ids) != tuple(cache.token_ids[:P]))):
         raise IncompatibleCacheError("prefix must be the target's cache of the first tokens of the mapped cache")
     target.check_cache(prefix)
-    if P == cache.seq_len:
+    if P == cache.end:
         return prefix
-    rest = cache.slice(P, cache.end)                                           # positions P..T-1
+    rest = cache if after else cache.slice(P, cache.end)                       # positions P..T-1
     xk, xv = flat_plain(source, rest)                                          # Ls x (T-P, d_in)
     Ht, dtype = target.facts.kv_heads, target.dtype
     keys, values = [], []

@@ -27,6 +27,11 @@ FORMAT = "c2c-xmodel-calibration"
 VERSION = 1
 
 
+def record_path(map_path: str | Path) -> Path:
+    """Where a map's calibration record lives: beside the map, ``X.c2cmap`` -> ``X.calibration.json``."""
+    return Path(map_path).with_suffix(".calibration.json")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MapCalibration:
     """The mapped target against the source alone, on the same held-out calibration questions.

@@ -120,25 +120,9 @@ class CrossModelMap:
 
     # ------------------------------------------------------------------- pairs
     def check_pair(self, source: Fingerprint, target: Fingerprint) -> None:
-        """Raise :class:`MapMismatchError` unless ``source`` -> ``target`` is the pair this map was fitted for.
-
-        Every fingerprint field is compared (architecture, layers, heads, RoPE, tokenizer,
-        weights digest, adapters, the engine's kind) except the dtype the models run in and the
-        engine's build and numerics.
-        """
-        diffs = {}
-        for side, ours, theirs in (("source", self.source, source), ("target", self.target, target)):
-            for name, (a, b) in ours.diff(theirs, exact=False).items():
-                if name not in _IGNORED:
-                    diffs[f"{side}.{name}"] = (a, b)
-            if ours.backend.kind != theirs.backend.kind:
-                diffs[f"{side}.backend"] = (ours.backend.kind, theirs.backend.kind)
-        if diffs:
-            parts = ", ".join(f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(diffs.items()))
-            raise MapMismatchError(
-                f"this map was fitted for {self.source.model_name or '?'} -> {self.target.model_name or '?'}, "
-                f"not {source.model_name or '?'} -> {target.model_name or '?'} ({parts}); fit one for this pair "
-                "with `c2c map fit`, or hand off by text", diffs)
+        """Raise :class:`MapMismatchError` unless ``source`` -> ``target`` is the pair this map was fitted for
+        (see :func:`require_pair`)."""
+        require_pair(self.source, self.target, source, target)
 
     # --------------------------------------------------------------------- file
     def save(self, path: str | Path) -> str:
@@ -148,6 +132,30 @@ class CrossModelMap:
         state = {k: v.detach().to(torch.float32).contiguous() for k, v in self.weights.items()}
         write_atomic(path, save_bytes(state, metadata={"c2c.map": header, "c2c.map_id": mid}))
         return mid
+
+
+def require_pair(fitted_source: Fingerprint, fitted_target: Fingerprint, source: Fingerprint,
+                 target: Fingerprint) -> None:
+    """Raise :class:`MapMismatchError` unless ``source`` -> ``target`` is the pair a map fitted for
+    ``fitted_source`` -> ``fitted_target`` applies to.
+
+    Every fingerprint field is compared (architecture, layers, heads, RoPE, tokenizer, weights
+    digest, adapters, the engine's kind) except the dtype the models run in and the engine's build
+    and numerics.
+    """
+    diffs = {}
+    for side, ours, theirs in (("source", fitted_source, source), ("target", fitted_target, target)):
+        for name, (a, b) in ours.diff(theirs, exact=False).items():
+            if name not in _IGNORED:
+                diffs[f"{side}.{name}"] = (a, b)
+        if ours.backend.kind != theirs.backend.kind:
+            diffs[f"{side}.backend"] = (ours.backend.kind, theirs.backend.kind)
+    if diffs:
+        parts = ", ".join(f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(diffs.items()))
+        raise MapMismatchError(
+            f"this map was fitted for {fitted_source.model_name or '?'} -> {fitted_target.model_name or '?'}, "
+            f"not {source.model_name or '?'} -> {target.model_name or '?'} ({parts}); fit one for this pair "
+            "with `c2c map fit`, or hand off by text", diffs)
 
 
 def tensor_digest(weights: dict[str, torch.Tensor]) -> str:
