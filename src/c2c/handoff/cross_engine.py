@@ -149,17 +149,16 @@ def rule(sender: Fingerprint, receiver: Fingerprint, policy: CrossEnginePolicy |
     if set(diff) != {"backend"} or a == b:
         return None
     engines = f"engines differ ({a} made the cache, {b} would attach it; same weights, dtype and shapes)"
+    refused = f"models differ in backend: {engines}"
     if policy is None:
-        return False, f"models differ in backend: {engines}; cross-engine attach is off unless opted in: {OPT_IN}"
+        return False, f"{refused}; cross-engine attach is off unless opted in: {OPT_IN}"
     f = policy.fidelity
     if tuple(sorted((a, b))) != f.engines:
-        return False, f"models differ in backend: {engines}; the cross-engine policy was measured for {f.engines}"
+        return False, f"{refused}; the cross-engine policy was measured for {f.engines}"
     if sender.dtype != f.dtype:
-        return False, f"models differ in backend: {engines}; the cross-engine policy was measured in {f.dtype}, " \
-                      f"not {sender.dtype}"
+        return False, f"{refused}; the cross-engine policy was measured in {f.dtype}, not {sender.dtype}"
     if f.weights_digest and sender.weights_digest != f.weights_digest:
-        return False, f"models differ in backend: {engines}; the cross-engine policy was measured on other weights " \
-                      f"({f.model or f.weights_digest[:12]})"
+        return False, f"{refused}; the cross-engine policy was measured on other weights ({f.model or 'unnamed'})"
     return True, f"{engines}: allowed by the cross-engine policy ({f.summary()}); {policy.verify} K/V check forced"
 
 

@@ -50,9 +50,10 @@ def receive(receiver: Agent, data: bytes | bytearray, *, critical: bool = False,
     """The receiving side of every cache path: decode ``data`` and, where the receiver's team has a
     keyring, run its trust checks (signature for its domain, prefix, KV per its policy).
 
-    ``engine=False`` leaves the engine out of the fingerprint check, for a caller whose
-    :class:`~c2c.handoff.policy.HandoffPolicy` carries a cross-engine opt-in: :func:`decide` rules on
-    the engine, and :func:`c2c.handoff.cross_engine.enforce` runs the K/V check it forces.
+    ``engine=False`` leaves the engine out of the fingerprint check, for a caller that asks
+    :func:`decide` next (which rules on the engine: another engine's cache is refused unless the
+    policy opts in) and runs the K/V check a cross-engine decision forces
+    (:func:`c2c.handoff.cross_engine.enforce`) before attaching.
 
     Returns the artifact and the trust report (None without a keyring).
 
