@@ -128,7 +128,9 @@ class CrossEnginePolicy:
     Attributes:
         fidelity: what was measured for the pair of engines; the rule allows only that pair, dtype and weights.
         verify: the K/V check forced before every such attach: ``"sample"`` (the default; the layer-0
-            sweep and 48 deep probes) or ``"strict"`` (a full re-prefill).
+            sweep and 48 deep probes) or ``"strict"`` (a full re-prefill). NOTE: in bf16 a one-pass
+            re-prefill differs from vLLM's prefill-then-decode by more than the bf16 tolerance at some
+            positions: strict refused 1 of 64 honest commits (``benchmarks/results/vllm_fidelity.md``).
     """
 
     fidelity: EngineFidelity
