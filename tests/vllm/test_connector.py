@@ -14,6 +14,9 @@ import pytest
 from openai import OpenAI
 
 from c2c.artifact import Artifact
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.handoff import HandoffPolicy, Party, decide
+from c2c.handoff.cross_engine import CrossEnginePolicy, EngineFidelity, enforce
 from c2c.store import open_store
 from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.signing import load_signed, sign
@@ -78,6 +81,30 @@ def test_published_kv_are_the_models_kv_as_transformers_computes_them(published,
         for a, b in ((ours.cache.keys[i], theirs.keys[i]), (ours.cache.values[i], theirs.values[i])):
             assert a.shape == b.shape
             assert ((a - b).norm() / b.norm()).item() < 1e-3, i
+
+
+@pytest.mark.zoo
+def test_a_vllm_commit_reaches_transformers_only_by_the_cross_engine_opt_in(published, vllm_server, zoo_model):
+    """The two fingerprints differ in the engine only; decide() refuses that by default, and with the opt-in
+    the sampled check it forces passes on the K/V vLLM wrote."""
+    _, pub = published
+    store = open_store(vllm_server.store_url).in_domain("research")
+    try:
+        art = Artifact.decode(store.get(pub["commit"]).data)
+    finally:
+        store.close()
+    rt = zoo_model("SmolLM2-135M-Instruct", dtype="float32")
+    fp = Fingerprint.of(rt)
+    assert set(art.header.fingerprint.diff(fp)) == {"backend"}  # tokenizer and weights digested alike
+    sender = Party(name="vllm", domain="research", fingerprint=art.header.fingerprint, prefix=art.header.prefix)
+    receiver = Party(name="tf", domain="research", fingerprint=fp, prefix=art.header.prefix)
+    assert decide(sender, receiver).path == "text"
+    fidelity = EngineFidelity(engines=("transformers", "vllm"), dtype="float32", prompts=1, rel_kv_median=1e-6,
+                              rel_kv_max=1e-6, top1_agreement=1.0, exact_match=1.0, weights_digest=rt.weights_digest)
+    d = decide(sender, receiver, HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=fidelity)))
+    assert (d.path, d.verify) == ("cache", "sample")
+    report = enforce(d, art, rt)
+    assert report["mode"] == "sample" and report["layers"] == "all" and report["max_error"] <= report["tolerance"]
 
 
 def test_attach_imports_the_commit_and_prefills_only_the_rest(client, published):

@@ -112,14 +112,16 @@ class Fingerprint:
         return sha256_hex(canonical_json(d))
 
     # ------------------------------------------------------------- comparing
-    def diff(self, other: "Fingerprint", *, exact: bool = True) -> dict[str, tuple[Any, Any]]:
+    def diff(self, other: "Fingerprint", *, exact: bool = True, engine: bool = True) -> dict[str, tuple[Any, Any]]:
         """Every compared field that differs, as ``{field: (ours, theirs)}`` (the backend as its string).
 
         ``exact=False`` leaves the engines' numerics out: for checks within a tolerance.
+        ``engine=False`` leaves the whole engine (``backend``) out: for a cache of another engine
+        that a decision allowed (:mod:`c2c.handoff.cross_engine`), checked within a tolerance.
         """
         out = {}
         for f in fields(self):
-            if f.name == "model_name":
+            if f.name == "model_name" or (f.name == "backend" and not engine):
                 continue
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name == "backend" and not exact:
@@ -128,9 +130,9 @@ class Fingerprint:
                 out[f.name] = (str(a), str(b)) if f.name == "backend" else (a, b)
         return out
 
-    def require_same(self, other: "Fingerprint", *, exact: bool = True) -> None:
+    def require_same(self, other: "Fingerprint", *, exact: bool = True, engine: bool = True) -> None:
         """Raise :class:`FingerprintMismatchError` naming every differing field (see :meth:`diff`)."""
-        d = self.diff(other, exact=exact)
+        d = self.diff(other, exact=exact, engine=engine)
         if d:
             parts = [f"{k}: {_short(a)} != {_short(b)}" for k, (a, b) in sorted(d.items()) if k != "backend"]
             if "backend" in d:  # the engines' strings share a long head: name the part that differs

@@ -9,8 +9,10 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
                 domain shared it with the receiver's (else: text, always;
                 caches never leave a domain unshared, nor do fusers)
 ``fingerprint`` the same model: architecture, layers, heads, RoPE, dtype,
-                tokenizer, weights, adapters (else: an earned cross-model
-                map for the pair, else a fuser if one exists, else text)
+                tokenizer, weights, adapters, engine (else: an earned
+                cross-model map for the pair, else a fuser if one exists, else
+                text; a cache of another engine from the same weights only by
+                opt-in, verified first: :mod:`c2c.handoff.cross_engine`)
 ``prefix``      the same shared prefix, block by block
 ``hops``        the chain stays within the hop limit (``C2C_MAX_HOPS``)
 ``staleness``   the context is not built on a stale commit
@@ -44,6 +46,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (C2CError, DomainMismatchError, FingerprintMismatchError, HandoffError, MapMismatchError,
                         PrefixMismatchError, StaleCommitError)
+from c2c.handoff import cross_engine
 from c2c.handoff.policy import HandoffPolicy
 from c2c.trust.isolation import domain_rule
 
@@ -104,6 +107,8 @@ class Decision:
     labels: tuple[str, ...] = ()   # the spans a slice exports
     advice: dict | None = None     # the advisor's Advice, when it was asked
     map_id: str | None = None      # the map a mapped path applies (c2c.xmodel.MapOffer.map_id)
+    verify: str | None = None      # a cache of another engine: the K/V check to run before attaching it
+    fidelity: dict | None = None   # ... and the engines' measured EngineFidelity it was allowed on
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -143,13 +148,15 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
     checks = _checks(sender, receiver, policy, hops, stale, advice, advice_note)
     by = {c.name: c for c in checks}
     adv = advice.to_dict() if advice is not None else None
+    cross = cross_engine.terms(sender.fingerprint, receiver.fingerprint, policy.cross_engine)
     if policy.mode == "text":
         return Decision(path="text", mode="text", reason="text requested", checks=checks, advice=adv)
     if policy.mode in ("full", "slice"):
         mode, labels, why = policy.mode, policy.labels if policy.mode == "slice" else (), f"{policy.mode} requested"
         if mode == "full" and sender.private:
             why += f" (includes private spans {list(sender.private)})"
-        return Decision(path="cache", mode=mode, reason=why, checks=checks, labels=labels, advice=adv)
+        return _across_engines(Decision(path="cache", mode=mode, reason=why, checks=checks, labels=labels,
+                                        advice=adv), cross)
     # auto
     blocking = [c for c in checks if c.ok is False]
     only_model = blocking and all(c.name in ("fingerprint", "prefix") for c in blocking)
@@ -170,7 +177,7 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
     reason = "same model, same shared prefix, same trust domain"
     if by["advisor"].ok is not None or advice_note:
         reason += f"; {by['advisor'].detail}"
-    return _cache_decision("cache", sender, policy, checks, adv, reason=reason)
+    return _across_engines(_cache_decision("cache", sender, policy, checks, adv, reason=reason), cross)
 
 
 def _cache_decision(path: Path, sender: Party, policy: HandoffPolicy, checks: tuple[Check, ...], adv: dict | None,
@@ -229,7 +236,10 @@ def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, st
     out = [Check(name="domain", ok=domains.allows_cache, detail=domains.reason,
                  error=None if domains.allows_cache else DomainMismatchError)]
     diff = sender.fingerprint.diff(receiver.fingerprint)
-    if set(diff) == {"adapters"}:
+    engines = cross_engine.rule(sender.fingerprint, receiver.fingerprint, policy.cross_engine)
+    if engines is not None:  # only the engine differs: refused unless the policy opts in
+        out.append(Check(name="fingerprint", ok=engines[0], detail=engines[1], error=FingerprintMismatchError))
+    elif set(diff) == {"adapters"}:
         # Same base model under other role adapters: auto sends text; an explicit mode goes on and the
         # receiving team's AdapterPolicy (refuse / verify / re-prefill) decides at attach (c2c.team.roles).
         out.append(Check(name="fingerprint", ok=False, error=None,
@@ -255,6 +265,17 @@ def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, st
     return tuple(out)
 
 
+# ---------------------------------------------------------------- across engines (HandoffPolicy.cross_engine)
+def _across_engines(decision: Decision, terms: dict) -> Decision:
+    """A cache path the cross-engine opt-in allowed: it carries the K/V check the receiver must run
+    first and the fidelity it was allowed on (:mod:`c2c.handoff.cross_engine`)."""
+    if not terms or decision.path != "cache":
+        return decision
+    return replace(decision, verify=terms["verify"], fidelity=terms["fidelity"],
+                   reason=f"{decision.reason}; another engine's cache (cross-engine policy): "
+                          f"{terms['verify']} K/V check before attaching")
+
+
 def fall_back(decision: Decision, policy: HandoffPolicy, error: C2CError) -> Decision:
     """The hop once its cache path failed after the decision (transfer, signature, KV check):
     text in ``auto``, with the reason; in an explicit mode the error itself is raised.
@@ -263,6 +284,6 @@ def fall_back(decision: Decision, policy: HandoffPolicy, error: C2CError) -> Dec
     """
     if policy.mode != "auto":
         raise error
-    return replace(decision, path="text", mode="text", labels=(), map_id=None,
+    return replace(decision, path="text", mode="text", labels=(), map_id=None, verify=None, fidelity=None,
                    reason=f"fell back to text: {type(error).__name__}: {error}")
 

@@ -46,9 +46,15 @@ class TextPath:
                        timings={"write_message_s": gen.prefill_s + gen.decode_s, "read_message_s": t1 - t0})
 
 
-def receive(receiver: Agent, data: bytes | bytearray, *, critical: bool = False) -> tuple[Artifact, dict | None]:
+def receive(receiver: Agent, data: bytes | bytearray, *, critical: bool = False,
+            engine: bool = True) -> tuple[Artifact, dict | None]:
     """The receiving side of every cache path: decode ``data`` and, where the receiver's team has a
     keyring, run its trust checks (signature for its domain, prefix, KV per its policy).
+
+    ``engine=False`` leaves the engine out of the fingerprint check, for a caller that asks
+    :func:`decide` next (which rules on the engine: another engine's cache is refused unless the
+    policy opts in) and runs the K/V check a cross-engine decision forces
+    (:func:`c2c.handoff.cross_engine.enforce`) before attaching.
 
     Returns the artifact and the trust report (None without a keyring).
 
@@ -62,7 +68,7 @@ def receive(receiver: Agent, data: bytes | bytearray, *, critical: bool = False)
     # a slice that cannot be verified (UnverifiableError) makes auto fall back to text
     prefix_ids = receiver.context.token_ids[:receiver.context.prefix_len]
     report = trust_check(got, keyring, receiver.team.domain, runtime=receiver.runtime, critical=critical,
-                         prefix_ids=prefix_ids,
+                         prefix_ids=prefix_ids, engine=engine,
                          context=slice_context(got.header.start, prefix_ids, receiver.team.prefix_cache))
     return got, report.to_dict()
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from c2c.config import settings
 from c2c.errors import ConfigError
+from c2c.handoff.cross_engine import CrossEnginePolicy
 
 Mode = Literal["auto", "full", "slice", "text"]
 MODES: tuple[str, ...] = ("auto", "full", "slice", "text")
@@ -34,6 +35,10 @@ class HandoffPolicy:
         critical: verify strictly (re-prefill) when the receiver's team has a keyring.
         max_hops: the longest chain of cache hops; past it, text. ``None``: ``C2C_MAX_HOPS``
             (default 3), the limit the store uses too.
+        cross_engine: the opt-in to attach a cache another engine made from the same weights, in the
+            same dtype (vLLM's and transformers'), carrying the fidelity measured for the pair; such a
+            cache is then always verified against the receiver's model first
+            (:mod:`c2c.handoff.cross_engine`). ``None`` (the default): refused, as another model.
     """
 
     mode: Mode = "auto"
@@ -45,6 +50,7 @@ class HandoffPolicy:
     min_message_tokens: int = 0
     critical: bool = False
     max_hops: int | None = None
+    cross_engine: CrossEnginePolicy | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -59,6 +65,8 @@ class HandoffPolicy:
             raise ConfigError("message_tokens must be >= 1 and min_message_tokens >= 0")
         if self.max_hops is not None and self.max_hops < 0:
             raise ConfigError(f"max_hops={self.max_hops}: give 0 or more")
+        if self.cross_engine is not None and not isinstance(self.cross_engine, CrossEnginePolicy):
+            raise ConfigError("cross_engine must be a c2c.handoff.cross_engine.CrossEnginePolicy, or None")
 
     @property
     def hop_limit(self) -> int:

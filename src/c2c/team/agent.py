@@ -209,7 +209,7 @@ class Agent:
         self.context = Context(token_ids=prefix, prefix_len=P).extend(cache.token_ids[P:], label, private=False)
         self._role_done = not self.role
 
-    def attach(self, artifact: "Artifact") -> None:
+    def attach(self, artifact: "Artifact", *, engine: bool = True) -> None:
         """Continue from a received cache after checking model and prefix.
 
         A full cache replaces this agent's context (it must start with the same
@@ -218,6 +218,10 @@ class Agent:
         A cache made under another role adapter of the same base is handled by
         the team's :class:`~c2c.team.roles.AdapterPolicy` (``attach_note`` says what
         was done).
+
+        ``engine=False``: the artifact may come from another engine (vLLM) with this model's
+        weights, dtype and shapes; only for a cache :func:`c2c.handoff.decide` allowed across
+        engines and whose K/V were verified (:func:`c2c.handoff.cross_engine.enforce`).
 
         Raises:
             FingerprintMismatchError: the artifact comes from another model.
@@ -228,7 +232,7 @@ class Agent:
         cache = artifact.cache
         self.attach_note = ""
         try:
-            self.fingerprint.require_same(h.fingerprint)
+            self.fingerprint.require_same(h.fingerprint, engine=engine)
         except FingerprintMismatchError as e:  # another role adapter of the same base?
             cache, self.attach_note = admit(self.team.adapter_policy, self.runtime, artifact, e, context=self.cache)
         self._place(cache, full=h.kind == "full", source=h.producer.get("agent", "?"))

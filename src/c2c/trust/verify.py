@@ -199,7 +199,7 @@ def slice_context(start: int, prefix_ids: Sequence[int],
 def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: int = DEFAULT_SAMPLES,
               tolerance: float | None = None, context: KVCache | None = None,
               token_ids: Sequence[int] | None = None, rng: random.Random | None = None,
-              layer0: bool = True, allow_partial: bool = False) -> VerifyReport:
+              layer0: bool = True, allow_partial: bool = False, engine: bool = True) -> VerifyReport:
     """Re-compute the artifact's K/V with ``runtime``'s model and compare (see module docstring).
 
     Args:
@@ -216,6 +216,8 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         layer0: run the layer-0 sweep in ``sample`` mode.
         allow_partial: accept a ``sample`` check of a slice without ``context`` at layer 0
             only (the report's note says so); by default that raises :class:`UnverifiableError`.
+        engine: compare the fingerprints' engines; ``False`` for a cache of another engine that
+            :func:`c2c.handoff.decide` allowed (``HandoffPolicy.cross_engine``), which this check is for.
 
     Returns:
         a :class:`VerifyReport` (only when the artifact passed).
@@ -234,7 +236,8 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         raise ConfigError(f"samples={samples}: give a number of positions >= 0")
     t0 = time.perf_counter()
     h = artifact.header
-    Fingerprint.of(runtime).require_same(h.fingerprint, exact=False)  # compared within a tolerance: numerics aside
+    # compared within a tolerance: numerics aside (and the engine, where a decision allowed another one)
+    Fingerprint.of(runtime).require_same(h.fingerprint, exact=False, engine=engine)
     cache = replace(artifact.cache, token_ids=claimed_tokens(artifact, token_ids))
     cache = cache.to(device=runtime.device)
     tol = default_tolerance(runtime.dtype, runtime.device) if tolerance is None else float(tolerance)

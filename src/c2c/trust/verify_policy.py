@@ -119,7 +119,7 @@ class TrustReport:
 def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolicy | None = None, *,
           runtime=None, critical: bool = False, prefix_ids: Sequence[int] | None = None,
           context: KVCache | Callable[[Any], KVCache] | None = None, token_ids: Sequence[int] | None = None,
-          rng: random.Random | None = None, exact: bool = True) -> TrustReport:
+          rng: random.Random | None = None, exact: bool = True, engine: bool = True) -> TrustReport:
     """Everything a receiver in ``domain`` checks before attaching ``artifact``.
 
     Nothing the unverified header names is acted on before the signature, the
@@ -144,6 +144,8 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
         exact: the runtime's fingerprint must equal the artifact's, numerics included (a cache about to
             be attached); ``False`` for a check that only reports on the K/V within a tolerance
             (``c2c verify``), where another CPU class or kernel is not a mismatch.
+        engine: compare the engines; ``False`` where :func:`c2c.handoff.decide` rules on them (a
+            :class:`~c2c.handoff.cross_engine.CrossEnginePolicy`), which then forces its own K/V check.
 
     Raises:
         UnsignedArtifactError, BadSignatureError, UnknownSignerError, RevokedSignerError,
@@ -165,11 +167,12 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
     if policy.kv != "none":
         if runtime is None:
             raise ConfigError(f"the {policy.kv!r} KV check needs the receiver's runtime (runtime=...)")
-        Fingerprint.of(runtime).require_same(artifact.header.fingerprint, exact=exact)
+        Fingerprint.of(runtime).require_same(artifact.header.fingerprint, exact=exact, engine=engine)
         if callable(context):
             context = context(runtime)
         kv = verify_kv(artifact, runtime, mode=policy.kv, samples=policy.samples, tolerance=policy.tolerance,
-                       context=context, token_ids=token_ids, rng=rng, allow_partial=policy.allow_partial)
+                       context=context, token_ids=token_ids, rng=rng, allow_partial=policy.allow_partial,
+                       engine=engine)
     elif runtime is not None:
-        Fingerprint.of(runtime).require_same(artifact.header.fingerprint)
+        Fingerprint.of(runtime).require_same(artifact.header.fingerprint, engine=engine)
     return TrustReport(artifact=artifact.id, domain=domain, policy=policy, signer=signer, kv=kv)

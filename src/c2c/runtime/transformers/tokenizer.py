@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Sequence
 
@@ -100,3 +101,13 @@ def tokenizer_material(tokenizer, *, template: bool = True) -> bytes:
     if not template:
         del payload["chat_template"]
     return json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def folder_digest(path) -> str:
+    """The tokenizer digest of a model folder, as :class:`TransformersRuntime` records it for a model loaded
+    from there: sha256 of :func:`tokenizer_material`. Another engine that loads the folder (vLLM's connector)
+    records this digest too, so that the two fingerprints differ only in the engine."""
+    from transformers import AutoTokenizer  # lazy: vLLM's connector calls this once per process
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return hashlib.sha256(tokenizer_material(tokenizer)).hexdigest()

@@ -7,7 +7,10 @@ and each worker compute the same fingerprint without talking to each other:
   the model's config, as :func:`c2c.runtime.hf.model_facts` reads them;
 - ``weights_digest`` is c2c's digest of the ``*.safetensors`` files vLLM loaded (the same
   digest, memoized beside them, that c2c's transformers runtime records);
-- ``tokenizer_digest`` is a sha256 over the tokenizer's files (vocabulary, template);
+- ``tokenizer_digest`` is the digest c2c's transformers runtime records for the same folder
+  (:func:`c2c.runtime.transformers.tokenizer.folder_digest`: vocabulary, specials, template), so
+  that a vLLM cache and a transformers one of the same model differ only in the engine
+  (``backend``), which :mod:`c2c.handoff.cross_engine` rules on;
 - ``dtype`` is the KV cache's dtype;
 - ``backend`` names the engine and the block layout, e.g.
   ``vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128``: a cache from another engine or
@@ -16,7 +19,6 @@ and each worker compute the same fingerprint without talking to each other:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,6 @@ from c2c.runtime.facts import EngineId
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.canon import canonical_json, weights_digest
 from c2c.errors import RuntimeUnsupportedError
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "tokenizer.model", "vocab.json", "merges.txt")
-
 
 def model_dir(model: str) -> Path:
     """The local folder vLLM loaded ``model`` from; a hub id has no files c2c could digest."""
@@ -41,12 +39,10 @@ def model_dir(model: str) -> Path:
 
 
 def tokenizer_digest(path: Path) -> str:
-    h = hashlib.sha256(b"c2c-tokenizer-files-v1")
-    for name in TOKENIZER_FILES:
-        p = path / name
-        if p.is_file():
-            h.update(name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
+    """The tokenizer digest of the folder, as c2c's transformers runtime records it."""
+    from c2c.runtime.transformers.tokenizer import folder_digest  # lazy: loads the tokenizer once per process
+
+    return folder_digest(path)
 
 
 def layout_facts(hf_config: Any) -> dict[str, Any]:

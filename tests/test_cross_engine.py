@@ -1,0 +1,160 @@
+"""Cross-engine attach (c2c.handoff.cross_engine): refused by default, allowed by opt-in, always verified first.
+
+A vLLM cache is fabricated as a fingerprint that differs from the receiver's in the engine only
+(``backend``); the store test signs a tiny model's own K/V under such a fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from c2c.artifact import Artifact
+from c2c.artifact.prefix import PrefixRef, SharedPrefix
+from c2c.errors import ConfigError, FingerprintMismatchError, VerificationFailedError
+from c2c.handoff import HandoffPolicy, Party, decide, fall_back
+from c2c.handoff.cross_engine import CrossEnginePolicy, EngineFidelity
+from c2c.runtime.facts import EngineId
+from c2c.testing.synthetic import synthetic_fingerprint
+
+FP = synthetic_fingerprint()                                  # transformers (the default engine)
+VLLM = EngineId.parse("vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128")
+PREFIX = PrefixRef.of(list(range(40)))
+FIDELITY = EngineFidelity(engines=("vllm", "transformers"), dtype="float32", prompts=64, rel_kv_median=2e-6,
+                          rel_kv_max=3e-6, top1_agreement=1.0, exact_match=1.0, model="synthetic")
+OPT_IN = HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=FIDELITY))
+
+
+def party(name="a", fingerprint=FP, **kw):
+    return Party(name=name, domain="lab", fingerprint=fingerprint, prefix=PREFIX, **kw)
+
+
+def from_vllm(policy=HandoffPolicy(), **fp):
+    return decide(party("vllm", replace(FP, backend=VLLM, **fp)), party("b", replace(FP, **fp)), policy)
+
+
+def test_by_default_a_cache_of_another_engine_is_refused_naming_the_engines_and_the_opt_in():
+    d = from_vllm()
+    assert d.path == "text" and d.check("fingerprint").ok is False and d.verify is None
+    assert "vllm made the cache, transformers would attach it" in d.reason and "cross_engine=" in d.reason
+    explicit = from_vllm(HandoffPolicy(mode="full"))
+    assert isinstance(explicit.refusal(), FingerprintMismatchError) and "cross_engine=" in str(explicit.refusal())
+
+
+@pytest.mark.parametrize("mode", ["auto", "full"])
+def test_the_opt_in_takes_the_cache_forcing_a_sampled_check_and_recording_the_fidelity(mode):
+    d = from_vllm(replace(OPT_IN, mode=mode))
+    assert (d.path, d.refusal(), d.verify) == ("cache", None, "sample")
+    assert d.fidelity == FIDELITY.to_dict() and d.to_dict()["fidelity"]["prompts"] == 64
+    assert d.check("fingerprint").ok and "allowed by the cross-engine policy" in d.check("fingerprint").detail
+    assert "sample K/V check before attaching" in d.reason
+    back = decide(party("tf"), party("vllm", replace(FP, backend=VLLM)), OPT_IN)  # transformers -> vLLM
+    assert back.path == "cache" and back.verify == "sample"
+    strict = replace(OPT_IN, cross_engine=CrossEnginePolicy(fidelity=FIDELITY, verify="strict"))
+    assert from_vllm(strict).verify == "strict"
+    assert fall_back(d, HandoffPolicy(), VerificationFailedError("x")).verify is None
+
+
+@pytest.mark.parametrize("change, policy, why", [
+    (dict(dtype="bfloat16"), OPT_IN, "measured in float32, not bfloat16"),
+    (dict(), HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=replace(FIDELITY, weights_digest="9" * 64))),
+     "measured on other weights"),
+    (dict(), HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=replace(FIDELITY, engines=("llama.cpp", "vllm")))),
+     "measured for ('llama.cpp', 'vllm')"),
+])
+def test_the_opt_in_holds_only_for_the_pair_dtype_and_weights_measured(change, policy, why):
+    d = from_vllm(policy, **change)
+    assert d.path == "text" and why in d.check("fingerprint").detail
+    assert isinstance(from_vllm(replace(policy, mode="full"), **change).refusal(), FingerprintMismatchError)
+
+
+@pytest.mark.parametrize("theirs", [
+    dict(backend=VLLM, weights_digest="3" * 64),        # other weights
+    dict(backend=VLLM, dtype="bfloat16"),               # other dtype (the receiver's is float32)
+    dict(backend=VLLM, head_dim=16),                    # other shapes
+    dict(backend=EngineId.parse("transformers 5.24.0 numerics:torch-2.13.0+cpu/cpu-intel-amx/linear-onednn-packed")),
+])
+def test_more_than_the_engine_or_the_same_engine_elsewhere_is_refused_as_before(theirs):
+    d = decide(party("s", replace(FP, **theirs)), party("b"), OPT_IN)
+    assert d.path == "text" and d.verify is None and "cross-engine" not in d.check("fingerprint").detail
+
+
+def test_the_policy_and_the_record_are_validated_and_read_from_the_benchmark(tmp_path):
+    with pytest.raises(ConfigError, match="CrossEnginePolicy"):
+        HandoffPolicy(cross_engine={"fidelity": FIDELITY.to_dict()})
+    with pytest.raises(ConfigError, match="verify"):
+        CrossEnginePolicy(fidelity=FIDELITY, verify="none")
+    with pytest.raises(ConfigError, match="engines"):
+        replace(FIDELITY, engines=("vllm", "vllm"))
+    with pytest.raises(ConfigError, match="top1_agreement"):
+        replace(FIDELITY, top1_agreement=1.5)
+    assert FIDELITY.engines == ("transformers", "vllm") and EngineFidelity.from_dict(FIDELITY.to_dict()) == FIDELITY
+    results = tmp_path / "vllm_fidelity.json"
+    results.write_text(json.dumps({"model": "Qwen2.5-Coder-0.5B-Instruct", "dtypes": {"bfloat16": {
+        "weights_digest": "2" * 64, "summary": {"prompts": 64, "rel_kv_median": 0.01, "rel_kv_max": 0.05,
+                                                "top1_own": 0.97, "exact_own": 0.8}}}}))
+    f = EngineFidelity.from_results(results)
+    assert (f.dtype, f.prompts, f.top1_agreement, f.source) == ("bfloat16", 64, 0.97,
+                                                                "benchmarks/results/vllm_fidelity.json")
+    with pytest.raises(ConfigError, match="no float32 run"):
+        EngineFidelity.from_results(results, dtype="float32")
+
+
+# ------------------------------------------------------------------ through the store
+@pytest.fixture
+def lab(tiny, tmp_path):
+    """A tiny model's team whose domain checks signatures only (kv "none"), an analyst with context, a store."""
+    from c2c.store import open_store
+    from c2c.team.agent import Agent, Team
+    from c2c.trust.keys import Keyring
+
+    ring = Keyring(tmp_path / "keys")
+    ring.create_key("lab")
+    ring.set_policy("lab", {"kv": "none"})
+    rt = tiny("qwen2")
+    team = Team(shared=SharedPrefix.build("You are a team of careful agents."), domain="lab", keyring=ring)
+    analyst = Agent("analyst", rt, team)
+    analyst.read("The outage began at 09:14, right after deploy 7 reached the eu-west pool. " * 2)
+    with open_store(f"sqlite:///{tmp_path}/store") as store:
+        yield team, analyst, store
+
+
+def publish_as_vllm(team, analyst, store, cache=None) -> str:
+    """The analyst's K/V (or ``cache``) as a vLLM instance of the same model would commit them."""
+    from c2c.trust.signing import sign
+
+    art = Artifact.build(cache or analyst.cache, fingerprint=replace(analyst.fingerprint, backend=VLLM),
+                         prefix=analyst.prefix, producer={"agent": "vllm", "domain": "lab"})
+    return store.put(sign(art, team.keyring.signing_key("lab")).encode(), stream="vllm").id
+
+
+def test_pull_attaches_another_engines_commit_only_by_opt_in_after_the_forced_sampled_check(lab):
+    from c2c.flows.chain import pull
+    from c2c.team.agent import Agent
+
+    team, analyst, store = lab
+    cid = publish_as_vllm(team, analyst, store)
+    writer = Agent("writer", analyst.runtime, team)
+    with pytest.raises(FingerprintMismatchError, match="cross_engine="):
+        pull(store, cid, writer)
+    fidelity = replace(FIDELITY, weights_digest=analyst.fingerprint.weights_digest)
+    got = pull(store, cid, writer, policy=HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=fidelity)))
+    assert got.decision["verify"] == "sample" and got.decision["fidelity"] == fidelity.to_dict()
+    assert got.verified["mode"] == "sample" and got.verified["layers"] == "all"  # though the domain checks none
+    assert writer.cache.token_ids == analyst.cache.token_ids
+
+
+def test_the_forced_check_refuses_a_tampered_cache_of_another_engine(lab):
+    from c2c.flows.chain import pull
+    from c2c.team.agent import Agent
+
+    team, analyst, store = lab
+    c = analyst.cache
+    bad = replace(c, values=c.values[:-1] + (c.values[-1] + 5.0,))  # the last layer, every position
+    cid = publish_as_vllm(team, analyst, store, bad)
+    writer = Agent("writer", analyst.runtime, team)
+    with pytest.raises(VerificationFailedError):
+        pull(store, cid, writer, policy=OPT_IN)
+    assert writer.cache is None or writer.cache.token_ids != analyst.cache.token_ids
