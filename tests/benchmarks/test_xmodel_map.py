@@ -69,7 +69,15 @@ def test_a_run_on_tiny_models_writes_every_file_and_resumes(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks" / "xmodel_map.py"), "--source", "tiny-qwen2", "--target",
            "tiny-qwen2", "--map", str(tmp_path / "tiny.c2cmap"), "--doc-tokens", "48", "--n", "2",
            "--max-new-tokens", "2", "--note-tokens", "3", "--out-dir", str(tmp_path / "out")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    # a corpus of its own (the benchmark cuts its documents from train/lima.json under C2C_DATA), so the run
+    # needs no shared data folder beside the checkout
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    words = "the quick brown fox jumps over a lazy dog near the river bank".split()
+    rows = [{"output": " ".join(f"{words[(i + k) % len(words)]}{'.' if k % 9 == 8 else ''}" for k in range(60))}
+            for i in range(40)]
+    (data / "train" / "lima.json").write_text(json.dumps(rows))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), C2C_DATA=str(data))
     subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=600)
     records = tmp_path / "out" / "xmodel_map" / "tiny-qwen2--tiny-qwen2_48.jsonl"
     lines = records.read_text().splitlines()
