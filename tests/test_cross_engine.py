@@ -158,3 +158,47 @@ def test_the_forced_check_refuses_a_tampered_cache_of_another_engine(lab):
     with pytest.raises(VerificationFailedError):
         pull(store, cid, writer, policy=OPT_IN)
     assert writer.cache is None or writer.cache.token_ids != analyst.cache.token_ids
+
+
+def test_a_broken_fidelity_record_is_a_config_error_naming_the_fix(tmp_path):
+    results = tmp_path / "vllm_fidelity.json"
+    for doc in ([], {"dtypes": {"bfloat16": {}}}, {"dtypes": {"bfloat16": {"summary": {"prompts": 3}}}}):
+        results.write_text(json.dumps(doc))
+        with pytest.raises(ConfigError, match="vllm_fidelity.py"):
+            EngineFidelity.from_results(results)
+    with pytest.raises(ConfigError, match="lacks fields"):
+        EngineFidelity.from_dict({"dtype": "bfloat16"})
+    with pytest.raises(ConfigError, match="JSON object"):
+        EngineFidelity.from_dict(["bfloat16"])
+
+
+def test_a_weaker_check_the_domain_ran_does_not_stand_in_for_the_forced_one(lab):
+    from c2c.handoff.cross_engine import enforce
+
+    team, analyst, store = lab
+    art = Artifact.decode(store.get(publish_as_vllm(team, analyst, store)).data)
+    fidelity = replace(FIDELITY, weights_digest=analyst.fingerprint.weights_digest)
+    decision = decide(party(fingerprint=art.header.fingerprint), party("b", analyst.fingerprint),
+                      HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=fidelity)))
+    assert decision.verify == "sample"
+    strong = enforce(decision, art, analyst.runtime)  # the forced check itself
+    assert strong["mode"] == "sample" and strong["layers"] == "all"
+    assert enforce(decision, art, analyst.runtime, trust={"kv": strong}) is strong  # as strong: not repeated
+    for weaker in ({"layers": "0"}, {"tolerance": strong["tolerance"] * 10}, {"deep_positions": 1}):
+        weak = {**strong, **weaker}
+        again = enforce(decision, art, analyst.runtime, trust={"kv": weak})  # run again, not taken from weak
+        assert again is not weak and (again["layers"], again["tolerance"], again["deep_positions"]) == (
+            "all", strong["tolerance"], strong["deep_positions"])
+
+
+def test_hand_off_refuses_a_cross_engine_policy_and_names_pull(tiny):
+    from c2c.handoff import hand_off
+    from c2c.team.agent import Agent, Team
+
+    rt = tiny("qwen2")
+    team = Team(shared=SharedPrefix.build("You are careful."), domain="lab")
+    a, b = Agent("a", rt, team), Agent("b", rt, team)
+    a.read("The outage began at 09:14.")
+    with pytest.raises(ConfigError, match="chain.pull"):
+        hand_off(a, b, HandoffPolicy(cross_engine=OPT_IN.cross_engine))
+    assert b.cache is None or b.cache.token_ids != a.cache.token_ids  # nothing moved

@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 from c2c import advise
 from c2c.artifact import Artifact
-from c2c.errors import C2CError
+from c2c.errors import C2CError, ConfigError
 from c2c.handoff.decide import CHECKS, PATHS, Check, Decision, Party, decide, fall_back
 from c2c.handoff.forecast import forecast
 from c2c.handoff.paths import CachePath, FusedPath, MappedPath, TextPath
@@ -77,6 +77,10 @@ def hand_off(sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None
             a cache mode was asked for explicitly and a check refuses it.
     """
     policy = HandoffPolicy.build(policy, **options)
+    if policy.cross_engine is not None:  # the forced K/V check runs where another engine's commit is read
+        raise ConfigError("hand_off does not take a cross-engine policy: a cache of another engine (a vLLM "
+                          "commit) is attached with c2c.flows.chain.pull(store, commit, agent, "
+                          "policy=HandoffPolicy(cross_engine=...)), which runs the K/V check the policy forces")
     advice, note = advice_for(sender, policy, calibration) if policy.mode == "auto" else (None, "")
     decision = decide(Party.of(sender), Party.of(receiver), policy, hops=hops, advice=advice, advice_note=note,
                       maps=maps)

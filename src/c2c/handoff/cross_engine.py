@@ -33,7 +33,7 @@ from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
-from c2c.trust.verify import verify_kv
+from c2c.trust.verify import DEFAULT_SAMPLES, default_tolerance, verify_kv
 
 OPT_IN = "HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=EngineFidelity.from_results(...)))"
 
@@ -89,10 +89,15 @@ class EngineFidelity:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EngineFidelity":
+        if not isinstance(d, dict):
+            raise ConfigError(f"an engine fidelity record is a JSON object, not {type(d).__name__}")
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"unknown engine fidelity fields {sorted(unknown)}")
-        return cls(**{**d, "engines": tuple(d.get("engines", ()))})
+        try:
+            return cls(**{**d, "engines": tuple(d.get("engines", ()))})
+        except TypeError as e:
+            raise ConfigError(f"an engine fidelity record lacks fields: {e}") from None
 
     @classmethod
     def from_results(cls, path: str | Path, *, dtype: str = "bfloat16") -> "EngineFidelity":
@@ -104,16 +109,21 @@ class EngineFidelity:
         path = Path(path)
         try:
             out = json.loads(path.read_text())
-            run = out["dtypes"][dtype]
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read the fidelity results {path}: {e}") from None
-        except KeyError:
+        try:
+            run = out["dtypes"][dtype]
+        except (KeyError, TypeError):
             raise ConfigError(f"{path} has no {dtype} run; run benchmarks/vllm_fidelity.py --dtypes {dtype}") from None
-        s = run["summary"]
-        return cls(engines=("transformers", "vllm"), dtype=dtype, prompts=s["prompts"],
-                   rel_kv_median=s["rel_kv_median"], rel_kv_max=s["rel_kv_max"], top1_agreement=s["top1_own"],
-                   exact_match=s["exact_own"], weights_digest=run.get("weights_digest", ""), model=out.get("model", ""),
-                   source=f"benchmarks/results/{path.name}")
+        try:
+            s = run["summary"]
+            return cls(engines=("transformers", "vllm"), dtype=dtype, prompts=s["prompts"],
+                       rel_kv_median=s["rel_kv_median"], rel_kv_max=s["rel_kv_max"], top1_agreement=s["top1_own"],
+                       exact_match=s["exact_own"], weights_digest=run.get("weights_digest", ""),
+                       model=out.get("model", ""), source=f"benchmarks/results/{path.name}")
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{path}'s {dtype} run is not a vllm_fidelity.py summary (missing {e}); "
+                              "rerun benchmarks/vllm_fidelity.py") from None
 
     def summary(self) -> str:
         return (f"measured on {self.prompts} prompts in {self.dtype}: relative K/V difference median "
@@ -172,6 +182,18 @@ def terms(sender: Fingerprint, receiver: Fingerprint, policy: CrossEnginePolicy 
     return {"verify": policy.verify, "fidelity": policy.fidelity.to_dict()}
 
 
+def _as_strong(done: dict, verify: str, artifact: Artifact, runtime) -> bool:
+    """Whether a K/V check the receiver's trust checks already ran is at least the forced one: the same
+    mode or strict, every layer, at most the default tolerance, and at least as many deep positions
+    (a domain's own policy may have allowed layer 0 only, a looser tolerance or fewer samples)."""
+    if done.get("mode") not in (verify, "strict") or done.get("layers") != "all":
+        return False
+    if done.get("tolerance", math.inf) > default_tolerance(runtime.dtype, runtime.device):
+        return False
+    want = artifact.header.seq_len if done["mode"] == "strict" else min(DEFAULT_SAMPLES, artifact.header.seq_len)
+    return done.get("deep_positions", 0) >= want
+
+
 def enforce(decision, artifact: Artifact, runtime, *, trust: dict | None = None,
             context: KVCache | Callable[[Any], KVCache] | None = None) -> dict | None:
     """Run the K/V check a cross-engine ``decision`` forces, before the cache is attached.
@@ -193,7 +215,7 @@ def enforce(decision, artifact: Artifact, runtime, *, trust: dict | None = None,
     if decision.verify is None:
         return None
     done = (trust or {}).get("kv")
-    if done and done["mode"] in (decision.verify, "strict"):
+    if done and _as_strong(done, decision.verify, artifact, runtime):
         return done
     if callable(context):
         context = context(runtime)

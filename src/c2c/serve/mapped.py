@@ -72,9 +72,9 @@ def _fits(offer: MapOffer, source: Runtime, target: Runtime) -> bool:
 
 
 def mapped_parts(served: ServedMap, artifact: Artifact, *, runtime: Runtime, prefix_ids: Sequence[int],
-                 held: KVCache | None, label: str, text: str) -> tuple[tuple[Part, ...], KVCache | None]:
-    """The commit's K/V after the shared prefix, mapped into ``runtime``'s (the request's model), and the
-    request model's own K/V of the prefix (taken from ``held``, the session's cache, else prefilled).
+                 held: KVCache | None, label: str, text: str) -> tuple[Part, ...]:
+    """The commit's K/V after the shared prefix, mapped into ``runtime``'s (the request's model), after the
+    request model's own K/V of the prefix (``held``'s, the session's cache, else prefilled to map against).
 
     Runs on the request model's turn: the source model runs no forward pass (its RoPE is taken
     out of the keys, nothing more).
@@ -99,7 +99,8 @@ def mapped_parts(served: ServedMap, artifact: Artifact, *, runtime: Runtime, pre
             _, prefix = runtime.prefill(list(prefix_ids))
     mapped = map_cache(served.offer.require_map(), cache, source=served.source, target=runtime, prefix=prefix)
     if mapped.end == P:
-        return (), mapped
+        return ()
     rest = mapped.slice(P, mapped.end)
-    return (Part(label=label, token_ids=tuple(rest.token_ids), private=False, kv=rest, text=text),), \
-        (mapped.slice(0, P) if P else None)
+    # NOTE: no prefix K/V go back: the request's model's own prefix is the session's or prefilled by the
+    # request, as for any slice, so its tokens count as reused or prefilled, never as imported
+    return (Part(label=label, token_ids=tuple(rest.token_ids), private=False, kv=rest, text=text),)
