@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from c2c.artifact.prefix import SharedPrefix
-from c2c.errors import FingerprintMismatchError
+from c2c.errors import ConfigError, FingerprintMismatchError
 from c2c.flows.router import Router
-from c2c.handoff import hand_off
+from c2c.handoff import HandoffPolicy, hand_off
 from c2c.team.agent import Agent, Team
 from c2c.xmodel import MapOffer, map_cache
 
@@ -88,3 +88,15 @@ def test_the_router_escalates_to_the_big_model_through_the_map(tiny_models, smal
     assert router.route(b, a)[0] == "text"  # no map back down
     h = router.hand_off(a, b)
     assert h.path == "mapped" and h.map_id == small_to_big.id and b.cache.token_ids == a.cache.token_ids
+
+
+def test_the_router_keeps_the_callers_policy_options_and_refuses_to_be_told_the_path(tiny_models, small_to_big,
+                                                                                      map_offer):
+    a, b = agents(tiny_models)
+    router = Router(maps=[map_offer(small_to_big)])
+    for bad in ({"mode": "full"}, {"maps": []}, {"policy": HandoffPolicy()}):
+        with pytest.raises(ConfigError, match="chooses the path itself"):
+            router.hand_off(a, b, **bad)
+    h = router.hand_off(a, b, max_hops=0, message_tokens=2)  # the caller's hop limit holds: no cache hop at all
+    hops = next(c for c in h.decision["checks"] if c["name"] == "hops")
+    assert h.path == "text" and hops["ok"] is False and "hop limit 0" in hops["detail"]

@@ -16,9 +16,10 @@ Which of these a hop takes is :func:`c2c.handoff.decide`'s; each hop's
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
-from c2c.errors import C2CError
+from c2c.errors import C2CError, ConfigError
 from c2c.handoff import FusedPath, Handoff, HandoffPolicy, Party, decide, hand_off
 from c2c.team.agent import Agent
 
@@ -38,21 +39,31 @@ class Router:
                 return fr
         return None
 
-    def route(self, sender: Agent, receiver: Agent) -> tuple[str, str]:
-        """The path a hop will take, and why (:func:`c2c.handoff.decide`)."""
-        d = decide(Party.of(sender), Party.of(receiver), HandoffPolicy(mode="auto"),
+    def route(self, sender: Agent, receiver: Agent, policy: HandoffPolicy | None = None) -> tuple[str, str]:
+        """The path a hop will take under ``policy`` (``auto``; its other options as given), and why
+        (:func:`c2c.handoff.decide`)."""
+        d = decide(Party.of(sender), Party.of(receiver), HandoffPolicy.build(policy, mode="auto"),
                    fuser_available=self.fuser_for(sender, receiver) is not None, maps=self._maps)
         return d.path, d.reason
 
     def hand_off(self, sender: Agent, receiver: Agent, **options) -> Handoff:
-        path, reason = self.route(sender, receiver)
+        """One hop by the path :meth:`route` chooses; ``options`` are :func:`c2c.handoff.hand_off`'s
+        (the handoff policy's fields among them), but for ``mode`` and ``maps``, which are the router's."""
+        taken = sorted({"mode", "maps", "policy"} & set(options))
+        if taken:
+            raise ConfigError(f"Router.hand_off chooses the path itself (auto, with the router's maps): drop "
+                              f"{', '.join(f'{k}=' for k in taken)}; give the policy's other fields as options")
+        fields_ = {f.name for f in dataclasses.fields(HandoffPolicy)}
+        policy = HandoffPolicy.build(None, **{k: v for k, v in options.items() if k in fields_})
+        rest = {k: v for k, v in options.items() if k not in fields_}
+        path, reason = self.route(sender, receiver, policy)
         if path in ("cache", "mapped"):
-            return hand_off(sender, receiver, mode="auto", maps=self._maps, **options)
+            return hand_off(sender, receiver, HandoffPolicy.build(policy, mode="auto"), maps=self._maps, **rest)
         if path == "fused":
             try:
                 return FusedPath(self.fuser_for(sender, receiver)).run(sender, receiver, requested="route",
                                                                         reason=reason)
             except C2CError as e:
                 reason = f"fused handoff failed ({type(e).__name__}: {e}); fell back to text"
-        h = hand_off(sender, receiver, mode="text", **options)
+        h = hand_off(sender, receiver, HandoffPolicy.build(policy, mode="text"), **rest)
         return Handoff(**{**h.__dict__, "requested": "route", "reason": reason})
