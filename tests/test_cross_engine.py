@@ -202,3 +202,8 @@ def test_hand_off_refuses_a_cross_engine_policy_and_names_pull(tiny):
     with pytest.raises(ConfigError, match="chain.pull"):
         hand_off(a, b, HandoffPolicy(cross_engine=OPT_IN.cross_engine))
     assert b.cache is None or b.cache.token_ids != a.cache.token_ids  # nothing moved
+
+
+def test_a_vllm_receiver_is_told_it_cannot_opt_in_not_how_to():
+    d = decide(party(), party("b", replace(FP, backend=VLLM)))  # a transformers cache offered to a vLLM instance
+    assert d.path == "text" and "a vLLM instance attaches only vLLM caches" in d.reason and "cross_engine=" not in d.reason

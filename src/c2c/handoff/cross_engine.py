@@ -163,6 +163,9 @@ def rule(sender: Fingerprint, receiver: Fingerprint, policy: CrossEnginePolicy |
     engines = f"engines differ ({a} made the cache, {b} would attach it; same weights, dtype and shapes)"
     refused = f"models differ in backend: {engines}"
     if policy is None:
+        if b == "vllm":  # the connector has no model of its own in-process to run the forced check with
+            return False, f"{refused}; a vLLM instance attaches only vLLM caches (it cannot run the K/V check " \
+                          "a cross-engine attach forces); send the text, or attach it in c2c's own runtime"
         return False, f"{refused}; cross-engine attach is off unless opted in: {OPT_IN}"
     f = policy.fidelity
     if tuple(sorted((a, b))) != f.engines:
