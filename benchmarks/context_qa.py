@@ -89,7 +89,7 @@ def main() -> int:
 
     from c2c.artifact.prefix import SharedPrefix
     from c2c.bench import context_qa as cqa
-    from c2c.bench.results import write
+    from c2c.bench.results import read_records, write
     from c2c.bench.stats import wilson
     from c2c.handoff import SharedTransport, hand_off
     from c2c.runtime import alloc, zoo
@@ -102,11 +102,7 @@ def main() -> int:
     rt = zoo.load(args.model, dtype=args.dtype)
     questions = cqa.build(rt, args.n, args.doc_tokens, seed=args.seed)
     records_path = out.with_suffix(".jsonl")
-    done: dict[tuple[str, str], dict] = {}
-    if records_path.is_file():
-        for line in records_path.read_text().splitlines():
-            r = json.loads(line)
-            done[r["id"], r["condition"]] = r
+    done = read_records(records_path)
     team = Team(shared=SharedPrefix.build(cqa.SYSTEM))
     role = "You are the analyst. Read the document for the team."
     lora = None

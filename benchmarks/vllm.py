@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -57,14 +56,6 @@ def kv(r) -> dict:
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
-
-
-def cpu() -> dict:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
-    return {"cpu": name, "cores": os.cpu_count(), "amx_bf16": "amx_bf16" in flags,
-            "avx512_bf16": "avx512_bf16" in flags, "load_avg": os.getloadavg(), "python": platform.python_version()}
 
 
 class Pipelines:
@@ -213,7 +204,7 @@ def main() -> int:
         out["unused"] = unused_cost(model, root, store, args)
         return finish(out, args)
     out: dict = {"model": args.model, "dtype": args.dtype, "context_tokens": args.context_tokens,
-                 "answer_tokens": args.answer_tokens, "repeats": args.repeats, "machine": cpu(), "points": []}
+                 "answer_tokens": args.answer_tokens, "repeats": args.repeats, "machine": results.machine(), "points": []}
     server = VllmProcess(model, root / "home", store=store, domain="bench", name="m", dtype=args.dtype,
                          kv_cache_gb=2, max_model_len=4096)
     out["flags"] = portable(server.cmd[1:], model, root, args.model)

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import re
 import statistics
@@ -45,17 +43,6 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEM = "You are a helpful assistant."
 MAX_INSTRUCTION_CHARS = 1500   # keeps prompts well inside --max-model-len
-
-
-def cpu() -> dict:
-    """The CPU, and the bf16 flags that decide vLLM's CPU kernel (AMX packs blocks otherwise)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
-    return {"cpu": name, "cores": os.cpu_count(), "python": platform.python_version(),
-            "bf16_flags": sorted(flags & {"amx_bf16", "avx512_bf16"}),  # grep -o 'amx_bf16\|avx512_bf16'
-            "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
-            "avx512f": "avx512f" in flags, "load_avg_at_start": os.getloadavg()}
 
 
 def instructions(n: int, seed: int) -> list[str]:
@@ -245,7 +232,7 @@ def markdown(out: dict) -> str:
     m = out["machine"]
     lines = [f"# vLLM's CPU attention against c2c's transformers runtime ({out['model']})", "",
              f"CPU: {m['cpu']} ({m['cores']} cores; bf16 flags: {', '.join(m['bf16_flags']) or 'none'}; AMX-BF16 "
-             f"{'yes' if m['amx_bf16'] else 'no'}; load average at start {m['load_avg_at_start'][0]:.1f}).", "",
+             f"{'yes' if m['amx_bf16'] else 'no'}; load average at start {m.get('load_avg', m.get('load_avg_at_start'))[0]:.1f}).", "",
              f"{out['prompts']} distinct instructions of the training corpora ({', '.join(out['corpora'])}, seed "
              f"{out['seed']}), a system turn, greedy answers of up to {out['answer_tokens']} tokens published by "
              "vLLM; transformers prefills each commit's tokens in one pass. Relative difference: "
@@ -308,7 +295,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     prompts = instructions(args.prompts, args.seed)
     out: dict = {"model": args.model, "prompts": len(prompts), "answer_tokens": args.answer_tokens, "seed": args.seed,
-                 "corpora": list(CORPORA), "machine": cpu(), "dtypes": {}}
+                 "corpora": list(CORPORA), "machine": results.machine(), "dtypes": {}}
     records: list[dict] = []
     for dtype in args.dtypes.split(","):
         saved = work / f"published-{dtype}.json"

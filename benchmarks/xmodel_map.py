@@ -93,6 +93,7 @@ def main() -> int:
 
     from c2c.artifact.prefix import SharedPrefix
     from c2c.bench import context_qa as cqa
+    from c2c.bench.results import read_records
     from c2c.runtime import alloc, zoo
     from c2c.team.agent import Agent, Team
     from c2c.xmodel import load, map_cache
@@ -106,13 +107,7 @@ def main() -> int:
     name = run_name(S.name, T.name, args.doc_tokens, args.calibrate)
     records_path = out_dir / "xmodel_map" / f"{name}.jsonl"
     records_path.parent.mkdir(parents=True, exist_ok=True)
-    done: dict[tuple[str, str], dict] = {}
-    if records_path.is_file():
-        for line in records_path.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                if r.get("map_id") == xmap.id:  # records of another map are not this run's
-                    done[r["id"], r["condition"]] = r
+    done = read_records(records_path, keep=lambda r: r.get("map_id") == xmap.id)  # another map's are not this run's
     team = Team(shared=SharedPrefix.build(cqa.SYSTEM))
     team.prefix_cache(S), team.prefix_cache(T)  # computed once, as every agent of a team holds them
     t_start = time.perf_counter()

@@ -65,15 +65,21 @@ def test_publish_commits_a_signed_cache_of_prompt_and_answer(published, vllm_ser
     assert (fp.architecture, fp.num_layers, fp.kv_heads, fp.head_dim) == ("llama", 30, 3, 64)
 
 
+
+def read_commit(server, commit: str) -> Artifact:
+    """A commit the instance published, read back from its store (domain ``research``)."""
+    store = open_store(server.store_url).in_domain("research")
+    try:
+        return Artifact.decode(store.get(commit).data)
+    finally:
+        store.close()
+
+
 @pytest.mark.zoo
 def test_published_kv_are_the_models_kv_as_transformers_computes_them(published, vllm_server, zoo_model):
     """The paged layout is read right: vLLM's K/V equal c2c's transformers runtime's, same weights, fp32."""
     _, pub = published
-    store = open_store(vllm_server.store_url).in_domain("research")
-    try:
-        ours = Artifact.decode(store.get(pub["commit"]).data)
-    finally:
-        store.close()
+    ours = read_commit(vllm_server, pub["commit"])
     rt = zoo_model("SmolLM2-135M-Instruct", dtype="float32")
     _, theirs = rt.prefill(list(ours.header.tokens))
     assert ours.header.fingerprint.weights_digest == rt.weights_digest  # the same files, digested alike
@@ -88,11 +94,7 @@ def test_a_vllm_commit_reaches_transformers_only_by_the_cross_engine_opt_in(publ
     """The two fingerprints differ in the engine only; decide() refuses that by default, and with the opt-in
     the sampled check it forces passes on the K/V vLLM wrote."""
     _, pub = published
-    store = open_store(vllm_server.store_url).in_domain("research")
-    try:
-        art = Artifact.decode(store.get(pub["commit"]).data)
-    finally:
-        store.close()
+    art = read_commit(vllm_server, pub["commit"])
     rt = zoo_model("SmolLM2-135M-Instruct", dtype="float32")
     fp = Fingerprint.of(rt)
     assert set(art.header.fingerprint.diff(fp)) == {"backend"}  # tokenizer and weights digested alike

@@ -24,11 +24,18 @@ def test_mapped_cache_has_the_target_layout_and_the_target_continues(small_to_bi
     assert grown.slice(0, 40).max_abs_diff(out) == 0.0
 
 
-def test_a_given_prefix_is_kept_as_the_target_computed_it(small_to_big, tiny_models):
+
+def context_and_prefix(tiny_models):
+    """The small model's cache of 40 tokens, and the big model's own cache of their first 10 (the prefix)."""
     small, big = tiny_models["small"], tiny_models["big"]
     ids = list(range(60, 100))
     _, cache = small.prefill(ids)
     _, prefix = big.prefill(ids[:10])
+    return small, big, ids, cache, prefix
+
+
+def test_a_given_prefix_is_kept_as_the_target_computed_it(small_to_big, tiny_models):
+    small, big, ids, cache, prefix = context_and_prefix(tiny_models)
     out = map_cache(small_to_big, cache, source=small, target=big, prefix=prefix)
     assert out.slice(0, 10).max_abs_diff(prefix) == 0.0 and out.seq_len == 40
     _, wrong = big.prefill([1, 2, 3])
@@ -53,10 +60,7 @@ def test_a_self_map_reproduces_the_models_own_cache_and_answer(tiny_models, stre
 
 def test_a_slice_after_the_prefix_maps_as_the_same_tokens_of_the_whole_context(small_to_big, tiny_models):
     # what a slice cut after the shared prefix carries: the source need not send the prefix's K/V
-    small, big = tiny_models["small"], tiny_models["big"]
-    ids = list(range(60, 100))
-    _, cache = small.prefill(ids)
-    _, prefix = big.prefill(ids[:10])
+    small, big, ids, cache, prefix = context_and_prefix(tiny_models)
     whole = map_cache(small_to_big, cache, source=small, target=big, prefix=prefix)
     part = map_cache(small_to_big, cache.slice(10, 40), source=small, target=big, prefix=prefix)
     assert part.start == 0 and part.token_ids == tuple(ids) and part.max_abs_diff(whole) == 0.0

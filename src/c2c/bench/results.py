@@ -6,10 +6,13 @@ that finish together never leave a mixed file), and one rule gives the exit stat
 from __future__ import annotations
 
 import json
+import os
+import platform
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from c2c._io import write_atomic
+from c2c.runtime.numerics import machine_record
 
 
 def write(prefix: str | Path, result: dict[str, Any], markdown: str, *,
@@ -35,3 +38,28 @@ def write(prefix: str | Path, result: dict[str, Any], markdown: str, *,
     if echo:
         print(markdown)
     return 0 if all(result.get("acceptance", {}).values()) else 1
+
+
+def machine() -> dict[str, Any]:
+    """The machine as a result records it: :func:`c2c.runtime.numerics.machine_record` (CPU model, vendor,
+    the flags that choose kernels), with ``cpu`` (the model), ``cores``, ``bf16_flags`` (what
+    ``grep -o 'amx_bf16\\|avx512_bf16' /proc/cpuinfo`` finds), ``amx_bf16``, ``avx512_bf16``, the load
+    average now and the Python version."""
+    m = machine_record()
+    flags = set(m["cpu_flags"])
+    return {**m, "cpu": m["cpu_model"], "cores": os.cpu_count(), "bf16_flags": sorted(flags & {"amx_bf16", "avx512_bf16"}),
+            "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags, "load_avg": os.getloadavg(),
+            "python": platform.python_version()}
+
+
+def read_records(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> dict[tuple[str, str], dict]:
+    """The records a resumable benchmark wrote to ``path`` (JSON lines), by ``(id, condition)``: those
+    ``keep`` accepts (e.g. of the same map), the last of each pair. Empty when there is no file yet."""
+    done: dict[tuple[str, str], dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if keep(r):
+                    done[r["id"], r["condition"]] = r
+    return done
