@@ -28,7 +28,9 @@ the reported ones) and writes the map's calibration record (c2c.xmodel.MapCalibr
 map: whether the mapped target beats the source alone, with its interval.
 
 Records go to ``benchmarks/results/xmodel_map/<SOURCE>--<TARGET>_<N>.jsonl`` as they are made (one line per
-question and condition); the same command resumes. Run it niced on one thread on a shared machine.
+question and condition); the same command resumes. Run it niced on one thread on a shared machine; on K
+free cores, start K processes together with ``--shard 0/K`` ... ``--shard K-1/K`` (each takes every K-th of
+the questions still to do).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--note-tokens", type=int, default=64, help="text: most tokens of the source's note")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shard", default="0/1", metavar="I/K",
+                    help="compute only every K-th of the questions still to do, from the I-th: K processes "
+                         "started together on K cores share one run (the report reads all its records)")
     ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--report-only", action="store_true", help="report the records as they are, computing nothing")
     ap.add_argument("--summary-only", action="store_true", help="only rewrite xmodel_map.{json,md,png}")
@@ -87,6 +92,11 @@ def main() -> int:
                   .split(",") if c]
     if set(conditions) - set(CONDITIONS):
         ap.error(f"unknown conditions {sorted(set(conditions) - set(CONDITIONS))}")
+    try:
+        shard, shards = (int(x) for x in args.shard.split("/"))
+        assert 0 <= shard < shards
+    except (ValueError, AssertionError):
+        ap.error(f"--shard must be I/K with 0 <= I < K, e.g. 0/2 (got {args.shard!r})")
 
     import torch
     from tqdm import tqdm
@@ -112,8 +122,9 @@ def main() -> int:
     team.prefix_cache(S), team.prefix_cache(T)  # computed once, as every agent of a team holds them
     t_start = time.perf_counter()
     with open(records_path, "a") as log:
-        for q in tqdm([] if args.report_only else questions, desc=f"{S.name} -> {T.name}, {args.doc_tokens} tokens",
-                      file=sys.stderr):
+        todo_questions = [q for q in questions if any((q.id, c) not in done for c in conditions)]
+        mine = [] if args.report_only else todo_questions[shard::shards]
+        for q in tqdm(mine, desc=f"{S.name} -> {T.name}, {args.doc_tokens} tokens", file=sys.stderr):
             todo = [c for c in conditions if (q.id, c) not in done]
             if not todo:
                 continue
@@ -155,6 +166,8 @@ def main() -> int:
                 done[q.id, c] = rec
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
+    if shards > 1:  # the other shards' records, written while this one ran
+        done |= read_records(records_path, keep=lambda r: r.get("map_id") == xmap.id)
     records = [done[q.id, c] for q in questions for c in conditions if (q.id, c) in done]
     result = report(records, conditions, n=n)
     result |= {"source": S.name, "target": T.name, "map": str(mpath.relative_to(ROOT)) if mpath.is_relative_to(ROOT)
@@ -165,7 +178,7 @@ def main() -> int:
                "dtype": str(T.dtype).replace("torch.", ""), "threads": args.threads,
                "machine": {"cpus": os.cpu_count(), "torch": torch.__version__},
                "seconds": time.perf_counter() - t_start,
-               "command": "python benchmarks/xmodel_map.py " + " ".join(x for x in sys.argv[1:] if x != "--report-only"),
+               "command": "python benchmarks/xmodel_map.py " + " ".join(_without_shard(sys.argv[1:])),
                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "example": questions[0].to_dict() | {"document": questions[0].document[:300] + "..."}}
     (out_dir / "xmodel_map" / f"{name}.json").write_text(json.dumps(result, indent=2))
@@ -177,6 +190,19 @@ def main() -> int:
             rec.save(record_path(mpath))  # where MapOffer.load and `c2c serve --map` look for it
             print(rec.reason)
     return summary(out_dir)
+
+
+def _without_shard(argv: list[str]) -> list[str]:
+    """The command as a reader would rerun it: no --report-only, no --shard (the records are the same)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == "--shard":
+            skip = True
+        elif x != "--report-only" and not x.startswith("--shard="):
+            out.append(x)
+    return out
 
 
 # ----------------------------------------------------------------------------- numbers

@@ -78,8 +78,11 @@ def test_a_run_on_tiny_models_writes_every_file_and_resumes(tmp_path):
             for i in range(40)]
     (data / "train" / "lima.json").write_text(json.dumps(rows))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), C2C_DATA=str(data))
-    subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=600)
+    # two shards (as two processes on two cores would run them) write one run's records
+    subprocess.run(cmd + ["--shard", "1/2"], check=False, env=env, capture_output=True, text=True, timeout=600)
     records = tmp_path / "out" / "xmodel_map" / "tiny-qwen2--tiny-qwen2_48.jsonl"
+    assert {json.loads(x)["id"] for x in records.read_text().splitlines()} == {"cqa-48-0-1"}
+    subprocess.run(cmd + ["--shard=0/2"], check=False, env=env, capture_output=True, text=True, timeout=600)
     lines = records.read_text().splitlines()
     assert len(lines) == 2 * 6  # 2 questions x 6 conditions
     assert {json.loads(x)["condition"] for x in lines} == {"target", "mapped", "mapped_all", "source", "text", "none"}
@@ -88,8 +91,15 @@ def test_a_run_on_tiny_models_writes_every_file_and_resumes(tmp_path):
     result = json.loads((tmp_path / "out" / "xmodel_map.json").read_text())
     run = result["runs"]["tiny-qwen2--tiny-qwen2_48"]
     assert run["complete"] and "mapped-source" in run["paired"] and run["speed"]["n"] == 2
+    assert "--shard" not in run["command"] and "--n 2" in run["command"]
     assert (tmp_path / "out" / "xmodel_map.md").read_text().count("mapped - source") >= 1
     assert (tmp_path / "out" / "xmodel_map.png").is_file()
     # a self map reproduces the model's own cache: the same replies as the model's own prefill
     recs = {(r["id"], r["condition"]): r for r in map(json.loads, lines)}
     assert all(recs[i, "mapped"]["reply"] == recs[i, "target"]["reply"] for i, _ in recs)
+
+
+def test_a_bad_shard_is_refused_before_any_model_loads():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "xmodel_map.py"), "--shard", "2/2"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--shard must be I/K" in proc.stderr
