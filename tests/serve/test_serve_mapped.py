@@ -131,3 +131,32 @@ def test_a_server_that_recomputes_kv_reads_another_models_commit_as_text(tiny_mo
         got = Exchange(store, ring, verify_kv="sample", maps=served).attach(cid, runtime=big, principal=who,
                                                                             prefix_ids=prefix_ids, mode="auto")
         assert got.path == "text" and "UnverifiableError" in got.record["reason"] and "map" not in got.record
+
+
+def test_advise_from_another_served_model_offers_the_map_the_server_holds(mapped_server, small_to_big, monkeypatch):
+    from c2c.advise import Calibration, calibration_name, save_calibration
+
+    monkeypatch.setenv("C2C_HOME", str(mapped_server.home))  # the server's calibrations, read per request
+    for name in ("big", "big_other"):  # as the server names its fp32 runtimes of these served models
+        save_calibration(Calibration(model=calibration_name(name), decode_s_per_token=0.1,
+                                     decode_s_per_position=0.0, prefill_s_fixed=0.01, prefill_s_per_token=0.005,
+                                     prefill_s_per_pair=0.0, prefill_s_per_past=0.0, kv_bytes_per_token=1000,
+                                     handoff_points=((10**6, 0.01),)))
+
+    def advise(**body):
+        return httpx.post(mapped_server.url("/v1/c2c/advise"), headers=mapped_server.headers("writer"),
+                          json={"message_tokens": 64, "context_tokens": 256, **body})
+
+    up = advise(model="big", from_model="small")
+    assert up.status_code == 200, up.text
+    assert (up.json()["decision"], up.json()["map_id"]) == ("mapped", small_to_big.id)
+    assert "beats the source alone" in up.json()["reason"]
+    unearned = advise(model="big_other", from_model="small").json()  # a map whose record does not earn it
+    assert unearned["decision"] == "text" and unearned["map_id"] is None
+    assert "does not clearly beat the source alone" in unearned["reason"]
+    same = advise(model="big", from_model="BIG").json()  # the same served model (names match as in requests)
+    assert same["decision"] == "cache" and same["map_id"] is None
+    unknown = advise(model="big", from_model="huge")
+    assert unknown.status_code == 404 and unknown.json()["error"]["c2c_error"] == "UnknownModelError"
+    both = advise(model="big", from_model="small", same_model=False)
+    assert both.status_code == 400 and "not both" in both.json()["error"]["message"]

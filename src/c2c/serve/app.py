@@ -11,7 +11,7 @@ answered in OpenAI's error shape (:mod:`c2c.serve.http_errors`).
 ``GET  /v1/c2c/commits/{id}``          a commit: stream, version, parents, staleness, hops
 ``POST /v1/c2c/commits/{id}/invalidate``  mark it (and its dependents) stale
 ``GET  /v1/c2c/events``                SSE of invalidation events (``?after=&limit=&timeout_s=``)
-``POST /v1/c2c/advise``                the advisor's text-vs-cache prediction for a hop
+``POST /v1/c2c/advise``                the advisor's decision and costs for a hop
 ``GET  /healthz`` ``/metrics`` ``/docs``  health, Prometheus metrics, OpenAPI docs
 =====================================  ===============================================
 """
@@ -149,7 +149,12 @@ def build_app(server: Server) -> FastAPI:
 
     @app.post("/v1/c2c/advise", responses=_ERRORS)
     def advise(body: AdviseIn, who: Principal = Depends(principal)):
-        return advise_hop(service.runtimes[service.model_name(body.model)], **body.model_dump(exclude={"model"}))
+        target = service.runtimes[service.model_name(body.model)]
+        args = body.model_dump(exclude={"model", "from_model"})
+        if body.from_model is not None:  # the sender's model: the same, or another one a held map may bridge
+            source = service.runtimes[service.model_name(body.from_model)]
+            args |= {"same_model": source is target, "xmap": service.exchange.map_offer(source, target)}
+        return advise_hop(target, **args)
 
     # ------------------------------------------------------------------ operations
     @app.get("/healthz")

@@ -67,6 +67,7 @@ from c2c.trust.keys import Keyring, SigningKey, check_domain
 from c2c.trust.verify_policy import VerifyPolicy, check as trust_check
 from c2c.trust.verify import slice_context
 from c2c.trust.signing import load_signed, sign
+from c2c.xmodel import MapOffer
 
 log = logging.getLogger("c2c")
 TEXT_KEY = "c2c.serve"
@@ -112,6 +113,10 @@ class Exchange:
         self.maps = tuple(maps)
         self.offers = tuple({m.offer.map_id: m.offer for m in self.maps}.values())
         self._key_lock = threading.Lock()
+
+    def map_offer(self, source: Runtime, target: Runtime) -> MapOffer | None:
+        """The map this server holds from ``source``'s caches to ``target``'s (None: it holds none)."""
+        return next((m.offer for m in self.maps if m.source is source and m.target is target), None)
 
     def signing_key(self, domain: str) -> SigningKey:
         """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
@@ -437,8 +442,11 @@ def _redacted(decision: Decision) -> Decision:
 
 def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,
                bandwidth_gbps: float | None = None, cross_domain: bool = False, same_model: bool = True,
-               fuser_available: bool = False) -> dict:
-    """:func:`c2c.handoff.forecast` for one hop, from the calibration of ``runtime`` (model, dtype, backend).
+               fuser_available: bool = False, xmap: MapOffer | None = None) -> dict:
+    """:func:`c2c.handoff.forecast` for one hop into ``runtime``, from its calibration (model, dtype, backend).
+
+    ``xmap``: a map the server holds from the sender's model to ``runtime`` (the mapped path, if its
+    record earns it).
 
     Raises:
         ConfigError: it was never calibrated here.
@@ -452,9 +460,9 @@ def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0
                           "and saves one)")
     d = forecast(cal, Fingerprint.of(runtime), message_tokens=message_tokens, context_tokens=context_tokens,
                  hops=hops, bandwidth_gbps=bandwidth_gbps, cross_domain=cross_domain, other_model=not same_model,
-                 fuser_available=fuser_available)
+                 fuser_available=fuser_available, xmap=xmap)
     return {"model": model, "calibration_created": cal.created, "decision": d.path, "reason": d.reason,
-            "checks": [c.to_dict() for c in d.checks], **d.advice}
+            "map_id": d.map_id, "checks": [c.to_dict() for c in d.checks], **d.advice}
 
 
 def _refuse(decision: Decision) -> None:

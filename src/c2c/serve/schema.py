@@ -196,7 +196,16 @@ class AdviseIn(RequestBody):
     bandwidth_gbps: float | None = Field(default=None, gt=0, le=1e6)
     cross_domain: bool = False
     same_model: bool = True
+    from_model: str | None = Field(default=None, min_length=1, max_length=256,
+                                   description="the served model whose cache the hop carries (instead of "
+                                               "same_model): a map the server holds from it to model is offered")
     fuser_available: bool = False
+
+    @model_validator(mode="after")
+    def _one_sender(self) -> "AdviseIn":
+        if self.from_model is not None and "same_model" in self.model_fields_set:
+            raise ValueError("give from_model (the sender's served model) or same_model, not both")
+        return self
 
 
 # ---------------------------------------------------------------- responses
