@@ -280,11 +280,17 @@ def summary(out_dir: Path) -> int:
         return 2
     up_1024 = [r for r in main_runs.values() if (r["source"], r["target"]) == UP and r["doc_tokens"] == 1024]
     speed = up_1024[0]["speed"] if up_1024 else None
-    acceptance = {
+    five = {"target", "mapped", "source", "text", "none"}
+
+    def runs_of(pair, *, complete: bool) -> dict[int, dict]:
+        return {r["doc_tokens"]: r for r in main_runs.values() if (r["source"], r["target"]) == pair
+                and five <= set(r["conditions"]) and (r["complete"] or not complete)}
+
+    acceptance = {  # the issue's: escalation (UP) is the main direction, on every question at 256 and 1024 tokens
         "map_attach_5x_faster_than_prefill_at_1024": bool(speed and speed["median_speedup"] >= 5),
-        "five_conditions_on_all_questions": all(
-            r["complete"] and {"target", "mapped", "source", "text", "none"} <= set(r["conditions"])
-            for r in main_runs.values()) and len(main_runs) >= 2,
+        "main_direction_five_conditions_on_all_questions_at_256_and_1024":
+            {256, 1024} <= set(runs_of(UP, complete=True)),
+        "reverse_direction_reported": bool(runs_of(UP[::-1], complete=False)),
     }
     result = {"runs": {k: {x: r[x] for x in ("source", "target", "doc_tokens", "n", "seed", "map_id", "conditions",
                                              "paired", "speed", "mapped_over_target_accuracy", "complete",
