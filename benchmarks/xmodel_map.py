@@ -92,11 +92,10 @@ def main() -> int:
                   .split(",") if c]
     if set(conditions) - set(CONDITIONS):
         ap.error(f"unknown conditions {sorted(set(conditions) - set(CONDITIONS))}")
-    try:
-        shard, shards = (int(x) for x in args.shard.split("/"))
-        assert 0 <= shard < shards
-    except (ValueError, AssertionError):
+    shard, _, shards = args.shard.partition("/")
+    if not (shard.isdigit() and shards.isdigit() and int(shard) < int(shards)):
         ap.error(f"--shard must be I/K with 0 <= I < K, e.g. 0/2 (got {args.shard!r})")
+    shard, shards = int(shard), int(shards)
 
     import torch
     from tqdm import tqdm

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from c2c.errors import IncompatibleCacheError
-from c2c.xmodel import FitConfig, fit, map_cache
+from c2c.xmodel import FitConfig, fit, map_after_prefix, map_cache
 
 
 def test_mapped_cache_has_the_target_layout_and_the_target_continues(small_to_big, tiny_models):
@@ -68,3 +68,14 @@ def test_a_slice_after_the_prefix_maps_as_the_same_tokens_of_the_whole_context(s
         map_cache(small_to_big, cache.slice(12, 40), source=small, target=big, prefix=prefix)
     with pytest.raises(IncompatibleCacheError):  # nor without one
         map_cache(small_to_big, cache.slice(10, 40), source=small, target=big)
+
+
+def test_a_slice_maps_alone_at_its_positions_as_in_the_whole_context(small_to_big, tiny_models):
+    # what a receiver holding its own prefix takes (c2c serve, a slice handoff): no prefix cache is needed
+    small, big, ids, cache, prefix = context_and_prefix(tiny_models)
+    whole = map_cache(small_to_big, cache, source=small, target=big, prefix=prefix)
+    rest = map_after_prefix(small_to_big, cache.slice(10, 40), source=small, target=big)
+    assert (rest.start, rest.end) == (10, 40) and rest.token_ids == tuple(ids[10:40])
+    assert rest.max_abs_diff(whole.slice(10, 40)) == 0.0
+    with pytest.raises(IncompatibleCacheError, match="map_cache"):  # a whole context keeps the target's first tokens
+        map_after_prefix(small_to_big, cache, source=small, target=big)

@@ -18,7 +18,7 @@ from c2c.team.agent import Agent
 from c2c.trust import check as trust_check
 from c2c.trust.signing import decode_exact
 from c2c.trust.verify import slice_context
-from c2c.xmodel.apply import map_cache
+from c2c.xmodel.apply import map_after_prefix, map_cache
 
 _ISOLATION_REASONS = {
     "recompute": "isolation recompute: the slice was re-prefilled after the shared prefix only (no trace of "
@@ -170,10 +170,11 @@ class MappedPath:
         else:
             cache = sender.cache
         t1 = time.perf_counter()
-        prefix = receiver.team.prefix_cache(receiver.runtime)  # the receiver's own K/V of the shared prefix
-        mapped = map_cache(xmap, cache, source=sender.runtime, target=receiver.runtime, prefix=prefix)
-        if mode == "slice":
-            mapped = mapped.slice(prefix.end, mapped.end)
+        if mode == "slice":  # after the receiver's own K/V of the shared prefix, which it holds
+            mapped = map_after_prefix(xmap, cache, source=sender.runtime, target=receiver.runtime)
+        else:
+            prefix = receiver.team.prefix_cache(receiver.runtime)  # the receiver's own K/V of the shared prefix
+            mapped = map_cache(xmap, cache, source=sender.runtime, target=receiver.runtime, prefix=prefix)
         t2 = time.perf_counter()
         receiver.attach_cache(mapped, fingerprint=receiver.fingerprint, prefix=sender.prefix, source=sender.name)
         if mode == "full":  # the receiver continues the sender's conversation

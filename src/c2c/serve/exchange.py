@@ -301,8 +301,8 @@ class Exchange:
                 else:
                     served = next(m for m in self.maps if m.offer.map_id == decision.map_id)
                     trust = self._check_mapped(artifact, owner, served, prefix_ids)
-                    parts = mapped_parts(served, artifact, runtime=runtime, prefix_ids=prefix_ids,
-                                                    held=None if foreign else held, label=label, text=kept)
+                    parts = mapped_parts(served, artifact, runtime=runtime, prefix_ids=prefix_ids, label=label,
+                                         text=kept)
             except C2CError as e:
                 if foreign:  # the class says what failed; the message may measure the owner's context
                     e = type(e)(f"commit {cid[:12]}: {type(e).__name__} (details withheld: another domain's commit)")

@@ -22,10 +22,9 @@ from typing import Mapping, Sequence
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError, HandoffError, MapMismatchError
-from c2c.runtime.kvcache import KVCache
 from c2c.runtime.protocol import Runtime
 from c2c.serve.render import Part
-from c2c.xmodel import MapOffer, map_cache
+from c2c.xmodel import MapOffer, map_after_prefix, map_cache
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -71,13 +70,15 @@ def _fits(offer: MapOffer, source: Runtime, target: Runtime) -> bool:
     return True
 
 
-def mapped_parts(served: ServedMap, artifact: Artifact, *, runtime: Runtime, prefix_ids: Sequence[int],
-                 held: KVCache | None, label: str, text: str) -> tuple[Part, ...]:
-    """The commit's K/V after the shared prefix, mapped into ``runtime``'s (the request's model), after the
-    request model's own K/V of the prefix (``held``'s, the session's cache, else prefilled to map against).
+def mapped_parts(served: ServedMap, artifact: Artifact, *, runtime: Runtime, prefix_ids: Sequence[int], label: str,
+                 text: str) -> tuple[Part, ...]:
+    """The commit's K/V after the shared prefix, mapped into ``runtime``'s (the request's model), at their
+    positions.
 
-    Runs on the request model's turn: the source model runs no forward pass (its RoPE is taken
-    out of the keys, nothing more).
+    The request model's own prefix is the session's or prefilled by the request, as for any slice (so
+    those tokens count as reused or prefilled, never as imported), and the map needs none of it. Runs
+    on the request model's turn: the source model runs no forward pass (its RoPE is taken out of the
+    keys, nothing more).
 
     Raises:
         HandoffError: the commit withholds its token ids. MapMismatchError, IncompatibleCacheError: the
@@ -90,17 +91,12 @@ def mapped_parts(served: ServedMap, artifact: Artifact, *, runtime: Runtime, pre
     cache = artifact.cache                                     # the source's K/V: [0, end) or a slice [start, end)
     if cache.start not in (0, P):                              # a slice kept at its positions: after the prefix
         cache = served.source.reposition(cache, P)
-    prefix = None
-    if P:
-        if (held is not None and held.start == 0 and held.seq_len >= P
-                and tuple(held.token_ids[:P]) == tuple(prefix_ids)):
-            prefix = held.slice(0, P)
-        else:
-            _, prefix = runtime.prefill(list(prefix_ids))
-    mapped = map_cache(served.offer.require_map(), cache, source=served.source, target=runtime, prefix=prefix)
-    if mapped.end == P:
+    xmap = served.offer.require_map()
+    if P == 0:  # no shared prefix: the target's own first token, the rest mapped
+        mapped = map_cache(xmap, cache, source=served.source, target=runtime)
+    elif cache.end == P:
         return ()
-    rest = mapped.slice(P, mapped.end)
-    # NOTE: no prefix K/V go back: the request's model's own prefix is the session's or prefilled by the
-    # request, as for any slice, so its tokens count as reused or prefilled, never as imported
-    return (Part(label=label, token_ids=tuple(rest.token_ids), private=False, kv=rest, text=text),)
+    else:
+        rest = cache if cache.start == P else cache.slice(P, cache.end)
+        mapped = map_after_prefix(xmap, rest, source=served.source, target=runtime)
+    return (Part(label=label, token_ids=tuple(mapped.token_ids), private=False, kv=mapped, text=text),)

@@ -49,10 +49,7 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
             ``prefix`` is not a prefix of it.
         RuntimeUnsupportedError: a backend or layer layout a map cannot serve.
     """
-    require_mappable(source)
-    require_mappable(target)
-    xmap.check_pair(Fingerprint.of(source), Fingerprint.of(target))
-    source.check_cache(cache)
+    _check(xmap, cache, source, target)
     after = prefix is not None and cache.start == prefix.end > 0               # a slice that continues the prefix
     if (cache.start != 0 and not after) or cache.seq_len == 0:
         raise IncompatibleCacheError(f"map a whole context (a cache starting at position 0, not {cache.start}) or "
@@ -67,17 +64,45 @@ def map_cache(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix: KV
     target.check_cache(prefix)
     if P == cache.end:
         return prefix
-    rest = cache if after else cache.slice(P, cache.end)                       # positions P..T-1
-    xk, xv = flat_plain(source, rest)                                          # Ls x (T-P, d_in)
+    return prefix.append(_mapped(xmap, cache if after else cache.slice(P, cache.end), source, target))  # P..T-1
+
+
+@torch.inference_mode()
+def map_after_prefix(xmap: CrossModelMap, cache: KVCache, *, source, target) -> KVCache:
+    """``target``'s K/V of a slice of ``source``'s that starts after a shared prefix (``cache.start > 0``),
+    mapped at the slice's own positions: for a receiver that holds (or will compute) its own K/V of
+    the prefix, so no prefix cache is needed to map it.
+
+    Raises:
+        MapMismatchError, IncompatibleCacheError, RuntimeUnsupportedError: as :func:`map_cache`
+            (here: an empty slice, or one that starts at position 0).
+    """
+    _check(xmap, cache, source, target)
+    if cache.start == 0 or cache.seq_len == 0:
+        raise IncompatibleCacheError("map_after_prefix maps a non-empty slice after a prefix (start > 0); map a "
+                                     "whole context with map_cache, which keeps the target's own first tokens")
+    return _mapped(xmap, cache, source, target)
+
+
+def _check(xmap: CrossModelMap, cache: KVCache, source, target) -> None:
+    require_mappable(source)
+    require_mappable(target)
+    xmap.check_pair(Fingerprint.of(source), Fingerprint.of(target))
+    source.check_cache(cache)
+
+
+def _mapped(xmap: CrossModelMap, rest: KVCache, source, target) -> KVCache:
+    """The map applied to ``rest``: the source's K/V of positions ``S..T-1`` (``S = rest.start``)."""
+    S = rest.start
+    xk, xv = flat_plain(source, rest)                                          # Ls x (T-S, d_in)
     Ht, dtype = target.facts.kv_heads, target.dtype
     keys, values = [], []
     for t in range(len(xmap.layers)):
         wk, bk = xmap.weight("k", t)
         wv, bv = xmap.weight("v", t)
         lf = xmap.layers[t]
-        k = torch.cat([xk[s] for s in lf["k"].sources], 1) @ wk + bk          # (T-P, d_out), un-rotated
-        v = torch.cat([xv[s] for s in lf["v"].sources], 1) @ wv + bv          # (T-P, d_out)
-        keys.append(target.rope_apply(t, unflat(k, Ht), P).to(dtype))         # (1, Ht, T-P, Dt)
+        k = torch.cat([xk[s] for s in lf["k"].sources], 1) @ wk + bk          # (T-S, d_out), un-rotated
+        v = torch.cat([xv[s] for s in lf["v"].sources], 1) @ wv + bv          # (T-S, d_out)
+        keys.append(target.rope_apply(t, unflat(k, Ht), S).to(dtype))         # (1, Ht, T-S, Dt)
         values.append(unflat(v, Ht).to(dtype))
-    mapped = replace(rest, keys=tuple(keys), values=tuple(values), windows=tuple(target.facts.windows))
-    return prefix.append(mapped)
+    return replace(rest, keys=tuple(keys), values=tuple(values), windows=tuple(target.facts.windows))
