@@ -3,9 +3,9 @@
     bash scripts/setup_vllm.sh
     .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model ~/.cache/c2c/models/SmolLM2-135M-Instruct \\
         --served-model-name smol --enable-prompt-tokens-details \\
-        --kv-transfer-config '{"kv_connector":"C2CConnector","kv_connector_module_path":"c2c.runtime.vllm.connector",
+        --kv-transfer-config '{"kv_connector":"C2CConnector","kv_connector_module_path":"c2c.vllm.connector",
                                "kv_role":"kv_both","kv_connector_extra_config":{"domain":"research"}}' \\
-        --middleware c2c.runtime.vllm.api_middleware.C2CMiddleware &
+        --middleware c2c.vllm.api_middleware.C2CMiddleware &
     C2C_BASE_URL=http://127.0.0.1:8000/v1 C2C_MODEL=smol python examples/vllm_handoff.py
 
 Each node is a stock ``ChatOpenAI(base_url=...)``. The analyst reads the evidence and

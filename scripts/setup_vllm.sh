@@ -41,8 +41,8 @@ pip_ uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 echo "== installing c2c (editable, without its dependency pins)"
 pip_ install --quiet --no-deps --no-build-isolation -e . 2>/dev/null \
   || pip_ install --quiet --no-deps -e .
-"$VENV/bin/python" -c 'import c2c.runtime.vllm.connector' >/dev/null 2>&1 \
-  || { "$VENV/bin/python" -c 'import c2c.runtime.vllm.connector'; exit 1; }
+"$VENV/bin/python" -c 'import c2c.vllm.connector' >/dev/null 2>&1 \
+  || { "$VENV/bin/python" -c 'import c2c.vllm.connector'; exit 1; }
 echo "$KEY" > "$STAMP"
 echo "== vLLM $("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)') with c2c ready in $VENV" \
   "($(( $(date +%s) - start )) s; venv $(du -sh "$VENV" | cut -f1), wheels $(du -sh "$WHEELS" | cut -f1))"

@@ -127,7 +127,7 @@ def publish_as_vllm(team, analyst, store, cache=None) -> str:
 
     art = Artifact.build(cache or analyst.cache, fingerprint=replace(analyst.fingerprint, backend=VLLM),
                          prefix=analyst.prefix, producer={"agent": "vllm", "domain": "lab"})
-    return store.put(sign(art, team.keyring.signing_key("lab")).encode(), stream="vllm").id
+    return store.in_domain("lab").put(sign(art, team.keyring.signing_key("lab")).encode(), stream="vllm").id
 
 
 def test_pull_attaches_another_engines_commit_only_by_opt_in_after_the_forced_sampled_check(lab):
@@ -176,7 +176,7 @@ def test_a_weaker_check_the_domain_ran_does_not_stand_in_for_the_forced_one(lab)
     from c2c.handoff.cross_engine import enforce
 
     team, analyst, store = lab
-    art = Artifact.decode(store.get(publish_as_vllm(team, analyst, store)).data)
+    art = Artifact.decode(store.in_domain("lab").get(publish_as_vllm(team, analyst, store)).data)
     fidelity = replace(FIDELITY, weights_digest=analyst.fingerprint.weights_digest)
     decision = decide(party(fingerprint=art.header.fingerprint), party("b", analyst.fingerprint),
                       HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=fidelity)))

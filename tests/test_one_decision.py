@@ -42,12 +42,15 @@ def no_decisions(monkeypatch):
     def refuse(*args, **kwargs):
         raise Asked()
 
-    import c2c.serve.exchange  # noqa: F401  (needs the serve extra, which the test extra installs)
+    import c2c.handoff.gate  # the one gate of the store's commits: pull, the server's Exchange, vLLM's Attacher
 
     # (the package re-exports forecast(), which shadows its module's name)
-    for module in (c2c.handoff, c2c.handoff.shm.admit, c2c.flows.chain, c2c.flows.router,
-                   sys.modules["c2c.handoff.forecast"], c2c.serve.exchange):
+    for module in (c2c.handoff, c2c.handoff.shm.admit, c2c.handoff.gate, c2c.flows.router,
+                   sys.modules["c2c.handoff.forecast"]):
         monkeypatch.setattr(module, "decide", refuse)
+    for front_end in ("c2c.flows.chain", "c2c.serve.exchange", "c2c.vllm.commits"):  # they decide through the gate
+        __import__(front_end)
+        assert not hasattr(sys.modules[front_end], "decide"), front_end
 
 
 @pytest.fixture

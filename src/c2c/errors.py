@@ -280,3 +280,109 @@ class FuserCheckpointError(FuserError):
 
 class FuserDataError(FuserError):
     """Training or evaluation data is malformed, or a training source is a reported split."""
+
+
+# --------------------------------------------------------------------------- the one error table
+# Every front-end (c2c serve, vLLM's middleware, c2c.client) renders a refusal from this table, so
+# the same error gives the same status, ``type``, ``code`` and ``c2c_error`` from either server.
+#
+# The first matching row decides:
+#
+# =======================  ======  =======================  ======================================================
+# error                    status  code                     when
+# =======================  ======  =======================  ======================================================
+# AuthError                401     invalid_api_key          no or unknown bearer token
+# HostNotAllowedError      400     host_not_allowed         open access, called with a non-loopback ``Host``
+# RequestTooLargeError     413     request_too_large        body over ``--max-body-mb``
+# QueueFullError           429     rate_limit_exceeded      the model's queue, or the tenant's share, is full
+#                                                           (``Retry-After``)
+# RequestTimeoutError      504     timeout                  past the request's deadline
+# ClientTimeoutError       408     request_timeout          the body did not arrive within ``--read-timeout``
+# ContextLengthError       400     context_length_exceeded  prompt (+ max_tokens) over the model's context
+# ServeError               503     unavailable              the server is shutting down
+# UnknownModelError        404     model_not_found          a model the server does not serve
+# CommitNotVisibleError    403     commit_not_visible       an id the caller's domain may not see (or none: one answer)
+# CommitNotFoundError      404     commit_not_found         an unknown commit id
+# DomainMismatchError      403     wrong_domain             another domain's cache, asked for explicitly
+# StaleCommitError         409     stale_commit             a stale commit, asked for as a cache
+# IncompatibleCacheError   409     incompatible_cache       another model, or another shared prefix
+# RuntimeUnsupportedError  409     runtime_unsupported      the runtime cannot do this exactly
+# HandoffError             409     handoff_refused          the hop limit, or a commit without its tokens / text
+# KeyringError             500     keyring_error            the server's own keyring is unusable
+# TrustError               422     untrusted_artifact       tampered, unsigned or untrusted artifact
+# ArtifactError            422     bad_artifact             an artifact that does not parse
+# StoreCorruptError        422     store_corrupt            stored bytes that no longer hash to their id
+# QuotaExceededError       429     quota_exceeded           a publish would take the caller's domain past its store quota
+# ConfigError              400     invalid_value            a bad value (stream name, label, id, cursor, sampling)
+# StoreError               503     store_unavailable        the store failed
+# ModelError               503     model_unavailable        a model failed
+# C2CError                 500     c2c_error                anything else c2c refused
+# =======================  ======  =======================  ======================================================
+
+HTTP_TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
+    (AuthError, 401, "invalid_api_key"),
+    (HostNotAllowedError, 400, "host_not_allowed"),
+    (RequestTooLargeError, 413, "request_too_large"),
+    (QueueFullError, 429, "rate_limit_exceeded"),
+    (RequestTimeoutError, 504, "timeout"),
+    (ClientTimeoutError, 408, "request_timeout"),
+    (ContextLengthError, 400, "context_length_exceeded"),
+    (ServeError, 503, "unavailable"),
+    (UnknownModelError, 404, "model_not_found"),
+    (CommitNotVisibleError, 403, "commit_not_visible"),
+    (CommitNotFoundError, 404, "commit_not_found"),
+    (DomainMismatchError, 403, "wrong_domain"),
+    (StaleCommitError, 409, "stale_commit"),
+    (IncompatibleCacheError, 409, "incompatible_cache"),
+    (RuntimeUnsupportedError, 409, "runtime_unsupported"),
+    (HandoffError, 409, "handoff_refused"),
+    (KeyringError, 500, "keyring_error"),
+    (TrustError, 422, "untrusted_artifact"),
+    (ArtifactError, 422, "bad_artifact"),
+    (StoreCorruptError, 422, "store_corrupt"),
+    (QuotaExceededError, 429, "quota_exceeded"),
+    (ConfigError, 400, "invalid_value"),
+    (StoreError, 503, "store_unavailable"),
+    (ModelError, 503, "model_unavailable"),
+    (C2CError, 500, "c2c_error"),
+)
+
+# OpenAI's error types, by status; any other 4xx is an invalid request, any 5xx a server error
+_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error"}
+
+
+def type_of(status: int) -> str:
+    """OpenAI's error ``type`` for an HTTP status."""
+    return "server_error" if status >= 500 else _TYPES.get(status, "invalid_request_error")
+
+
+def status_of(e: C2CError) -> tuple[int, str]:
+    """(HTTP status, error ``code``) for ``e``: the first row of :data:`HTTP_TABLE` it is an instance of."""
+    for cls, status, code in HTTP_TABLE:
+        if isinstance(e, cls):
+            return status, code
+    return 500, "c2c_error"
+
+
+def error_payload(e: C2CError) -> tuple[int, dict]:
+    """(HTTP status, body) for ``e`` in the one error shape, OpenAI's plus ``c2c_error``::
+
+        {"error": {"message", "type", "code", "param": null, "c2c_error": "StaleCommitError"}}
+    """
+    status, code = status_of(e)
+    return status, {"error": {"message": str(e), "type": type_of(status), "code": code, "param": None,
+                              "c2c_error": type(e).__name__}}
+
+
+def error_named(name: str, message: str) -> C2CError:
+    """An instance of the :class:`C2CError` subclass called ``name`` (a plain :class:`C2CError` for a name that is
+    none), for an error that crossed a process boundary as ``{"type": name, "message": ...}``."""
+    cls = globals().get(str(name))
+    if not (isinstance(cls, type) and issubclass(cls, C2CError)):
+        cls = C2CError
+    try:
+        return cls(message)
+    except TypeError:  # a subclass whose constructor takes more (QueueFullError's retry_after_s)
+        err = C2CError.__new__(cls)
+        Exception.__init__(err, message)
+        return err

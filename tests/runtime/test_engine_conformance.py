@@ -6,15 +6,17 @@ A new engine (vLLM) is done when it passes this file: add its param to ``ENGINES
 - transformers, on tiny random-weight models: always (and on the zoo models, marked ``zoo``);
 - llama.cpp, on the zoo's GGUF files: ``zoo`` + ``llama_cpp``, skipped where ``llama_cpp`` is not
   importable;
-- vLLM: ``vllm``, a placeholder that skips until an in-process vLLM ``Runtime`` exists (``c2c.runtime.vllm``
+- vLLM: ``vllm``, a placeholder that skips until an in-process vLLM ``Runtime`` exists (``c2c.vllm``
   is so far the KV connector that ``vllm serve`` loads, tested in ``tests/vllm``).
 
 What every engine must show: it has every member of the protocol, with typed facts and an engine
 id that round-trips through its string; a split prefill continues like a whole one; ``generate``
 returns the cache of what it fed; a cache crosses artifact bytes and continues the same; a cache of
-another layout is refused; and every operation either works (right shapes) or raises
-``RuntimeUnsupportedError`` naming the way out, never an ``AttributeError`` (``c2c verify --mode
-sample`` included).
+another layout is refused; and it runs per capability: an engine that has a capability
+protocol (``Scoring``, ``Probes``, ``Offsets``, ``Gradients``, ``Adapters``, ``RopeCodec``)
+passes its operations (right shapes), and one without it is refused by
+``c2c.runtime.protocol.require`` with a ``RuntimeUnsupportedError`` naming the way out, never an
+``AttributeError`` (``c2c verify --mode sample`` included).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
 from c2c.handoff import SharedTransport, hand_off
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.protocol import Generation, Runtime
+from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Offsets, Probes, RopeCodec, Runtime,
+                                  Scoring, require)
 from c2c.team.agent import Agent, Team
 
 LLAMA = [pytest.mark.zoo, pytest.mark.llama_cpp]
@@ -56,16 +59,17 @@ DOC = ("The build failed because the test runner ran out of memory while loading
        "Splitting the fixture into four parts fixed it, and the suite now runs in 6 minutes.")
 # words a refusal uses to name the way out: another mode, another engine, another handoff
 WAY_OUT = ("--mode", "--backend", "mode full", "hand off", "use ", "load the")
-# the operations an engine may refuse (each checked by test_every_operation_works_or_is_refused...)
+# the operations an engine may refuse (each checked by test_every_operation_works_or_is_refused...): the core's
+# reposition, and every capability's
 OPTIONAL = ("reposition", "logits", "logits_batch", "logits_with_grad", "probe_kv", "probe_first_layers",
-            "probe_layer0", "encode_with_offsets")
+            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply")
 
 
 def _load(zoo_model, engine: str, name: str, dtype: str | None) -> Runtime:
     if engine == "llama.cpp":
         pytest.importorskip("llama_cpp")
-    if engine == "vllm":  # c2c.runtime.vllm is vLLM's KV connector (tests/vllm), not yet an in-process Runtime
-        pytest.skip("no in-process vLLM Runtime yet: c2c.runtime.vllm is the KV connector, tested against a real "
+    if engine == "vllm":  # c2c.vllm is vLLM's KV connector (tests/vllm), not yet an in-process Runtime
+        pytest.skip("no in-process vLLM Runtime yet: c2c.vllm is the KV connector, tested against a real "
                     "vllm serve in tests/vllm; a Runtime over vLLM passes this suite when it is written")
     return zoo_model(name, dtype, backend=engine)
 
@@ -86,8 +90,8 @@ def prompt(rt: Runtime, doc: str = DOC) -> list[int]:
     return list(rt.bos_ids) + rt.encode(text + rt.generation_prompt())
 
 
-def protocol_members() -> set[str]:
-    return {n for n in vars(Runtime) if not n.startswith("_")} | set(Runtime.__annotations__)
+def protocol_members(proto=Runtime) -> set[str]:
+    return {n for n in vars(proto) if not n.startswith("_")} | set(getattr(proto, "__annotations__", {}))
 
 
 # ------------------------------------------------------------------ identity
@@ -176,34 +180,58 @@ def _ops(rt: Runtime, cache: KVCache, ids: list[int]) -> dict:
                          lambda kv: kv[0].shape == kv[1].shape == (1, f.kv_heads, 4, f.head_dim)),
         "encode_with_offsets": (lambda: rt.encode_with_offsets("hello world"),
                                 lambda r: r[0] == rt.encode("hello world") and len(r[1]) == len(r[0])),
+        "rope_remove": (lambda: rt.rope_apply(0, rt.rope_remove(0, cache.keys[0], 0), 0),
+                        lambda k: torch.allclose(k, cache.keys[0].float(), atol=1e-2, rtol=1e-2)),
+        "rope_apply": (lambda: rt.rope_apply(0, torch.zeros(1, f.kv_heads, 3, f.head_dim), 5),
+                       lambda k: k.shape == (1, f.kv_heads, 3, f.head_dim) and not k.any()),
     }
+# which capability each operation belongs to (None: the core protocol's)
+CAPABILITY_OF = {"reposition": None, "logits": Scoring, "logits_batch": Scoring, "logits_with_grad": Gradients,
+                 "probe_kv": Probes, "probe_first_layers": Probes, "probe_layer0": Probes,
+                 "encode_with_offsets": Offsets, "rope_remove": RopeCodec, "rope_apply": RopeCodec}
 
 
 def test_every_operation_works_or_is_refused_naming_the_way_out(rt):
+    """Per capability: an engine that has it passes its operations; one without it is refused by ``require``,
+    naming the way out. The core's ``reposition`` works or refuses the same way."""
     ids = prompt(rt)[:12]  # inside tiny Gemma's window (16): a slice of it is exact
     _, cache = rt.prefill(ids)
     refused, ops = {}, _ops(rt, cache, ids)
     assert tuple(ops) == OPTIONAL
     for name, (call, check) in ops.items():
+        cap = CAPABILITY_OF[name]
         try:
+            if cap is not None:
+                require(rt, cap)
             out = call()
         except RuntimeUnsupportedError as e:
             refused[name] = str(e)
             assert any(w in str(e) for w in WAY_OUT), (name, str(e))
         else:
             assert check(out), name
+    for cap in CAPABILITIES:  # an engine has a capability whole, or not at all
+        members = protocol_members(cap)
+        assert isinstance(rt, cap) == all(hasattr(rt, m) for m in members), cap.__name__
+        if not isinstance(rt, cap):
+            assert not any(hasattr(rt, m) for m in members), (cap.__name__, "half a capability")
     if rt.engine_id.kind == "transformers":
         assert refused == {}  # the reference engine does everything
+        assert all(isinstance(rt, cap) for cap in CAPABILITIES)
 
 
 def test_the_operations_above_and_the_protocol_tests_cover_every_member():
-    """Adding a member to the protocol means adding it to this suite."""
-    # (adapters: tests/runtime/test_adapters.py; chars_per_token's bound: tests/serve/test_library.py)
+    """Adding a member to the protocol, or a capability, means adding it to this suite."""
+    # (adapters: tests/runtime/test_adapters.py; chars_per_token's bound: tests/serve/test_library.py;
+    # vocab_digest: tests/xmodel)
     tested_elsewhere = {"name", "adapters", "eos_ids", "facts", "engine_id", "device", "dtype", "tokenizer_digest",
                         "weights_digest", "context_tokens", "chars_per_token", "bos_ids", "encode", "decode",
                         "render_chat", "render_turn", "generation_prompt", "check_cache", "prefill", "generate",
-                        "close", "attach_adapter", "detach_adapter", "train_adapter"}
-    assert protocol_members() == tested_elsewhere | set(OPTIONAL)
+                        "close", "attach_adapter", "detach_adapter", "train_adapter", "vocab_digest"}
+    core = protocol_members()
+    capabilities = set().union(*(protocol_members(c) for c in CAPABILITIES))
+    assert core | capabilities == tested_elsewhere | set(OPTIONAL)
+    assert not core & capabilities  # each member is the core's or one capability's
+    assert Adapters in CAPABILITIES and len(core) <= 24
 
 
 @pytest.mark.parametrize("mode", ["sample", "strict"])
@@ -219,11 +247,7 @@ def test_c2c_verify_checks_the_engines_own_artifact_or_names_the_way_out(rt, mod
     code = main(["verify", str(path), "--mode", mode, "--samples", "6", "--unsigned-ok", "--model", rt.name,
                  "--json"])
     out, err = capsys.readouterr()
-    try:
-        rt.probe_layer0(ids[:2], 0)
-        probes = True
-    except RuntimeUnsupportedError:
-        probes = False
+    probes = isinstance(rt, Probes)
     if mode == "strict" or probes:
         assert code == 0, err
         assert json.loads(out)["kv"]["mode"] in ("sample", "strict")

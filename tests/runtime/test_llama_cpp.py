@@ -81,12 +81,18 @@ def test_what_llama_cpp_cannot_do_is_refused_by_name(zoo_model):
     _, cache = lc.prefill(prompt(lc)[:16])
     with pytest.raises(RuntimeUnsupportedError, match="re-position"):
         lc.reposition(cache.slice(4, 16), 2)
+    from c2c.mc.score import score_options
+    from c2c.runtime.protocol import CAPABILITIES, Gradients, Scoring, require
+
+    assert not any(isinstance(lc, cap) for cap in CAPABILITIES)  # none of them, not half of one
     with pytest.raises(RuntimeUnsupportedError, match="transformers backend"):
-        lc.logits([1, 2, 3])
+        require(lc, Scoring).logits([1, 2, 3])
+    with pytest.raises(RuntimeUnsupportedError, match="score options"):  # what a user calls: scoring, by name
+        score_options(lc, "Q: 1+1? A:", [" 2", " 3"])
     with pytest.raises(RuntimeUnsupportedError, match="position 0"):
         lc.prefill([5], replace(cache.slice(4, 16)))
     with pytest.raises(RuntimeUnsupportedError, match="fuser"):
-        lc.logits_with_grad([1, 2, 3])
+        require(lc, Gradients)
     from c2c.runtime import adapters
 
     with pytest.raises(RuntimeUnsupportedError, match="LoRA"):

@@ -207,6 +207,8 @@ def events_error(server, query: str, **headers) -> dict:
     ("-1", {}),
     ("%D9%A1", {}),                                                   # an Arabic-Indic digit: int() takes it
     ("0", {"Last-Event-ID": "9223372036854775808"}),
+    ("1111111111111111111", {}),                                      # well formed, past the last one issued
+    ("0", {"Last-Event-ID": "1111111111111111111"}),
 ])
 def test_an_absurd_events_cursor_is_400(tiny_server, after, headers):
     e = events_error(tiny_server, f"after={after}", **headers)

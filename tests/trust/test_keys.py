@@ -90,10 +90,17 @@ def test_malformed_files_get_keyring_errors(ring, key, tmp_path):
         SigningKey.from_pem(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", DOMAIN)
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "../up", "x" * 65, ".hidden", "sp ace"])
+@pytest.mark.parametrize("name", ["", "a/b", "../up", "x" * 65, ".hidden", "sp ace", "red\n", "red\r\n", "\nred"])
 def test_domain_names_are_checked(ring, name):
+    """A whole-string match: "red\n" (which ``re.match`` with ``$`` let through) is refused too."""
+    from c2c.trust.keys import check_domain
+
     with pytest.raises(ConfigError):
         ring.create_key(name)
+    with pytest.raises(ConfigError):
+        check_domain(name)
+    with pytest.raises(ConfigError):
+        ring.signing_key(name)
 
 
 def test_policy_is_stored_per_domain(ring):

@@ -9,10 +9,10 @@ import torch
 
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.vllm import tickets
-from c2c.runtime.vllm.connector_config import ConnectorConfig
-from c2c.runtime.vllm.commits import Attacher, Publisher, Request
-from c2c.runtime.vllm.api_middleware import error_response
+from c2c.vllm import tickets
+from c2c.vllm.connector_config import ConnectorConfig
+from c2c.vllm.commits import Attacher, Publisher, Request
+from c2c.vllm.api_middleware import error_response
 from c2c.store import open_store
 from c2c.runtime.facts import EngineId
 from c2c.testing.synthetic import synthetic_fingerprint

@@ -1,4 +1,4 @@
-"""c2c.runtime.vllm.paged against a line-by-line model of vLLM's CPU ``reshape_and_cache`` (vec kernels)."""
+"""c2c.vllm.paged against a line-by-line model of vLLM's CPU ``reshape_and_cache`` (vec kernels)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.runtime.vllm.paged import layout_for
+from c2c.vllm.paged import layout_for
 
 NB, H, B, D = 6, 3, 32, 64
 

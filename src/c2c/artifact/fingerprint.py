@@ -56,13 +56,20 @@ class Fingerprint:
     # -------------------------------------------------------------- building
     @classmethod
     def of(cls, runtime: "Runtime") -> "Fingerprint":
-        f = runtime.facts
+        return cls.of_facts(runtime.facts, tokenizer_digest=runtime.tokenizer_digest,
+                            weights_digest=runtime.weights_digest, adapters=tuple(runtime.adapters),
+                            model_name=runtime.name, backend=runtime.engine_id)
+
+    @classmethod
+    def of_facts(cls, f, *, tokenizer_digest: str, weights_digest: str, model_name: str, backend,
+                 adapters: tuple[str, ...] = ()) -> "Fingerprint":
+        """The fingerprint of caches with layout ``f`` (a :class:`~c2c.runtime.facts.ModelFacts`) made by
+        ``backend`` (an :class:`~c2c.runtime.facts.EngineId`): for an engine that is no in-process runtime."""
         return cls(
             architecture=f.architecture, num_layers=f.num_layers, layer_types=f.layer_types,
             kv_heads=f.kv_heads, head_dim=f.head_dim, sliding_window=f.sliding_window, rope=f.rope,
-            dtype=f.dtype, tokenizer_digest=runtime.tokenizer_digest,
-            weights_digest=runtime.weights_digest, adapters=tuple(runtime.adapters),
-            model_name=runtime.name, backend=runtime.engine_id,
+            dtype=f.dtype, tokenizer_digest=tokenizer_digest, weights_digest=weights_digest,
+            adapters=tuple(adapters), model_name=model_name, backend=backend,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from c2c.fuser.data import SYSTEM, Question
 from c2c.fuser.infer import FusedReceiver
 from c2c.mc import lm_eval_context, score_options
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import Offsets, require
 
 _NEEDS_SHARER = {"sharer", "t2t", "t2t_choice", "c2c", "c2c_other", "c2c_zero"}
 _NEEDS_FUSER = {"c2c", "c2c_other", "c2c_zero"}
@@ -68,7 +69,7 @@ _NEEDS_FUSER = {"c2c", "c2c_other", "c2c_zero"}
 
 def plain(runtime, text: str) -> Rendered:
     """``text`` as one content section, tokenized with offsets (BOS first, if the model has one)."""
-    ids, offsets = runtime.encode_with_offsets(text)
+    ids, offsets = require(runtime, Offsets).encode_with_offsets(text)
     bos = tuple(runtime.bos_ids)
     sections = (Section(kind=TEMPLATE, start=0, end=0), Section(kind=CONTENT, start=0, end=len(text)),
                 Section(kind=TEMPLATE, start=len(text), end=len(text)))

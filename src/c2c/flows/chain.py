@@ -16,65 +16,79 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from c2c.handoff.cross_engine import enforce
-from c2c.handoff.decide import Party, decide
-from c2c.handoff.paths import receive
+from c2c.handoff.decide import Party
+from c2c.handoff.gate import Gate
 from c2c.handoff.policy import HandoffPolicy
-from c2c.store.fetch import FetchReport, fetch
-from c2c.store.hops import hop_report
+from c2c.store.fetch import FetchReport
 from c2c.team.agent import Agent
 from c2c.trust.verify import slice_context
 
 
-def publish(store, agent: Agent, parents: tuple[str, ...] = ()) -> str:
-    """Export ``agent``'s whole cache and commit it on the agent's stream."""
-    art = agent.export(parents=parents)
-    return store.put(art.encode(), stream=agent.name).id
+def publish(store, agent: Agent, parents: tuple[str, ...] = (), *, share: tuple[str, ...] = ()) -> str:
+    """Export ``agent``'s whole cache and commit it on the agent's stream, in its domain's part of the store,
+    through the one publisher (:meth:`c2c.handoff.gate.Gate.publish`: signed for the domain where the team
+    has a keyring, its key created on first use). ``share`` names other trust domains that may attach it
+    (a signed share list, and a grant in each).
+
+    Raises:
+        ConfigError: a bad domain in ``share``. QuotaExceededError, StoreWriteError: nothing was written.
+    """
+    gate = Gate(store, agent.team.keyring)
+    if agent.team.keyring is not None:
+        gate.signing_key(agent.team.domain)  # created on first use, as c2c serve and vLLM do
+    art = agent.export(parents=parents, share=tuple(share))
+    return gate.publish(agent.team.domain, art, stream=agent.name, share=art.header.shared_with).commit.id
 
 
 @dataclass(frozen=True, kw_only=True)
 class Pulled:
     """What :func:`pull` attached: whether it was stale, what crossed the wire (bytes fetched
     against bytes referenced), the decision behind it (``Decision.to_dict()``: every check, and for
-    a cache of another engine the fidelity it was allowed on) and the K/V check that forced."""
+    a cache of another engine the fidelity it was allowed on), the K/V check that forced, the trust
+    checks the domain ran (``trust``), and the gate's record, as ``c2c serve`` and vLLM reply it."""
 
     commit: str
     stale: bool
     fetch: FetchReport
     decision: dict | None = None
     verified: dict | None = None
+    record: dict | None = None
+    trust: dict | None = None
 
 
 def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False,
          policy: HandoffPolicy | None = None) -> Pulled:
-    """Attach commit ``commit_id`` to ``agent``, as every hop goes: the receiving team's trust checks
-    (where it has a keyring), then :func:`c2c.handoff.decide` (domain, model, prefix, the chain's hop
-    count from the store, staleness). The chunks of tokens ``agent`` already holds are not fetched.
+    """Attach commit ``commit_id`` to ``agent`` through the one gate (:class:`c2c.handoff.gate.Gate`), as
+    ``c2c serve`` and vLLM's connector do: the commit must be the agent's domain's own, or one another
+    domain shared with it; its signature, domain and share list are read from the signed header (with
+    the team's keyring; without one, the domain whose part of the store holds it is its provenance);
+    :func:`c2c.handoff.decide` rules (model, prefix, the chain's hop count from the store, staleness);
+    then the K/V check the domain's policy asks for runs before the cache is placed. The chunks of
+    tokens ``agent`` already holds are not fetched.
 
     ``policy``: its ``cross_engine`` opt-in lets a commit another engine made from the same weights
     (vLLM's) attach, after the K/V check the decision forces; its mode is the commit's kind.
 
     Raises:
+        CommitNotVisibleError: not the agent's domain's, nor shared with it (one answer, whether or not it exists).
         StaleCommitError: the commit is stale and ``allow_stale`` is False.
         TrustError, ArtifactError: it does not verify for the agent's domain.
         DomainMismatchError, FingerprintMismatchError, PrefixMismatchError, HandoffError: a check refused it.
     """
-    rec, fetched = fetch(store, commit_id, held=agent.cache, fingerprint=agent.fingerprint, allow_stale=True)
-    art, report = receive(agent, rec.data, engine=False)  # the engine is decide()'s to rule on, below
-    h = art.header
-    signer = (report or {}).get("signer") or {}
-    sender = Party(name=h.producer.get("agent", "?"), domain=signer.get("domain", h.producer.get("domain")),
-                   fingerprint=h.fingerprint, prefix=h.prefix)
-    decision = decide(sender, Party.of(agent), HandoffPolicy.build(policy, mode=h.kind),
-                      hops=hop_report(store, commit_id).depth + 1,
-                      stale=rec.stale_reason if rec.stale and not allow_stale else None)
-    refusal = decision.refusal()
-    if refusal is not None:
-        raise refusal
+    team = agent.team
+    gate = Gate(store, team.keyring)  # no floor of its own: the domain's stored policy, else the default check
+    adm = gate.admit(team.domain, commit_id, receiver=Party.of(agent),
+                     policy=lambda h: HandoffPolicy.build(policy, mode=h.kind), held=agent.cache,
+                     allow_stale=allow_stale)
+    decision, art = adm.decision, adm.artifact
     prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
-    verified = enforce(decision, art, agent.runtime, trust=report,
-                       context=slice_context(h.start, prefix_ids, agent.team.prefix_cache))
+    context = slice_context(art.header.start, prefix_ids, team.prefix_cache)
+    report = gate.check_kv(adm, runtime=agent.runtime, prefix_ids=prefix_ids, context=context, engine=False)
+    verified = enforce(decision, art, agent.runtime, trust=report.to_dict() if report else None, context=context)
     agent.attach(art, engine=decision.verify is None)
-    return Pulled(commit=rec.id, stale=rec.stale, fetch=fetched, decision=decision.to_dict(), verified=verified)
+    return Pulled(commit=adm.commit, stale=adm.stored.stale, fetch=adm.fetched, decision=decision.to_dict(),
+                  verified=verified, record={**adm.record(), "trust": report.to_dict() if report else None},
+                  trust=report.to_dict() if report else None)
 
 
 @dataclass(frozen=True, kw_only=True)

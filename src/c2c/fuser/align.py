@@ -29,6 +29,7 @@ import numpy as np
 
 from c2c.context import Interval
 from c2c.errors import AlignmentError, ConfigError
+from c2c.runtime.protocol import Offsets, require
 
 # (receiver_layer, sharer_layer) pairs, receiver layers ascending.
 LayerMap = tuple[tuple[int, int], ...]
@@ -93,7 +94,7 @@ def render(runtime, messages: Sequence[dict]) -> Rendered:
     if text is None:  # base model: the runtime's plain "Role: content" turns
         text = "".join(runtime.render_turn(m["role"], m["content"]) for m in msgs)
     sections = split_sections(text, [m["content"] for m in msgs])
-    ids, offsets = runtime.encode_with_offsets(text)
+    ids, offsets = require(runtime, Offsets).encode_with_offsets(text)
     bos = tuple(runtime.bos_ids)
     return Rendered(text=text, sections=sections, ids=bos + tuple(ids),
                     offsets=((0, 0),) * len(bos) + tuple(offsets), n_bos=len(bos))

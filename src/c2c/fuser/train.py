@@ -44,6 +44,7 @@ from c2c.fuser.infer import side_record
 from c2c.fuser.model import CacheFuser, FuserConfig
 from c2c.fuser.precompute import SharerStore, precompute
 from c2c.runtime import zoo
+from c2c.runtime.protocol import Gradients, require
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,7 +265,7 @@ class Trainer:
         fk, fv = self.fuser(keys, values, sk, sv, tau=tau, generator=self.gen)
 
         fused = replace(cache, keys=tuple(fk), values=tuple(fv))
-        logits = self.receiver.logits_with_grad(list(t.tail), fused)    # (P+R, V)
+        logits = require(self.receiver, Gradients).logits_with_grad(list(t.tail), fused)    # (P+R, V)
         target = torch.tensor(t.tail[t.n_prompt:], device=logits.device)  # (R,)
         return F.cross_entropy(logits[t.n_prompt - 1: -1], target)
 

@@ -29,6 +29,7 @@ import torch
 
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import Scoring, require
 
 
 def lm_eval_context(question: str) -> str:
@@ -104,7 +105,7 @@ def score_options(runtime, context: str, options: Sequence[str], *, past: KVCach
                 tuple(head.token_ids) != tuple(lead + s)[:k] for s in [ctx, *seqs]):
             raise ConfigError(f"head holds {k} tokens that are not a beginning of the context's "
                               f"{len(lead) + len(ctx)} (leaving its last token to run) and of every option's")
-    logits = runtime.logits_batch([(lead + s)[k:] for s in seqs], head if head is not None else past)
+    logits = require(runtime, Scoring).logits_batch([(lead + s)[k:] for s in seqs], head if head is not None else past)
     out = []                                                          # each (len(lead) + T_i - k, vocab)
     for (a, b), s, lg in zip(conts, seqs, logits):
         logp = torch.log_softmax(lg.float(), dim=-1)                  # (T, vocab): predicts the next token

@@ -7,7 +7,7 @@ cache made under adapter X never passes silently for one made under Y.
 
 Adapters are stored as PEFT directories (``adapter_config.json`` +
 ``adapter_model.safetensors``); :func:`adapter_digest` refuses pickled ``.bin`` adapters.
-The engine does the work (:meth:`~c2c.runtime.protocol.Runtime.attach_adapter` and its
+The engine does the work (:meth:`~c2c.runtime.protocol.Adapters.attach_adapter` and its
 siblings): the transformers engine through PEFT; an engine without adapters raises
 :class:`~c2c.errors.RuntimeUnsupportedError`.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from c2c.errors import ModelError
-from c2c.runtime.protocol import Runtime
+from c2c.runtime.protocol import Adapters, Runtime, require
 
 
 def adapter_digest(path: Path) -> str:
@@ -43,12 +43,14 @@ def adapter_digest(path: Path) -> str:
 
 def attach(runtime: Runtime, path: str | Path, name: str) -> None:
     """Load (once) and activate the adapter at ``path`` under ``name``."""
-    runtime.attach_adapter(Path(path), name)
+    require(runtime, Adapters).attach_adapter(Path(path), name)
 
 
 def detach(runtime: Runtime) -> None:
-    """Run the plain base model again; loaded adapters stay in memory for a cheap re-attach."""
-    runtime.detach_adapter()
+    """Run the plain base model again; loaded adapters stay in memory for a cheap re-attach. An engine without
+    adapters always runs its base model: nothing to do."""
+    if isinstance(runtime, Adapters):
+        runtime.detach_adapter()
 
 
 def train(runtime: Runtime, texts: Sequence[str], out_dir: str | Path, *, steps: int = 60, rank: int = 8,
@@ -62,7 +64,7 @@ def train(runtime: Runtime, texts: Sequence[str], out_dir: str | Path, *, steps:
     adapter as ``c2c-training.json``.
     """
     out_dir = Path(out_dir)
-    curve = runtime.train_adapter(texts, out_dir, steps=steps, rank=rank, lr=lr, max_tokens=max_tokens, seed=seed,
+    curve = require(runtime, Adapters).train_adapter(texts, out_dir, steps=steps, rank=rank, lr=lr, max_tokens=max_tokens, seed=seed,
                                   progress=progress, eval_texts=eval_texts)
     (out_dir / "c2c-training.json").write_text(json.dumps(curve))
     return curve

@@ -13,11 +13,13 @@ quantization, the KV type and layout, the build's numerics (its ``EngineId``, th
 fingerprint's ``backend``), and the GGUF file's sha256 (``weights_digest``): a
 llama.cpp cache never passes for a transformers one, nor the reverse.
 
-What it does not do (each raises :class:`~c2c.errors.RuntimeUnsupportedError`
-naming the way out): re-position a slice, score every position (multiple-choice
-evaluation), the probes of sampled verification and slice repair (``strict``
-verification re-prefills with llama.cpp itself and works), LoRA adapters, the
-fuser, and models with sliding-window layers (Gemma 3).
+What it does not do: it has none of the capability protocols of :mod:`c2c.runtime.protocol`
+(scoring every position for multiple choice, the probes of sampled verification and slice
+repair, token offsets and gradients for the fuser, LoRA adapters, RoPE for cross-model maps);
+their callers refuse through :func:`c2c.runtime.protocol.require`, naming the way out
+(``strict`` verification re-prefills with llama.cpp itself and works). It refuses, with
+:class:`~c2c.errors.RuntimeUnsupportedError`, re-positioning a slice and models with
+sliding-window layers (Gemma 3).
 
 Its numerics (in the fingerprint) are the CPU features this llama.cpp build was
 compiled for (``llama_print_system_info``): a build for other SIMD levels sums in
@@ -72,13 +74,6 @@ def build_features() -> tuple[str, ...]:
         if eq and value.strip() == "1" and name and name not in found:
             found.append(name)
     return tuple(found)
-
-
-def _refuse(message: str):
-    """A method this engine does not have: whatever it is passed, it raises :class:`RuntimeUnsupportedError`."""
-    def refuse(self, *args, **kwargs):
-        raise RuntimeUnsupportedError(message)
-    return refuse
 
 
 class LlamaCppRuntime(ChatTurns):
@@ -326,26 +321,9 @@ class LlamaCppRuntime(ChatTurns):
         raise RuntimeUnsupportedError("the llama.cpp backend does not re-position slices yet; hand off a full "
                                       "cache (mode full), or use the transformers backend for slices")
 
-    # ------------------------- what this engine refuses (RuntimeUnsupportedError, naming the way out)
-    logits = logits_batch = _refuse(
-        "the llama.cpp backend keeps only the last position's logits; score options (c2c.mc) with the "
-        "transformers backend (--backend transformers)")
-    probe_kv = probe_first_layers = probe_layer0 = _refuse(
-        "the llama.cpp backend cannot recompute K/V under a custom attention mask or stop a forward after "
-        "the first layers (the probes of `c2c verify --mode sample`, and slice repair); verify with --mode "
-        "strict (it re-prefills with llama.cpp itself), or load the model with --backend transformers")
-    encode_with_offsets = _refuse(
-        "the cache fuser aligns tokenizers by character offsets on the transformers backend; load the model "
-        "with --backend transformers")
-    logits_with_grad = _refuse(
-        "the cache fuser trains and runs on the transformers backend (it needs gradients through the model); "
-        "load the Receiver with --backend transformers")
-    attach_adapter = train_adapter = _refuse(
-        "LoRA role adapters run on the transformers backend (PEFT wraps its linear layers); load the model "
-        "with --backend transformers")
+    # NOTE: none of the capability protocols (c2c.runtime.protocol: Scoring, Probes, Offsets, Gradients,
+    # Adapters, RopeCodec); their callers refuse through protocol.require(), naming the way out.
 
     def check_cache(self, cache: KVCache | None) -> None:
         self.facts.check(cache, model=self.name)
 
-    def detach_adapter(self) -> None:
-        """Nothing to do: this engine always runs the plain base model."""

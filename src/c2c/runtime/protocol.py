@@ -10,7 +10,7 @@ Everything outside those modules is typed against :class:`Runtime` and uses noth
 an engine. ``tests/runtime/test_engine_conformance.py`` runs every engine through the same
 suite; a new engine (vLLM) passes it and is done.
 
-What the protocol covers:
+What the core protocol, :class:`Runtime`, covers (every engine has all of it):
 
 - **identity** (the fingerprint's inputs): :attr:`~Runtime.facts` (a :class:`ModelFacts`),
   :attr:`~Runtime.engine_id` (an :class:`EngineId`: engine, build, cache format, numerics),
@@ -18,25 +18,39 @@ What the protocol covers:
 - **chat**: encode, decode, the model's chat template, one turn's text;
 - **compute**: ``prefill`` and ``generate`` return the grown cache (a cache *exported* from the
   engine as per-layer K/V), and take ``past=`` (a cache *attached* to the engine, checked by
-  :meth:`~Runtime.check_cache` first); ``reposition`` moves a slice; ``logits`` score every position;
-- **probes** for verification and repair: K/V recomputed at chosen positions under a mask, of
-  the first layers only, or of layer 0;
-- **adapters and gradients** (LoRA roles, the cache fuser).
+  :meth:`~Runtime.check_cache` first); ``reposition`` moves a slice (or is refused, naming the
+  way out, where the engine cannot do it exactly).
 
-An engine that cannot do one of these raises :class:`~c2c.errors.RuntimeUnsupportedError`
-whose message names the way out (another mode, or another engine); it never fails with an
-``AttributeError``. Every tensor crossing the protocol is ``[1, kv_heads, seq, head_dim]``
-per layer (a :class:`KVCache`) or logits ``(vocab,)`` / ``(T, vocab)``.
+What only some engines do is a small capability protocol of its own, checked with
+``isinstance`` (each is ``runtime_checkable``) through :func:`require`, which raises
+:class:`~c2c.errors.RuntimeUnsupportedError` naming the way out (another mode, or another
+engine), never an ``AttributeError``:
+
+===================  =====================================================  ==============================
+capability           members                                                used by
+===================  =====================================================  ==============================
+:class:`Scoring`     ``logits``, ``logits_batch``                           ``c2c.mc`` (multiple choice)
+:class:`Probes`      ``probe_kv``, ``probe_first_layers``, ``probe_layer0``  sampled K/V checks, slice repair
+:class:`Offsets`     ``encode_with_offsets``                                the fuser's token alignment
+:class:`Gradients`   ``logits_with_grad``                                   training the fuser
+:class:`Adapters`    ``attach_adapter``, ``detach_adapter``, ``train_adapter``  LoRA roles
+:class:`RopeCodec`   ``rope_remove``, ``rope_apply``, ``vocab_digest``      cross-model maps (``c2c.xmodel``)
+===================  =====================================================  ==============================
+
+The transformers engine has every capability; llama.cpp has none of them. Every tensor
+crossing a protocol is ``[1, kv_heads, seq, head_dim]`` per layer (a :class:`KVCache`) or
+logits ``(vocab,)`` / ``(T, vocab)``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
+from c2c.errors import RuntimeUnsupportedError
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
 
@@ -103,9 +117,6 @@ class Runtime(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
-    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Token ids of ``text`` and each token's character span ``[a, b)`` (the fuser aligns by them)."""
-
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
         """``messages`` rendered with the model's own chat template; ``None`` without one."""
 
@@ -132,13 +143,26 @@ class Runtime(Protocol):
     def reposition(self, cache: KVCache, new_start: int) -> KVCache:
         """``cache`` moved to positions ``new_start...``."""
 
+    def close(self) -> None:
+        """Free what the engine holds outside Python's memory (a no-op where it holds nothing)."""
+
+
+# ------------------------------------------------------------------ capabilities
+@runtime_checkable
+class Scoring(Protocol):
+    """Logits at every position, for scoring options (:mod:`c2c.mc`)."""
+
     def logits(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(T, vocab)`` at every position of ``ids`` (for scoring)."""
 
     def logits_batch(self, seqs: Sequence[Sequence[int]], past: KVCache | None = None) -> list[torch.Tensor]:
         """:meth:`logits` of several continuations of one ``past``."""
 
-    # -------------------------------------------------------------- probes
+
+@runtime_checkable
+class Probes(Protocol):
+    """K/V re-computed at chosen positions: sampled K/V checks (:mod:`c2c.trust.probe`) and slice repair."""
+
     def probe_kv(self, ids: Sequence[int], positions: Sequence[int], past: KVCache,
                  allowed: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's K/V of ``ids`` at explicit ``positions`` after ``past``, under a custom mask.
@@ -155,7 +179,27 @@ class Runtime(Protocol):
     def probe_layer0(self, ids: Sequence[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer-0 K/V of ``ids`` at positions ``start...``: ``(1, kv_heads, T_0, head_dim)`` each."""
 
-    # ------------------------------------------------ adapters and gradients
+
+@runtime_checkable
+class Offsets(Protocol):
+    """Token ids with their character spans (the fuser aligns two tokenizers by them)."""
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` and each token's character span ``[a, b)``."""
+
+
+@runtime_checkable
+class Gradients(Protocol):
+    """Logits differentiable with respect to a cache (training the fuser)."""
+
+    def logits_with_grad(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
+        """``(T, vocab)`` logits, differentiable with respect to ``past``'s tensors (the weights stay frozen)."""
+
+
+@runtime_checkable
+class Adapters(Protocol):
+    """LoRA role adapters (:mod:`c2c.runtime.adapters`)."""
+
     def attach_adapter(self, path: Path, name: str) -> None:
         """Load (once) and activate the LoRA adapter at ``path`` under ``name``."""
 
@@ -166,8 +210,49 @@ class Runtime(Protocol):
                       max_tokens: int, seed: int, progress: bool, eval_texts: Sequence[str]) -> dict:
         """Train a LoRA adapter on ``texts`` and save it to ``out_dir``; the loss curve."""
 
-    def logits_with_grad(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
-        """:meth:`logits`, differentiable with respect to ``past``'s tensors (the weights stay frozen)."""
 
-    def close(self) -> None:
-        """Free what the engine holds outside Python's memory (a no-op where it holds nothing)."""
+@runtime_checkable
+class RopeCodec(Protocol):
+    """Keys with their rotary embedding taken out and put back, per layer (cross-model maps, :mod:`c2c.xmodel`)."""
+
+    @property
+    def vocab_digest(self) -> str:
+        """sha256 of what token ids mean (vocabulary, specials), without the chat template."""
+
+    def rope_remove(self, layer: int, keys: torch.Tensor, start: int) -> torch.Tensor:
+        """``keys`` ``(1, H, T, D)`` of ``layer`` at positions ``start...`` with RoPE taken out (fp32)."""
+
+    def rope_apply(self, layer: int, plain: torch.Tensor, start: int) -> torch.Tensor:
+        """Un-rotated keys ``(1, H, T, D)`` rotated for ``layer`` at positions ``start...`` (fp32)."""
+
+
+#: every capability, with the way out an engine without it is told
+CAPABILITIES: dict[type, str] = {
+    Scoring: "it keeps only the last position's logits; score options (c2c.mc) with the transformers backend "
+             "(--backend transformers)",
+    Probes: "it cannot recompute K/V under a custom attention mask or stop a forward after the first layers "
+            "(the probes of `c2c verify --mode sample`, and slice repair); verify with --mode strict (it "
+            "re-prefills with the engine itself), or load the model with --backend transformers",
+    Offsets: "the cache fuser aligns tokenizers by character offsets on the transformers backend; load the model "
+             "with --backend transformers",
+    Gradients: "the cache fuser trains and runs on the transformers backend (it needs gradients through the "
+               "model); load the Receiver with --backend transformers",
+    Adapters: "LoRA role adapters run on the transformers backend (PEFT wraps its linear layers); load the model "
+              "with --backend transformers",
+    RopeCodec: "cross-model maps need the transformers backend (it re-applies RoPE with the model's own rotary "
+               "embedding); load the model with --backend transformers",
+}
+C = TypeVar("C")
+
+
+def require(runtime: object, capability: type[C]) -> C:
+    """``runtime`` as a ``capability`` (one of :data:`CAPABILITIES`), checked with ``isinstance``.
+
+    Raises:
+        RuntimeUnsupportedError: its engine lacks the capability; the message names the way out.
+    """
+    if isinstance(runtime, capability):
+        return runtime
+    kind = getattr(getattr(runtime, "engine_id", None), "kind", None) or type(runtime).__name__
+    raise RuntimeUnsupportedError(f"the {kind} backend has no {capability.__name__.lower()} capability: "
+                                  f"{CAPABILITIES[capability]}")

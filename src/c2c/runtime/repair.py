@@ -24,7 +24,7 @@ import torch
 
 from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.protocol import Runtime
+from c2c.runtime.protocol import Probes, Runtime, require
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +55,7 @@ def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
     combined = head.append(piece)
     n, P = piece.seq_len, head.end
     probe_layers = max(2, min(probe_layers, runtime.facts.num_layers))
-    fresh = runtime.probe_first_layers(piece.token_ids, head, probe_layers)
+    fresh = require(runtime, Probes).probe_first_layers(piece.token_ids, head, probe_layers)
     k_f, v_f = fresh[-1]                                        # (1, H, n, D)
     L = probe_layers - 1
     dev = ((k_f - piece.keys[L]).float().pow(2).sum(dim=(0, 1, 3))
@@ -76,7 +76,7 @@ def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
     reused[chosen] = False
     allowed[:, P:total] = earlier & reused[None, :]
     allowed[:, total:] = torch.tril(torch.ones(k, k, dtype=torch.bool))
-    new = runtime.probe_kv([piece.token_ids[i] for i in chosen], positions, combined, allowed)
+    new = require(runtime, Probes).probe_kv([piece.token_ids[i] for i in chosen], positions, combined, allowed)
     idx = torch.tensor([P + i for i in chosen])
     keys, values = [], []
     for (k_new, v_new), k_old, v_old in zip(new, combined.keys, combined.values):

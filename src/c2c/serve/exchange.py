@@ -35,11 +35,8 @@ prefix lengths or blocks, stale reasons, chain depths or key ids.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from c2c.advise import load_calibration, runtime_calibration_name
@@ -48,30 +45,25 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
-from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
-                        HandoffError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
-                        StoreWriteError, UnverifiableError)
-from c2c.handoff.decide import Decision, Party, decide, fall_back
+from c2c.errors import C2CError, ConfigError, HandoffError, UnverifiableError
 from c2c.handoff.forecast import forecast
+from c2c.handoff.gate import SHARED_PARENTS, Admission, Gate, not_visible as _not_visible, store_errors
+from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.mapped import ServedMap, mapped_parts
 from c2c.serve.render import Part, Rendering, text_turn
-from c2c.store.fetch import fetch
-from c2c.store.interface import Store, check_id, check_stream
+from c2c.store.interface import Store, check_stream
 from c2c.store.hops import hop_report, text_parents_label
 from c2c.trust.isolation import recompute_after
 from c2c.trust.keys import Keyring, SigningKey, check_domain
-from c2c.trust.verify_policy import VerifyPolicy, check as trust_check
+from c2c.trust.verify_policy import VerifyPolicy
 from c2c.trust.verify import slice_context
-from c2c.trust.signing import load_signed, sign
 from c2c.xmodel import MapOffer
 
-log = logging.getLogger("c2c")
 TEXT_KEY = "c2c.serve"
-SHARED_PARENTS = "shared_parents"  # label: attached commits of other domains (not store parents)
 MAX_SHARE = 16
 MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
 MAX_LABELS = 16
@@ -109,10 +101,10 @@ class Exchange:
     def __init__(self, store: Store, keyring: Keyring, *, verify_kv: str = "none", maps: Sequence[ServedMap] = ()):
         self.store = store
         self.keyring = keyring
-        self.verify = VerifyPolicy(kv=verify_kv)
         self.maps = tuple(maps)
-        self.offers = tuple({m.offer.map_id: m.offer for m in self.maps}.values())
-        self._key_lock = threading.Lock()
+        # the server's --verify-kv is the floor; a domain's stored policy may ask for more (c2c.handoff.gate.kv_policy)
+        self.gate = Gate(store, keyring, verify=VerifyPolicy(kv=verify_kv),
+                         maps=tuple({m.offer.map_id: m.offer for m in self.maps}.values()), key_label="c2c serve")
 
     def map_offer(self, source: Runtime, target: Runtime) -> MapOffer | None:
         """The map this server holds from ``source``'s caches to ``target``'s (None: it holds none)."""
@@ -120,17 +112,11 @@ class Exchange:
 
     def signing_key(self, domain: str) -> SigningKey:
         """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
-        with self._key_lock:
-            try:
-                return self.keyring.signing_key(domain)
-            except KeyringError:
-                if any(e.domain == domain and e.has_private and not e.revoked for e in self.keyring.entries()):
-                    raise
-                return self.keyring.create_key(domain, label="c2c serve")
+        return self.gate.signing_key(domain)
 
     def scope(self, principal: Principal) -> Store:
         """The store as the caller's trust domain sees it: its streams, commits and events only."""
-        return self.store.in_domain(principal.domain)
+        return self.gate.scope(principal.domain)
 
     # ------------------------------------------------------------------ publish
     @staticmethod
@@ -184,14 +170,10 @@ class Exchange:
         else:
             start, end, kv = P, len(rendering), cache
         text, truncated = _bounded_text(_text_between(rendering, start, end))
-        key = self.signing_key(principal.domain)
         producer = {"agent": principal.agent, "domain": principal.domain}
         if session:
             producer["session"] = session
-        store = self.scope(principal)
-        with _quiet_store():
-            own = tuple(p for p in parents if store.has(p))
-        foreign = tuple(p for p in parents if p not in own)
+        own, foreign = self.gate.split_parents(principal.domain, parents)
         extra = {TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text, "truncated": truncated}}
         if share:
             extra[SHARE_KEY] = list(share)
@@ -200,38 +182,17 @@ class Exchange:
                                   labels={**span_labels, **text_parents_label(own, text_parents),
                                           **({SHARED_PARENTS: ",".join(foreign)} if foreign else {})},
                                   extra=extra)
-        data = sign(artifact, key).encode()
         t1 = time.perf_counter()
-        with _quiet_store():
-            commit = store.put(data, stream=stream)
-            if share:
-                store.grant(commit.id, share)
-        t2 = time.perf_counter()
-        return {"commit": commit.id, "stream": commit.stream, "version": commit.version,
-                "kind": artifact.header.kind, "labels": list(labels), "tokens": kv.seq_len, "bytes": len(data),
-                "parents": list(commit.parents), "shared_parents": list(foreign), "share": list(share),
+        done = self.gate.publish(principal.domain, artifact, stream=stream, share=share, shared_parents=foreign)
+        return {**done.record(), "kind": artifact.header.kind, "labels": list(labels), "tokens": kv.seq_len,
                 "text_chars": len(text), "text_truncated": truncated,
-                "signed_by": {"domain": key.domain, "key_id": key.key_id[:16]},
-                "timings": {"export_s": t1 - t0, "put_s": t2 - t1}}
+                "timings": {"export_s": t1 - t0 + done.timings["sign_s"], "put_s": done.timings["put_s"]}}
 
     # ------------------------------------------------------------------- attach
     def locate(self, principal: Principal, commit_id: str) -> tuple[Store, str]:
-        """The store handle that holds ``commit_id`` for the caller, and the domain that owns it:
-        the caller's own domain, else one that granted it the commit.
-
-        Raises:
-            ConfigError: a malformed id.
-            CommitNotVisibleError: neither (the same answer whether or not the id exists elsewhere).
-        """
-        cid = check_id(commit_id)
-        own = self.scope(principal)
-        with _quiet_store():
-            if own.has(cid):
-                return own, principal.domain
-            owner = own.granted(cid)
-        if owner is None:
-            raise not_visible(principal, cid)
-        return self.store.in_domain(owner), owner
+        """The store handle that holds ``commit_id`` for the caller, and the domain that owns it
+        (:meth:`c2c.handoff.gate.Gate.locate`)."""
+        return self.gate.locate(principal.domain, commit_id)
 
     def attach(self, commit_id: str, *, runtime: Runtime, principal: Principal, prefix_ids: Sequence[int],
                mode: str, held: KVCache | None = None) -> Attachment:
@@ -255,96 +216,63 @@ class Exchange:
             mapped path for another served model's commit with a map ``decide()`` accepts).
         """
         t0 = time.perf_counter()
-        cid = check_id(commit_id)
-        store, owner = self.locate(principal, cid)
-        foreign = owner != principal.domain
-        with _quiet_store():
-            try:
-                rec, fetched = fetch(store, cid, held=None if foreign else held, fingerprint=Fingerprint.of(runtime),
-                                     allow_stale=True, exact=False)
-            except CommitNotFoundError:  # collected since
-                raise not_visible(principal, cid) from None
-        t1 = time.perf_counter()
-        # The signer's own domain is the provenance of cache and text; it is checked on the header
-        # before any tensor byte is hashed or built.
-        artifact, signer = load_signed(rec.data, self.keyring, own=fetched.own)
-        h = artifact.header
-        shared_with = h.shared_with
-        if signer.domain != owner or (foreign and principal.domain not in shared_with):
-            raise not_visible(principal, cid)  # bytes its domain did not sign, or a share it does not name
-        agent = h.producer.get("agent", "?")
-        with _quiet_store():
-            hops = hop_report(store, cid)
-        sender = Party(name=agent, domain=signer.domain, fingerprint=h.fingerprint, prefix=h.prefix,
-                       shared_with=shared_with)
         receiver = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
                          prefix=PrefixRef.of(prefix_ids))
-        decision = decide(sender, receiver, HandoffPolicy(mode=mode), hops=hops.depth + 1,
-                          stale=rec.stale_reason if rec.stale else None, advice_note=ADVISOR_NOTE,
-                          maps=self.offers)
-        if foreign:
-            decision = _redacted(decision)
+        adm = self.gate.admit(principal.domain, commit_id, receiver=receiver, policy=HandoffPolicy(mode=mode),
+                              held=held, exact=False, advice_note=ADVISOR_NOTE)
+        cid, foreign, artifact, h = adm.commit, adm.foreign, adm.artifact, adm.artifact.header
+        agent = h.producer.get("agent", "?")
         t2 = time.perf_counter()
-        if mode in ("full", "slice"):
-            _refuse(decision)
-        used, reason, metric = decision.path, decision.reason, _metric_reason(decision, mode)
+        metric = _metric_reason(adm.decision, mode)
         trust = served = None
         parts: tuple[Part, ...] = ()
         prefix_kv = None
-        if used in ("cache", "mapped"):
+        if adm.path in ("cache", "mapped"):
             try:
                 label, kept = f"from:{agent}", _kept_text(artifact, cid, required=False)
-                if used == "cache":
-                    trust = trust_check(artifact, self.keyring, owner, self.verify, runtime=runtime,
-                                        prefix_ids=list(prefix_ids), context=slice_context(h.start, prefix_ids))
+                if adm.path == "cache":
+                    trust = self.gate.check_kv(adm, runtime=runtime, prefix_ids=prefix_ids,
+                                               context=slice_context(h.start, prefix_ids))
                     parts, prefix_kv = _cache_parts(artifact, label, kept)
                 else:
-                    served = next(m for m in self.maps if m.offer.map_id == decision.map_id)
-                    trust = self._check_mapped(artifact, owner, served, prefix_ids)
+                    served = next(m for m in self.maps if m.offer.map_id == adm.decision.map_id)
+                    trust = self._check_mapped(adm, served, prefix_ids)
                     parts = mapped_parts(served, artifact, runtime=runtime, prefix_ids=prefix_ids, label=label,
                                          text=kept)
             except C2CError as e:
-                if foreign:  # the class says what failed; the message may measure the owner's context
-                    e = type(e)(f"commit {cid[:12]}: {type(e).__name__} (details withheld: another domain's commit)")
-                decision = fall_back(decision, HandoffPolicy(mode=mode), e)  # raises in full / slice
-                used, reason, metric = decision.path, decision.reason, f"error:{type(e).__name__}"
+                adm = adm.fall_back(e)  # raises in full / slice
+                metric = f"error:{type(e).__name__}"
+        decision, used, rec = adm.decision, adm.path, adm.stored
         nbytes = len(rec.data)
         if used == "text":
             text = _kept_text(artifact, cid)
             if decision.check("hops").ok is False and not foreign:  # cite the chain the cache would have extended
-                text += "\n" + hops.fallback_text()
+                text += "\n" + adm.hops.fallback_text()
             parts = (text_turn(runtime, f"from:{agent}", f"Context from {agent} (c2c commit {cid[:12]}):\n{text}"),)
             nbytes = len(text.encode())
         t3 = time.perf_counter()
-        signer_info = {"domain": signer.domain} if foreign else {"domain": signer.domain, "key_id": signer.key_id[:16]}
-        record = {"commit": cid, "requested": mode, "used": "text" if used == "text" else h.kind, "path": used,
-                  "kind": h.kind, "reason": reason, "checks": [c.to_dict() for c in decision.checks],
-                  "signer": signer_info, "shared": foreign, "stale": rec.stale,
-                  "hops": hops.depth + 1, "tokens": sum(len(p.token_ids) for p in parts) + (
-                      prefix_kv.seq_len if prefix_kv is not None else 0),
-                  "bytes": nbytes, "bytes_fetched": fetched.bytes_fetched, "bytes_referenced": fetched.bytes_referenced,
-                  "trust": trust.to_dict() if trust is not None else None,
-                  "timings": {"fetch_s": t1 - t0, "decide_s": t2 - t1, "check_s": t3 - t2}}
+        record = {**adm.record(), "used": "text" if used == "text" else h.kind,
+                  "tokens": sum(len(p.token_ids) for p in parts) + (prefix_kv.seq_len if prefix_kv is not None else 0),
+                  "bytes": nbytes, "trust": trust.to_dict() if trust is not None else None,
+                  "timings": {"fetch_s": adm.timings["fetch_s"], "decide_s": adm.timings["decide_s"],
+                              "check_s": t3 - t2}}
         if used == "mapped":
             record["map"] = served.to_dict()
-        if foreign:
-            record.pop("hops")
         return Attachment(commit=cid, path=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
                           metric_reason=metric)
 
-    def _check_mapped(self, artifact: Artifact, owner: str, served: ServedMap, prefix_ids: Sequence[int]):
+    def _check_mapped(self, adm: Admission, served: ServedMap, prefix_ids: Sequence[int]):
         """A commit's checks before it is mapped: signature, prefix and the source model's fingerprint.
 
         Raises:
-            UnverifiableError: the server re-computes K/V (``--verify-kv sample|strict``): that would run
-                the source model on the receiver's turn (see :mod:`c2c.serve.mapped`).
+            UnverifiableError: the receiving domain asks for a K/V check (``--verify-kv sample|strict``, or its
+                stored policy): that would run the source model on the receiver's turn (see
+                :mod:`c2c.serve.mapped`).
             TrustError, PrefixMismatchError, FingerprintMismatchError: as for a cache.
         """
-        if self.verify.kv != "none":
-            raise UnverifiableError(f"--verify-kv {self.verify.kv}: a mapped cache's K/V would be re-computed on "
-                                    f"{served.source.name}, outside its turn; this server reads such commits as text")
-        return trust_check(artifact, self.keyring, owner, self.verify, runtime=served.source,
-                           prefix_ids=list(prefix_ids))
+        self.gate.require_kv(adm, why=f"a mapped attach (it would re-compute K/V on {served.source.name}, outside "
+                                      "its turn)")
+        return self.gate.check_kv(adm, runtime=served.source, prefix_ids=prefix_ids)
 
     # ------------------------------------------------------------------ commits
     def show(self, principal: Principal, commit_id: str) -> dict:
@@ -354,68 +282,38 @@ class Exchange:
             ConfigError: a malformed id. CommitNotVisibleError: the caller's domain has no such commit.
         """
         store = self._own(principal, commit_id)
-        with _quiet_store():
+        with store_errors():
             rec = store.show(commit_id)
             return {**rec.to_dict(), "hops": hop_report(store, rec.id).to_dict()}
 
     def invalidate(self, principal: Principal, commit_id: str, reason: str) -> list[dict]:
         """Mark a commit of the caller's domain (and everything built on it there) stale; the new events."""
         store = self._own(principal, commit_id)
-        with _quiet_store():
+        with store_errors():
             return [e.to_dict() for e in store.invalidate(commit_id, reason=reason)]
 
     def events(self, principal: Principal, after: str = "0", *, limit: int = 100,
                wait_s: float = 0.0) -> tuple[list[dict], str]:
         """Stale events of the caller's domain after cursor ``after``, and the next cursor."""
-        with _quiet_store():
+        with store_errors():
             evs = self.scope(principal).events(after, limit=limit, wait_s=wait_s)
         return [e.to_dict() for e in evs], (evs[-1].seq if evs else after)
 
-    def is_stale(self, principal: Principal, commit_id: str) -> bool:
-        """Whether ``commit_id`` (the caller's, or one shared with it) has been invalidated.
-
-        Raises:
-            CommitNotVisibleError: it was collected, or is no longer visible.
-        """
-        store, _ = self.locate(principal, commit_id)
-        with _quiet_store():
-            try:
-                return store.show(commit_id).stale
-            except CommitNotFoundError:
-                raise not_visible(principal, commit_id) from None
+    def freshness(self, principal: Principal, commit_id: str) -> str:
+        """``fresh``, ``stale`` or ``gone`` for a commit the caller's session attached earlier
+        (:meth:`c2c.handoff.gate.Gate.freshness`)."""
+        return self.gate.freshness(principal.domain, commit_id)
 
     def _own(self, principal: Principal, commit_id: str) -> Store:
-        cid = check_id(commit_id)
-        store = self.scope(principal)
-        with _quiet_store():
-            if not store.has(cid):
-                raise not_visible(principal, cid)
+        store, owner = self.locate(principal, commit_id)
+        if owner != principal.domain:  # shown, invalidated: only by its own domain
+            raise not_visible(principal, commit_id)
         return store
 
 
-def not_visible(principal: Principal, commit_id: str) -> CommitNotVisibleError:
-    """The one answer for an id the caller may not see, whether or not it exists elsewhere."""
-    return CommitNotVisibleError(
-        f"no commit {commit_id[:12]} is visible to trust domain {principal.domain!r}: none exists there, or the "
-        "domain that owns it did not share it (publish with \"share\": [domains] to share)")
-
-
-@contextlib.contextmanager
-def _quiet_store():
-    """Store failures without the store's location (a path, a Redis host and user) in the message:
-    what a caller is told names the problem, the server's log names the place."""
-    try:
-        yield
-    except (CommitNotVisibleError, StaleCommitError, ConfigError, QuotaExceededError):  # the caller's own business
-        raise
-    except CommitNotFoundError:  # one of the caller's own, collected meanwhile
-        raise CommitNotFoundError("that commit is no longer in the store (collected meanwhile)") from None
-    except StoreError as e:
-        log.warning("store: %s", e)
-        what = {StoreCorruptError: "the commit's stored bytes are damaged; its publisher should publish it again",
-                StoreWriteError: "the store could not commit this; nothing was written, retry"}
-        raise type(e)(next((m for cls, m in what.items() if isinstance(e, cls)),
-                           "the store is unavailable; retry later (the server log has the details)")) from None
+def not_visible(principal: Principal, commit_id: str):
+    """The one answer for an id the caller may not see (:func:`c2c.handoff.gate.not_visible`)."""
+    return _not_visible(principal.domain, commit_id)
 
 
 def _check_share(share: Sequence[str]) -> tuple[str, ...]:
@@ -423,21 +321,6 @@ def _check_share(share: Sequence[str]) -> tuple[str, ...]:
     if len(share) > MAX_SHARE:
         raise ConfigError(f"publish share: name at most {MAX_SHARE} trust domains")
     return tuple(sorted({check_domain(d) for d in share}))
-
-
-def _redacted(decision: Decision) -> Decision:
-    """``decision`` with check details that could measure another domain's context (prefix lengths and
-    blocks, stale reasons, chain depth) replaced by their verdicts alone."""
-    verdicts = {"prefix": ("same shared prefix", "shared prefixes differ"),
-                "staleness": ("fresh context", "built on stale context (invalidated or superseded)"),
-                "hops": ("within the hop limit", "would exceed the hop limit (C2C_MAX_HOPS)")}
-    checks = tuple(replace(c, detail=verdicts[c.name][0 if c.ok else 1]) if c.name in verdicts else c
-                   for c in decision.checks)
-    failed = [c for c in checks if c.ok is False]
-    reason = decision.reason
-    if decision.path == "text" and failed and reason != "text requested":
-        reason = f"fell back to text: {failed[0].detail}"
-    return replace(decision, checks=checks, reason=reason)
 
 
 def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,
@@ -465,16 +348,7 @@ def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0
             "map_id": d.map_id, "checks": [c.to_dict() for c in d.checks], **d.advice}
 
 
-def _refuse(decision: Decision) -> None:
-    """An explicit cache mode: raise the first failed check's error (a foreign domain: 403's error)."""
-    refusal = decision.refusal()
-    if isinstance(refusal, DomainMismatchError):
-        raise DomainMismatchError(f"{refusal}; attach with mode auto to read its text")
-    if refusal is not None:
-        raise refusal
-
-
-def _metric_reason(decision: Decision, mode: str) -> str:
+def _metric_reason(decision, mode: str) -> str:
     if decision.path in ("cache", "mapped"):
         return "ok"
     failed = decision.failed if mode != "text" else ()

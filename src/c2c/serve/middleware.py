@@ -18,8 +18,8 @@ from c2c.serve.serve_config import MB, is_loopback
 
 _ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/c2c/events", "/v1/c2c/advise", "/healthz", "/metrics",
            "/docs", "/openapi.json")
-_COMMIT = re.compile(r"^/v1/c2c/commits/[^/]+(/invalidate)?$")
-_MODEL = re.compile(r"^/v1/models/[^/]+$")
+_COMMIT = re.compile(r"/v1/c2c/commits/[^/]+(/invalidate)?")
+_MODEL = re.compile(r"/v1/models/[^/]+")
 _HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[^:\[\]]+))(?::[0-9]{1,5})?")  # name[:port], [v6][:port]
 
 
@@ -27,10 +27,10 @@ def route_of(path: str) -> str:
     """A low-cardinality name for ``path`` (ids replaced by placeholders, unknown paths as ``other``)."""
     if path in _ROUTES:
         return path
-    m = _COMMIT.match(path)
+    m = _COMMIT.fullmatch(path)
     if m:
         return "/v1/c2c/commits/{id}" + (m.group(1) or "")
-    return "/v1/models/{model}" if _MODEL.match(path) else "other"
+    return "/v1/models/{model}" if _MODEL.fullmatch(path) else "other"
 
 
 async def send_error(send, e) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -73,6 +75,26 @@ def header_timeout_protocol(read_timeout_s: float) -> type[asyncio.Protocol]:
     return HeaderTimeout
 
 
+_SECRET_PARAM = re.compile(r"(?i)([?&](?:api[_-]?key|access[_-]?token|token|key|auth(?:orization)?|secret)=)[^&#\s]*")
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with the values of query parameters that commonly carry credentials (``?api_key=...``)
+    replaced by ``[redacted]``: a bearer token sent in the URL is refused (401), and never logged either."""
+    return _SECRET_PARAM.sub(r"\1[redacted]", text)
+
+
+class RedactSecrets(logging.Filter):
+    """A filter for uvicorn's access log: a request line's credentials never reach the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_secrets(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.msg, str):
+            record.msg = redact_secrets(record.msg)
+        return True
+
+
 def run(config: ServeConfig) -> None:
     """Start a :class:`Server` and serve it on ``config.host:config.port`` until a signal stops it."""
     server = Server.start(config)
@@ -87,4 +109,5 @@ def run(config: ServeConfig) -> None:
                                  timeout_graceful_shutdown=config.shutdown_timeout_s or None,
                                  http=header_timeout_protocol(config.read_timeout_s),
                                  server_header=False, proxy_headers=False))
+    logging.getLogger("uvicorn.access").addFilter(RedactSecrets())  # after uvicorn set up its logging
     uv.run()

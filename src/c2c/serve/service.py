@@ -195,6 +195,7 @@ class ChatService:
                                         [m.label for m in rest] + ["assistant"], req.publish.share)
         prefix = prefix_ids(rt, system)
         attachments, attached, via_text, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
+        parts_of = tuple(n for _, n in records) if records else session.parts_of
         t_attach = time.perf_counter()
         rendering = render(rt, req.messages, attachments=attachments)
         if prefix_kv is not None:  # a full cache brings its own (identical) prefix K/V
@@ -217,6 +218,7 @@ class ChatService:
         session.cache = prepared.cache
         session.attachments = tuple(replace(p, kv=None) for p in attachments)
         session.attached, session.via_text = attached, via_text
+        session.parts_of = parts_of
         if req.attach:
             session.attach_mode = req.mode
         session.attach_prefix = PrefixRef.of(prefix) if attachments else None
@@ -269,24 +271,49 @@ class ChatService:
         A session's cache attachment whose commit has gone stale since is not reused: the
         session's commits are attached again (with the mode they were attached with), so the
         stale one takes the path a fresh attach would (text in ``auto``, an error otherwise).
+        A commit that is gone from the store since (retired by its stream's retention, collected,
+        or no longer shared) never breaks the session: it goes on from the K/V it holds of it (or,
+        once evicted, from the tokens it holds, re-prefilled exactly), and a re-attach record says so.
         """
         attach, mode = req.attach, req.mode
+        kept: dict[str, tuple[Part, ...]] = {}
         if not attach:
             if session.attachments and session.attach_prefix != PrefixRef.of(prefix):
                 raise PrefixMismatchError(
                     f"session {req.session!r} holds attachments placed after another system message; send the "
                     "same system message, attach again, or use a new session")
-            if not any(self.exchange.is_stale(principal, c) for c in session.attached if c not in session.via_text):
+            state = {c: self.exchange.freshness(principal, c) for c in session.attached if c not in session.via_text}
+            if "stale" not in state.values():
                 return session.attachments, session.attached, session.via_text, [], None
             attach, mode = session.attached, session.attach_mode
+            at = 0
+            for c, n in zip(session.attached, session.parts_of):
+                if state.get(c) == "gone" or (c in session.via_text and self.exchange.freshness(principal, c) == "gone"):
+                    kept[c] = session.attachments[at: at + n]
+                at += n
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode,
-                                      held=session.cache) for cid in attach]
+                                      held=session.cache) for cid in attach if cid not in kept]
         for a in found:
             self.metrics.handoffs.labels(path=a.path, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
-        return (tuple(p for a in found for p in a.parts), tuple(a.commit for a in found),
-                tuple(a.commit for a in found if a.path == "text"), [(a.record, len(a.parts)) for a in found],
-                found[0].prefix_kv)
+        by_id = {a.commit: a for a in found}
+        parts, records, via_text = [], [], []
+        for cid in attach:
+            if cid in kept:
+                parts.append(kept[cid])
+                records.append(({"commit": cid, "requested": mode, "path": "held", "used": "held",
+                                 "reason": "no longer in the store (retired, collected or no longer shared): the "
+                                           "session goes on from what it holds of it"}, len(kept[cid])))
+                if cid in session.via_text:
+                    via_text.append(cid)
+                continue
+            a = by_id[cid]
+            parts.append(a.parts)
+            records.append((a.record, len(a.parts)))
+            if a.path == "text":
+                via_text.append(cid)
+        return (tuple(p for ps in parts for p in ps), tuple(attach), tuple(via_text), records,
+                found[0].prefix_kv if found and found[0].commit == attach[0] else None)
 
     def close(self) -> None:
         """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""

@@ -53,6 +53,7 @@ class Session:
         attachments: parts placed after the shared prefix (their ``kv`` dropped once imported).
         attached: the commits behind them; a publish from this session lists them as parents.
         via_text: those of ``attached`` that were read as text (not cache hops).
+        parts_of: how many of ``attachments`` each of ``attached`` placed, in order.
         attach_mode: the mode they were attached with (a stale one is attached again with it).
         attach_prefix: the shared prefix the attachments were checked against.
         state: ``"new"``, ``"warm"`` (a cache is held) or ``"evicted"`` (rebuilt on next use).
@@ -63,6 +64,7 @@ class Session:
     attachments: tuple[Part, ...] = ()
     attached: tuple[str, ...] = ()
     via_text: tuple[str, ...] = ()
+    parts_of: tuple[int, ...] = ()
     attach_mode: str = "auto"
     attach_prefix: PrefixRef | None = None
     state: str = "new"

@@ -52,7 +52,7 @@ from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, Sta
                                  check_reason, check_stream, invalidated_reason)
 from c2c.store.redis_chunks import drop_upload, read_chunks, upload
 from c2c.store.redis_config import RedisConfig, key_prefix
-from c2c.store.redis_layout import ensure_layout
+from c2c.store.redis_layout import check_issued, ensure_layout
 from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 
@@ -452,6 +452,7 @@ class RedisStore(Store):
         deadline = time.monotonic() + wait_s
         slice_ms = max(1, int(self.config.socket_timeout_s * 500))  # NOTE: a blocked read must beat the timeout
         with self._errors(writing=False):
+            check_issued(self._r, f"{self.prefix}events", after)
             while True:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 block = max(1, min(slice_ms, left_ms)) if wait_s > 0 else None

@@ -16,7 +16,7 @@ import uuid
 
 import redis
 
-from c2c.errors import StoreWriteError
+from c2c.errors import ConfigError, StoreWriteError
 
 LAYOUT = "2"        # chunks (format 1 and 2 commits); layout 1 kept one blob per commit
 _MANIFEST_TAG = b"c2c-manifest-v1\0"  # c2c.store.manifest's: a commit of pieces gets its manifest digest
@@ -82,3 +82,28 @@ def _migrate_commits(store) -> None:
 
 def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _stream_id(value: str) -> tuple[int, int]:
+    """A Redis stream id (``MS-SEQ``, or ``MS`` alone, as XREAD reads it: ``MS-0``) as a comparable pair."""
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def check_issued(r, events_key: str, after: str) -> None:
+    """Refuse an events cursor past the last id the domain's event stream ever issued (``last-generated-id``
+    survives trimming): a cursor no reader was given would otherwise wait for events that never come.
+
+    Raises:
+        ConfigError: ``after`` was never issued.
+    """
+    if _stream_id(after) == (0, 0):
+        return
+    try:
+        last = r.xinfo_stream(events_key)["last-generated-id"]
+        last = last.decode() if isinstance(last, bytes) else str(last)
+    except redis.exceptions.ResponseError:  # no such stream: nothing issued yet
+        last = "0-0"
+    if _stream_id(after) > _stream_id(last):
+        raise ConfigError(f"event cursor {after!r} is not one this store issued (the domain's last is {last}); "
+                          "give the seq of the last event received, or 0 for the start")

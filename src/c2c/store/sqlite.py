@@ -437,6 +437,11 @@ class SQLiteStore(Store):
         cursor = _cursor(after)
         if limit < 1:
             raise ConfigError(f"events limit {limit}: give at least 1")
+        if cursor:  # a cursor past the domain's last event was never issued (events are never deleted)
+            last = self._read("SELECT COALESCE(MAX(dseq), 0) FROM events WHERE domain = ?", (self.domain,))[0][0]
+            if cursor > last:
+                raise ConfigError(f"event cursor {after!r} is not one this sqlite store issued (the domain's last "
+                                  f"is {last}); give the seq of the last event received, or 0 for the start")
         deadline = time.monotonic() + wait_s
         while True:
             rows = self._read("SELECT dseq, commit_id, root, reason, chain, at FROM events WHERE domain = ? "

@@ -18,6 +18,7 @@ from typing import Any
 
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
 from c2c.context import Context
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError
@@ -25,6 +26,7 @@ from c2c.runtime.protocol import Generation, Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.team.roles import AdapterPolicy, admit
 from c2c.trust.isolation import ISOLATIONS, recompute_after
+from c2c.trust.keys import check_domain
 from c2c.trust.signing import sign
 
 
@@ -165,7 +167,8 @@ class Agent:
         return cache, span_labels
 
     def export(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
-               parents: tuple[str, ...] = (), isolation: str | None = None) -> "Artifact":
+               parents: tuple[str, ...] = (), isolation: str | None = None,
+               share: tuple[str, ...] = ()) -> "Artifact":
         """The whole cache (``labels=None``) or the slice covering the spans ``labels``.
 
         A slice never includes private spans (see :meth:`Context.export_range`).
@@ -182,15 +185,16 @@ class Agent:
           slice, else ``"positions"``.
 
         The mode is recorded in the artifact's labels (``{"isolation": ...}``);
-        a whole cache (``labels=None``) is exported as it is.
+        a whole cache (``labels=None``) is exported as it is. ``share`` names other trust domains that may
+        attach it (signed in the header, :data:`c2c.artifact.header.SHARE_KEY`).
         """
 
         cache, span_labels = self.export_cache(labels=labels, isolation=isolation)
         artifact = Artifact.build(
             cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
-            producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels)
+            producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels,
+            extra={SHARE_KEY: sorted({check_domain(d) for d in share})} if share else None)
         if self.team.keyring is not None:
-
             artifact = sign(artifact, self.team.keyring.signing_key(self.team.domain))
         return artifact
 

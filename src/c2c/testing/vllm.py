@@ -32,8 +32,8 @@ def vllm_python() -> Path | None:
 
 
 def connector_config(*, store: str, domain: str, **extra: Any) -> str:
-    """The ``--kv-transfer-config`` JSON that loads :class:`c2c.runtime.vllm.connector.C2CConnector`."""
-    return json.dumps({"kv_connector": "C2CConnector", "kv_connector_module_path": "c2c.runtime.vllm.connector",
+    """The ``--kv-transfer-config`` JSON that loads :class:`c2c.vllm.connector.C2CConnector`."""
+    return json.dumps({"kv_connector": "C2CConnector", "kv_connector_module_path": "c2c.vllm.connector",
                        "kv_role": "kv_both",
                        "kv_connector_extra_config": {"store": store, "domain": domain, **extra}})
 
@@ -57,7 +57,7 @@ class VllmProcess:
                     *extra_args]
         if connector:
             self.cmd += ["--kv-transfer-config", connector_config(store=store, domain=domain),
-                         "--middleware", "c2c.runtime.vllm.api_middleware.C2CMiddleware"]
+                         "--middleware", "c2c.vllm.api_middleware.C2CMiddleware"]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("C2C_", "VLLM_"))}
         self.env.update({"C2C_HOME": str(home), "C2C_VLLM_RUN_DIR": str(home / "vllm"),
                          "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "OMP_NUM_THREADS": os.environ.get(

@@ -44,14 +44,14 @@ from c2c.errors import ConfigError, KeyringError, RevokedSignerError, UnknownSig
 
 KeyId = NewType("KeyId", str)  # 64 hex chars: sha256 of the raw Ed25519 public key
 KEYRING_VERSION = 1
-_DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_PRIVATE_RE = re.compile(r"^(?P<domain>.+)\.(?P<kid>[0-9a-f]{16})\.pem$")  # private/<domain>.<id16>.pem
+_DOMAIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always fullmatch: "$" would let "name\n" through
+_PRIVATE_RE = re.compile(r"(?P<domain>.+)\.(?P<kid>[0-9a-f]{16})\.pem")  # private/<domain>.<id16>.pem
 _MAX_KEY_FILE = 1 << 20
 
 
 def check_domain(domain: str) -> str:
     """Return ``domain`` if it is a valid trust-domain name (it is used in file names)."""
-    if not isinstance(domain, str) or not _DOMAIN_RE.match(domain):
+    if not isinstance(domain, str) or not _DOMAIN_RE.fullmatch(domain):
         raise ConfigError(f"trust domain {domain!r} is not valid; use 1-64 letters, digits, '.', '_' or '-'")
     return domain
 
@@ -328,8 +328,8 @@ class Keyring:
         d = self._private_dir()
         out = []
         for p in sorted(d.iterdir()) if d.is_dir() else ():
-            m = _PRIVATE_RE.match(p.name)
-            if m and _DOMAIN_RE.match(m["domain"]):
+            m = _PRIVATE_RE.fullmatch(p.name)
+            if m and _DOMAIN_RE.fullmatch(m["domain"]):
                 out.append((m["domain"], m["kid"], p))
         return out
 

@@ -13,8 +13,8 @@ Two probes, both used by :mod:`c2c.trust.verify`:
   right after the first attention block, so it costs about ``1/num_layers`` of
   a prefill.
 
-Both are the engine's probes (:meth:`~c2c.runtime.protocol.Runtime.probe_kv` and
-:meth:`~c2c.runtime.protocol.Runtime.probe_layer0`): this module builds the positions and
+Both are the engine's probes (:meth:`~c2c.runtime.protocol.Probes.probe_kv` and
+:meth:`~c2c.runtime.protocol.Probes.probe_layer0`): this module builds the positions and
 the mask, the engine runs the forward. An engine without them raises
 :class:`RuntimeUnsupportedError` naming the way out (``strict``, a full re-prefill).
 """
@@ -27,7 +27,7 @@ import torch
 
 from c2c.errors import RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.protocol import Runtime
+from c2c.runtime.protocol import Probes, Runtime, require
 
 #: probe at most this many positions per forward (bounds the (k, T + k) mask)
 PROBE_CHUNK = 256
@@ -78,7 +78,7 @@ def _probe_chunk(runtime: Runtime, cache: KVCache, pos: list[int]) -> tuple[list
     cols = torch.arange(T + k, device=device)                                   # (T + k,)
     allowed = cols[None, :] < p[:, None]                                         # (k, T + k)
     allowed[torch.arange(k, device=device), T + torch.arange(k, device=device)] = True
-    kv = runtime.probe_kv([cache.token_ids[i] for i in pos], pos, cache, allowed)
+    kv = require(runtime, Probes).probe_kv([cache.token_ids[i] for i in pos], pos, cache, allowed)
     return [k_ for k_, _ in kv], [v for _, v in kv]
 
 
@@ -88,4 +88,4 @@ def layer0_kv(runtime: Runtime, token_ids: Sequence[int], start: int) -> tuple[t
     Returns ``(keys, values)``, each ``(1, kv_heads, T_0, head_dim)`` where ``T_0``
     is what layer 0 keeps (all ``T``, or the last ``W - 1`` for a sliding window).
     """
-    return runtime.probe_layer0(token_ids, start)
+    return require(runtime, Probes).probe_layer0(token_ids, start)

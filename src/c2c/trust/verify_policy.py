@@ -31,6 +31,7 @@ from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import Runtime
 from c2c.trust.keys import Keyring
 from c2c.trust.signing import SignerInfo, verify_signature
 from c2c.trust.verify import DEFAULT_SAMPLES, VerifyReport, verify_kv
@@ -161,7 +162,7 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
     if prefix_ids is not None:
         artifact.header.prefix.require_match(list(prefix_ids))
     # Trusted from here on: only now load what the header names, or compute anything.
-    if callable(runtime) and not hasattr(runtime, "prefill"):
+    if callable(runtime) and not isinstance(runtime, Runtime):  # a loader, not a runtime
         runtime = runtime()
     kv = None
     if policy.kv != "none":

@@ -21,6 +21,7 @@ import torch
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import IncompatibleCacheError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import RopeCodec
 from c2c.xmodel.collect import flat_plain, require_mappable, unflat
 from c2c.xmodel.crossmap import CrossModelMap
 
@@ -91,7 +92,7 @@ def _check(xmap: CrossModelMap, cache: KVCache, source, target) -> None:
     source.check_cache(cache)
 
 
-def _mapped(xmap: CrossModelMap, rest: KVCache, source, target) -> KVCache:
+def _mapped(xmap: CrossModelMap, rest: KVCache, source: RopeCodec, target: RopeCodec) -> KVCache:
     """The map applied to ``rest``: the source's K/V of positions ``S..T-1`` (``S = rest.start``)."""
     S = rest.start
     xk, xv = flat_plain(source, rest)                                          # Ls x (T-S, d_in)

@@ -2,7 +2,7 @@
 
 Keys are stored rotated for their positions; a linear map between two models is fitted
 and applied to the keys *before* rotation (each model's own RoPE, through
-:meth:`c2c.runtime.engine.Runtime.rope_remove` / ``rope_apply``), so that position is
+:meth:`c2c.runtime.protocol.RopeCodec.rope_remove` / ``rope_apply``), so that position is
 put back exactly by the target's own rotary embedding.
 """
 
@@ -12,19 +12,23 @@ import torch
 
 from c2c.errors import RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.protocol import RopeCodec, require
 
 
-def require_mappable(runtime) -> None:
-    """Raise :class:`RuntimeUnsupportedError` unless ``runtime`` can have its keys un-rotated and has no sliding layer."""
-    if not hasattr(runtime, "rope_remove"):
-        raise RuntimeUnsupportedError(f"{runtime.name}: cross-model maps need the transformers backend "
-                                      "(it re-applies RoPE with the model's own rotary embedding)")
+def require_mappable(runtime) -> RopeCodec:
+    """``runtime`` as a :class:`~c2c.runtime.protocol.RopeCodec` (its keys can be un-rotated) with no sliding layer.
+
+    Raises:
+        RuntimeUnsupportedError: its engine has no RoPE codec, or the model has sliding-window layers.
+    """
+    codec = require(runtime, RopeCodec)
     if any(w is not None for w in runtime.facts.windows):
         raise RuntimeUnsupportedError(f"{runtime.name} has sliding-window layers; a cross-model map needs every "
                                       "token of every layer")
+    return codec
 
 
-def flat_plain(runtime, cache: KVCache) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def flat_plain(runtime: RopeCodec, cache: KVCache) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per layer, the un-rotated keys and the values of ``cache``, each ``(T, H*D)`` float32.
 
     Row ``i`` is the token at position ``cache.start + i``; columns are head 0's ``D``

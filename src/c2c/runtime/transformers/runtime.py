@@ -215,8 +215,8 @@ class TransformersRuntime(ChatTurns):
     def rope_remove(self, layer: int, keys: torch.Tensor, start: int) -> torch.Tensor:
         """``keys`` ``(1, H, T, D)`` of ``layer`` at positions ``start...`` with RoPE taken out (fp32).
 
-        Not in the :class:`~c2c.runtime.protocol.Runtime` protocol: cross-model maps
-        (:mod:`c2c.xmodel`) use it, and refuse an engine without it.
+        The :class:`~c2c.runtime.protocol.RopeCodec` capability: cross-model maps (:mod:`c2c.xmodel`) use it,
+        and refuse an engine without it.
         """
         return rope.remove(self.model, layer, keys, start)
 

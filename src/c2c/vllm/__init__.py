@@ -5,10 +5,10 @@ virtualenv: ``bash scripts/setup_vllm.sh``)::
 
     .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model ~/.cache/c2c/models/NAME \\
         --kv-transfer-config '{"kv_connector": "C2CConnector",
-                               "kv_connector_module_path": "c2c.runtime.vllm.connector",
+                               "kv_connector_module_path": "c2c.vllm.connector",
                                "kv_role": "kv_both",
                                "kv_connector_extra_config": {"store": "redis://HOST:6379/0", "domain": "research"}}' \\
-        --middleware c2c.runtime.vllm.api_middleware.C2CMiddleware
+        --middleware c2c.vllm.api_middleware.C2CMiddleware
 
 and ask for it per request, in ``kv_transfer_params`` (``extra_body`` of the ``openai`` client):
 

@@ -3,8 +3,9 @@
 Built from plain values (the connector reads them off vLLM's config), so the scheduler
 and each worker compute the same fingerprint without talking to each other:
 
-- the layout facts (architecture, layers, KV heads, head dim, windows, RoPE) come from
-  the model's config, as :func:`c2c.runtime.hf.model_facts` reads them;
+- the layout facts (architecture, layers, KV heads, head dim, windows, RoPE) are the model
+  config's :class:`~c2c.runtime.facts.ModelFacts`, read by the one reader of a config that c2c's
+  transformers runtime uses too (:func:`c2c.runtime.transformers.model_facts.config_facts`);
 - ``weights_digest`` is c2c's digest of the ``*.safetensors`` files vLLM loaded (the same
   digest, memoized beside them, that c2c's transformers runtime records);
 - ``tokenizer_digest`` is the digest c2c's transformers runtime records for the same folder
@@ -19,14 +20,14 @@ and each worker compute the same fingerprint without talking to each other:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from c2c.runtime.facts import EngineId
+from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.canon import canonical_json, weights_digest
+from c2c.canon import weights_digest
 from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime.transformers.model_facts import config_facts
 
 def model_dir(model: str) -> Path:
     """The local folder vLLM loaded ``model`` from; a hub id has no files c2c could digest."""
@@ -45,27 +46,21 @@ def tokenizer_digest(path: Path) -> str:
     return folder_digest(path)
 
 
-def layout_facts(hf_config: Any) -> dict[str, Any]:
-    """Layers, heads, windows and RoPE of a (transformers) model config, read attribute by attribute."""
-    cfg = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-    n = cfg.num_hidden_layers
-    layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    window = getattr(cfg, "sliding_window", None)
-    windows = [window if t == "sliding_attention" else None for t in layer_types]
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    return {"architecture": cfg.model_type, "num_layers": n, "layer_types": layer_types, "windows": windows,
-            "kv_heads": cfg.num_key_value_heads, "head_dim": head_dim,
-            "sliding_window": window if any(w is not None for w in windows) else None,
-            "rope": json.loads(json.dumps(rope, sort_keys=True, default=str))}
+def instance_facts(hf_config: Any, *, dtype: str) -> ModelFacts:
+    """The :class:`ModelFacts` of the model vLLM loaded (its text config's), with the KV cache's ``dtype``.
+
+    Raises:
+        RuntimeUnsupportedError: a model with sliding-window layers (the connector reads whole caches only).
+    """
+    text = getattr(hf_config, "get_text_config", None)  # a multimodal config nests its text model's
+    facts = config_facts(text() if callable(text) else hf_config, dtype=dtype)
+    if facts.sliding_window is not None:
+        raise RuntimeUnsupportedError("the c2c connector does not yet handle sliding-window layers in vLLM; serve a "
+                                      "model without them, or use c2c serve")
+    return facts
 
 
-def instance_fingerprint(*, hf_config: Any, path: Path, dtype: str, backend: str, name: str) -> Fingerprint:
+def instance_fingerprint(*, facts: ModelFacts, path: Path, backend: str, name: str) -> Fingerprint:
     """The fingerprint of the caches this instance makes and may attach (see the module docstring)."""
-    f = layout_facts(hf_config)
-    if any(w is not None for w in f["windows"]):
-        raise RuntimeUnsupportedError("the c2c connector does not yet handle sliding-window layers in vLLM")
-    return Fingerprint(architecture=f["architecture"], num_layers=f["num_layers"], layer_types=tuple(f["layer_types"]),
-                       kv_heads=f["kv_heads"], head_dim=f["head_dim"], sliding_window=f["sliding_window"],
-                       rope=canonical_json(f["rope"]).decode(), dtype=dtype, tokenizer_digest=tokenizer_digest(path),
-                       weights_digest=weights_digest(path), model_name=name, backend=EngineId.parse(backend))
+    return Fingerprint.of_facts(facts, tokenizer_digest=tokenizer_digest(path), weights_digest=weights_digest(path),
+                                model_name=name, backend=EngineId.parse(backend))

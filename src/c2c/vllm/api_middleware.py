@@ -3,15 +3,16 @@
 ::
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "C2CConnector", ...}' \\
-        --middleware c2c.runtime.vllm.api_middleware.C2CMiddleware
+        --middleware c2c.vllm.api_middleware.C2CMiddleware
 
 It reads each non-streamed ``/v1/chat/completions`` and ``/v1/completions`` reply that
 carries ``kv_transfer_params.c2c`` and
 
 - **publish**: waits (off the engine, in the HTTP server) for the request's ticket to
   settle and puts the commit into ``kv_transfer_params.c2c.publish``: ``commit``,
-  ``stream``, ``version``, ``tokens``, ``bytes``, ``signed_by`` (or ``error`` when the store
-  refused it; the reply itself stands);
+  ``stream``, ``version``, ``tokens``, ``bytes``, ``signed_by``, ``share`` (or, when the store
+  refused it, ``error`` in the one error shape and ``status``, what ``c2c serve`` would answer;
+  the reply itself stands);
 - **error** (a bad or invisible commit id, a tampered commit, a refusal in ``full``):
   answers with c2c's error shape instead of the one-token reply, with the status
   ``c2c serve`` gives that error::
@@ -36,35 +37,22 @@ import os
 from typing import Any
 
 from c2c import errors as c2c_errors
-from c2c.runtime.vllm import tickets
-from c2c.runtime.vllm.connector_config import run_dir
+from c2c.vllm import tickets
+from c2c.vllm.connector_config import run_dir
 
 log = logging.getLogger("c2c.vllm")
 PATHS = ("/v1/chat/completions", "/v1/completions")
 TICKET_WAIT_ENV = "C2C_VLLM_TICKET_WAIT_S"
 
-# as c2c serve answers them (c2c.serve.errors); the first matching class decides
-_STATUS: tuple[tuple[str, int, str], ...] = (
-    ("CommitNotVisibleError", 403, "commit_not_visible"), ("CommitNotFoundError", 404, "commit_not_found"),
-    ("DomainMismatchError", 403, "wrong_domain"), ("StaleCommitError", 409, "stale_commit"),
-    ("IncompatibleCacheError", 409, "incompatible_cache"), ("RuntimeUnsupportedError", 409, "runtime_unsupported"),
-    ("HandoffError", 409, "handoff_refused"), ("KeyringError", 500, "keyring_error"),
-    ("TrustError", 422, "untrusted_artifact"), ("ArtifactError", 422, "bad_artifact"),
-    ("StoreCorruptError", 422, "store_corrupt"), ("ConfigError", 400, "invalid_value"),
-    ("StoreError", 503, "store_unavailable"), ("C2CError", 500, "c2c_error"),
-)
-_TYPES = {403: "permission_error", 404: "not_found_error"}
-
-
 def error_response(err: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    """(status, body) for a connector error ``{"type": class name, "message": ...}``."""
-    cls = getattr(c2c_errors, str(err.get("type")), None)
-    status, code = 500, "c2c_error"
-    if isinstance(cls, type) and issubclass(cls, c2c_errors.C2CError):
-        status, code = next((s, c) for name, s, c in _STATUS if issubclass(cls, getattr(c2c_errors, name)))
-    kind = "server_error" if status >= 500 else _TYPES.get(status, "invalid_request_error")
-    return status, {"error": {"message": str(err.get("message", "")), "type": kind, "code": code, "param": None,
-                              "c2c_error": cls.__name__ if isinstance(cls, type) else None}}
+    """(status, body) for a connector error ``{"type": class name, "message": ...}``: the one error table's
+    (:func:`c2c.errors.error_payload`), as ``c2c serve`` answers the same error. A name that is no c2c error
+    class is a 500 whose ``c2c_error`` is null."""
+    name = str(err.get("type"))
+    status, body = c2c_errors.error_payload(c2c_errors.error_named(name, str(err.get("message", ""))))
+    if body["error"]["c2c_error"] != name:
+        body["error"]["c2c_error"] = None
+    return status, body
 
 
 class C2CMiddleware:
@@ -128,9 +116,13 @@ class C2CMiddleware:
             except c2c_errors.C2CError as e:
                 outcome = {"error": {"type": type(e).__name__, "message": str(e)}}
             if outcome is None:
-                outcome = {"error": {"type": "StoreError", "status": "pending",
+                outcome = {"pending": True, "error": {"type": "StoreError",
                                      "message": f"the commit was not in the store within {self.wait_s:g} s; "
                                                 "look for it on the stream later"}}
+            if isinstance(outcome.get("error"), dict) and "c2c_error" not in outcome["error"]:
+                # the one error shape, and the status c2c serve would answer (the reply itself stands)
+                status_of, shaped = error_response(outcome["error"])
+                outcome = {**outcome, "error": shaped["error"], "status": status_of}
             c2c["publish"] = {**{k: v for k, v in pub.items() if k not in ("status",)}, **outcome}
             if isinstance(outcome.get("commit"), str):
                 headers.append((b"x-c2c-commit", outcome["commit"].encode("ascii", "replace")))

@@ -3,7 +3,7 @@
 ::
 
     --kv-transfer-config '{"kv_connector": "C2CConnector",
-                           "kv_connector_module_path": "c2c.runtime.vllm.connector",
+                           "kv_connector_module_path": "c2c.vllm.connector",
                            "kv_role": "kv_both",
                            "kv_connector_extra_config": {"store": "redis://127.0.0.1:6379/0",
                                                          "domain": "research"}}'

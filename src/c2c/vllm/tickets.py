@@ -4,7 +4,7 @@ vLLM writes a request's reply (and its ``kv_transfer_params``) the moment the re
 finishes, but the request's K/V only leave the paged memory on the next engine step,
 and become a commit once they are hashed, signed and stored, off the engine loop. So the
 connector answers with a ticket, and the worker writes the outcome under it once the
-commit is in the store. :class:`~c2c.runtime.vllm.api_middleware.C2CMiddleware`, in the HTTP
+commit is in the store. :class:`~c2c.vllm.api_middleware.C2CMiddleware`, in the HTTP
 server, waits for the ticket and puts the commit into the reply.
 
 A ticket is 32 hex characters (random); its outcome is one small JSON file, 0600, in

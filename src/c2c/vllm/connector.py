@@ -1,7 +1,7 @@
 """`C2CConnector`: c2c inside vLLM, through its KV connector API (the one module of c2c that imports vLLM).
 
 vLLM builds one instance per role. The **scheduler side** decides: for a request that
-attaches a commit it fetches, verifies and rules on it (:class:`~c2c.runtime.vllm.commits.Attacher`)
+attaches a commit it fetches, verifies and rules on it (:class:`~c2c.vllm.commits.Attacher`)
 on its own thread, answering vLLM "ask again later" meanwhile, then says how many of the
 prompt's tokens the commit fills; for a request that publishes it keeps the finished
 request's blocks until the worker has copied them. The **worker side** moves bytes:
@@ -12,7 +12,7 @@ ever waits on the store.
 
 A reply carries the outcome in ``kv_transfer_params.c2c``: ``attach`` (the decision, its
 checks, and ``imported_tokens`` / ``reused_tokens`` / ``prefilled_tokens``) and
-``publish`` (a ticket, which :class:`~c2c.runtime.vllm.api_middleware.C2CMiddleware` turns
+``publish`` (a ticket, which :class:`~c2c.vllm.api_middleware.C2CMiddleware` turns
 into the commit once it is in the store). A request that must fail (a bad or invisible
 id, a tampered commit, a refusal in ``full``) stops after one token and carries
 ``error``; the middleware answers it as an error in c2c's shape.
@@ -33,15 +33,16 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
                                                                KVConnectorRole)
 from vllm.platforms import current_platform
+from vllm import __version__ as _vllm_version
 
 from c2c.artifact.codec import Artifact
 from c2c.errors import C2CError, ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.vllm import tickets
-from c2c.runtime.vllm.connector_config import ConnectorConfig, run_dir
-from c2c.runtime.vllm.commits import Attacher, Publisher, Request, Verdict, error_dict
-from c2c.runtime.vllm.identity import instance_fingerprint, model_dir
-from c2c.runtime.vllm.paged import PagedLayout, layout_for
+from c2c.vllm import tickets
+from c2c.vllm.connector_config import ConnectorConfig, run_dir
+from c2c.vllm.commits import Attacher, Publisher, Request, Verdict, error_dict
+from c2c.vllm.identity import instance_facts, instance_fingerprint, model_dir
+from c2c.vllm.paged import PagedLayout, layout_for
 from c2c.trust.keys import Keyring
 
 if TYPE_CHECKING:
@@ -53,8 +54,9 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request as VllmRequest
 
 log = logging.getLogger("c2c.vllm")
+# the installed engine's version; a local tag ("+cpu") names the wheel's build, which the layout field already names
+VLLM_VERSION = _vllm_version.split("+")[0]
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
-VLLM_VERSION = "0.32.0"
 
 
 # ------------------------------------------------------------------ metadata
@@ -80,6 +82,7 @@ class SaveSpec:
     block_ids: tuple[int, ...]
     stream: str | None
     parents: tuple[str, ...]
+    share: tuple[str, ...] = ()
 
 
 @dataclass
@@ -115,17 +118,20 @@ class C2CConnector(KVConnectorBase_V1):
             raise RuntimeUnsupportedError("the c2c connector reads vLLM's CPU paged layout only, for now")
         if cc.cache_dtype not in ("auto", None):
             raise RuntimeUnsupportedError(f"the c2c connector needs an unquantized KV cache, not {cc.cache_dtype}")
+        # NOTE: a private name, unavoidably: vLLM 0.32's CPU attention picks its kernel (vec, vec16, amx, neon) in
+        # _get_attn_isa and exposes no public accessor; the K/V block packing follows that choice, so the
+        # connector asks the same function. tests/vllm/test_paged.py checks it exists and answers for the
+        # installed wheel, so a vLLM that renames it fails a test, not a user's server.
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa  # lazy: the CPU backend's kernel choice
 
-        hf = mc.hf_config.get_text_config() if hasattr(mc.hf_config, "get_text_config") else mc.hf_config
-        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-        self.layout: PagedLayout = layout_for(_get_attn_isa(mc.dtype, self.block_size, head_dim, cc.cache_dtype),
-                                              block_size=self.block_size, kv_heads=hf.num_key_value_heads,
-                                              head_dim=head_dim)
         dtype = str(mc.dtype).replace("torch.", "")
+        facts = instance_facts(mc.hf_config, dtype=dtype)
+        self.layout: PagedLayout = layout_for(_get_attn_isa(mc.dtype, self.block_size, facts.head_dim, cc.cache_dtype),
+                                              block_size=self.block_size, kv_heads=facts.kv_heads,
+                                              head_dim=facts.head_dim)
         name = mc.served_model_name if isinstance(mc.served_model_name, str) else Path(mc.model).name
         self.fingerprint = instance_fingerprint(
-            hf_config=mc.hf_config, path=model_dir(mc.model), dtype=dtype, name=name,
+            facts=facts, path=model_dir(mc.model), name=name,
             backend=f"vllm {VLLM_VERSION} {self.layout.name} block:{self.block_size}")
         keyring = Keyring(self.config.keys)
         common = dict(store_url=self.config.store, domain=self.config.domain, keyring=keyring,
@@ -176,6 +182,8 @@ class C2CConnector(KVConnectorBase_V1):
         return t
 
     def get_num_new_matched_tokens(self, request: "VllmRequest", num_computed_tokens: int) -> tuple[int | None, bool]:
+        """How many prompt tokens the commit's K/V fill. Side-effect free on the request, as vLLM's contract
+        asks: it may be called again for the same request; it only reads the attach's verdict once ready."""
         t = self._track(request)
         if t is None or t.ask is None or t.ask.attach is None:
             return 0, False
@@ -184,8 +192,7 @@ class C2CConnector(KVConnectorBase_V1):
                 return None, False  # fetching or verifying: vLLM asks again on a later step
             t.verdict = t.job.result()
             if t.verdict.error is not None:
-                t.error = t.verdict.error
-                request.max_tokens = 1  # NOTE: a refused full attach or a bad id: no answer is made from it
+                t.error = t.verdict.error  # the request is cut to one token once scheduled (update_state_after_alloc)
         if t.imported:
             return 0, False  # loaded once already (then preempted): the staged bytes are gone, vLLM recomputes
         t.reused = num_computed_tokens
@@ -196,6 +203,8 @@ class C2CConnector(KVConnectorBase_V1):
 
     def update_state_after_alloc(self, request: "VllmRequest", blocks: "KVCacheBlocks", num_external_tokens: int):
         t = self._tracked.get(request.request_id)
+        if t is not None and t.error is not None:
+            request.max_tokens = 1  # NOTE: a refused full attach or a bad id: no answer is made from it
         if t is None or num_external_tokens <= 0 or t.verdict is None or t.verdict.staged is None:
             return
         t.imported = num_external_tokens
@@ -241,7 +250,8 @@ class C2CConnector(KVConnectorBase_V1):
             ticket = tickets.new_ticket()
             self._saves.append(SaveSpec(req_id=request.request_id, ticket=ticket,
                                         token_ids=tuple(request.all_token_ids[:n]), block_ids=tuple(block_ids),
-                                        stream=t.ask.stream, parents=tuple(dict.fromkeys(parents))))
+                                        stream=t.ask.stream, parents=tuple(dict.fromkeys(parents)),
+                                        share=t.ask.share))
             out["publish"] = {"ticket": ticket, "status": "pending", "tokens": n,
                               "stream": t.ask.stream or self.config.agent}
             return True, {"c2c": out}  # True: vLLM keeps the blocks until the worker has copied them
@@ -306,7 +316,7 @@ class C2CConnector(KVConnectorBase_V1):
                 tickets.settle(self.run_dir, spec.ticket, {"error": {"type": type(e).__name__, "message": str(e)}})
             else:
                 self._pool.submit(self.publisher.publish, cache, ticket=spec.ticket, stream=spec.stream,
-                                  parents=spec.parents, request_id=spec.req_id)
+                                  parents=spec.parents, request_id=spec.req_id, share=spec.share)
             with self._lock:
                 self._saved.add(spec.req_id)
 

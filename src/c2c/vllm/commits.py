@@ -1,18 +1,17 @@
 """The connector's two exchanges with the store, off vLLM's engine loop: check an attach, make a publish.
 
 :class:`Attacher` (scheduler side) rules on ``{"attach": ID, "mode": ...}`` for one
-request's prompt, with c2c's one decision, as ``c2c serve`` does
-(:class:`c2c.serve.handoff.Exchange`):
+request's prompt through the one gate every front-end uses (:class:`c2c.handoff.gate.Gate`,
+as ``c2c serve``'s :class:`c2c.serve.exchange.Exchange` and the library's
+:func:`c2c.flows.chain.pull` do): locate (own or granted, one "not visible" answer), read,
+signature, domain and share list from the signed header, :func:`c2c.handoff.decide`, redaction
+of another domain's record, and the one fall-back rule. The commit is the sender (its
+fingerprint, the prefix it covers, domain and share list from the signed header) and the
+instance the receiver (its fingerprint, the request's own prompt tokens).
 
-1. the id is well formed and visible to the instance's trust domain (its own commit, or
-   one another domain shared with it): else :class:`CommitNotVisibleError`, whether or
-   not it exists elsewhere;
-2. the bytes are canonical and signed by a key the keyring trusts for the owner's domain
-   (a failure is an error in every mode: a tampered commit is not read);
-3. :func:`c2c.handoff.decide` with the commit as sender (fingerprint, the prefix it covers,
-   domain and share list from the signed header) and the instance as receiver (its
-   fingerprint, the request's own prompt tokens), the hop count from the store and
-   staleness from the record.
+The connector runs no K/V re-computation: where the receiving domain's stored policy asks for
+a sampled or strict K/V check (``c2c keys policy``), the cache is refused, naming the policy
+(:meth:`Gate.require_kv`), never silently accepted.
 
 ``full`` gets the cache or the first failed check's error; ``auto`` gets the cache or an
 ordinary prefill, with the reason. What may be loaded is a prefix of the prompt: the
@@ -27,32 +26,32 @@ commits it on the instance's domain's stream and settles the request's ticket.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from c2c._io import write_atomic
 from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, HandoffError, KeyringError,
-                        StoreError, TrustError, ArtifactError)
-from c2c.handoff.decide import Decision, Party, decide, fall_back
+from c2c.errors import C2CError, CommitNotVisibleError, ConfigError, HandoffError, StoreError, TrustError, ArtifactError
+from c2c.handoff.decide import Party
+from c2c.handoff.gate import SHARED_PARENTS, Gate
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.vllm import tickets
-from c2c.store.interface import Store, check_id, check_stream
-from c2c.store.hops import hop_report
+from c2c.store.interface import check_id, check_stream
 from c2c.store.url import open_store
-from c2c.trust.keys import Keyring, SigningKey
-from c2c.trust.signing import load_signed, sign
+from c2c.trust.keys import Keyring, SigningKey, check_domain
+from c2c.trust.verify_policy import VerifyPolicy
+from c2c.vllm import tickets
 
 log = logging.getLogger("c2c.vllm")
 MODES = ("auto", "full")
+MAX_SHARE = 16
 FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError)   # errors in every mode
 NOTE = "advisor not asked: the prompt already holds the text, so the alternative is its prefill"
 
@@ -66,6 +65,7 @@ class Request:
     publish: bool = False
     stream: str | None = None
     parents: tuple[str, ...] = ()
+    share: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, params: Any) -> "Request | None":
@@ -79,7 +79,7 @@ class Request:
         c = params["c2c"]
         if not isinstance(c, dict) or set(c) - {"attach", "mode", "publish"}:
             raise ConfigError('kv_transfer_params.c2c takes {"attach": ID, "mode": "auto"|"full", '
-                              '"publish": {"stream": S, "parents": [IDS]}}')
+                              '"publish": {"stream": S, "parents": [IDS], "share": [DOMAINS]}}')
         attach, mode = c.get("attach"), c.get("mode", "auto")
         if attach is not None:
             check_id(attach, "kv_transfer_params.c2c.attach")
@@ -90,16 +90,22 @@ class Request:
             return cls(attach=attach, mode=mode)
         if pub is True:
             pub = {}
-        if not isinstance(pub, dict) or set(pub) - {"stream", "parents"}:
-            raise ConfigError('kv_transfer_params.c2c.publish takes {"stream": S, "parents": [IDS]}')
+        if not isinstance(pub, dict) or set(pub) - {"stream", "parents", "share"}:
+            raise ConfigError('kv_transfer_params.c2c.publish takes {"stream": S, "parents": [IDS], '
+                              '"share": [DOMAINS]}')
         stream = pub.get("stream")
         if stream is not None:
             check_stream(stream)
         parents = pub.get("parents") or []
         if not isinstance(parents, list) or len(parents) > 64:
             raise ConfigError("kv_transfer_params.c2c.publish.parents must be a list of at most 64 commit ids")
+        share = pub.get("share") or []
+        if not isinstance(share, list) or len(share) > MAX_SHARE:
+            raise ConfigError(f"kv_transfer_params.c2c.publish.share must be a list of at most {MAX_SHARE} trust "
+                              "domains")
         return cls(attach=attach, mode=mode, publish=True, stream=stream,
-                   parents=tuple(check_id(p, "a publish parent") for p in parents))
+                   parents=tuple(check_id(p, "a publish parent") for p in parents),
+                   share=tuple(sorted({check_domain(d) for d in share})))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,25 +132,33 @@ def error_dict(e: C2CError) -> dict[str, str]:
 
 
 class _Scope:
-    """One store connection and keyring per process, used from the connector's own thread."""
+    """One store connection and the gate over it per process, used from the connector's own thread."""
 
     def __init__(self, *, store_url: str | None, domain: str, keyring: Keyring):
         self.store_url, self.domain, self.keyring = store_url, domain, keyring
-        self._store: Store | None = None
+        self._gate: Gate | None = None
         self._lock = threading.Lock()
 
     @property
-    def store(self) -> Store:
+    def gate(self) -> Gate:
         with self._lock:
-            if self._store is None:
-                self._store = open_store(self.store_url).in_domain(self.domain)
-            return self._store
+            if self._gate is None:
+                # no K/V floor of its own: the domain's stored policy rules, and the connector refuses what it
+                # cannot run (Gate.require_kv)
+                self._gate = Gate(open_store(self.store_url), self.keyring, verify=VerifyPolicy(kv="none"),
+                                  key_label="c2c vllm")
+            return self._gate
+
+    @property
+    def store(self):
+        """The instance's domain's part of the store."""
+        return self.gate.scope(self.domain)
 
     def close(self) -> None:
         with self._lock:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+            if self._gate is not None:
+                self._gate.store.close()
+                self._gate = None
 
 
 class Attacher(_Scope):
@@ -160,49 +174,37 @@ class Attacher(_Scope):
         """Fetch, verify and decide ``commit_id`` for a prompt; never raises a :class:`C2CError`."""
         t0 = time.perf_counter()
         record: dict[str, Any] = {"commit": commit_id, "requested": mode}
+        matched = 0
         try:
-            cid = check_id(commit_id, "kv_transfer_params.c2c.attach")
-            store, owner = self._locate(cid)
-            foreign = owner != self.domain
-            try:
-                rec = store.get(cid, allow_stale=True)
-            except CommitNotFoundError:
-                raise self._not_visible(cid) from None
-            t1 = time.perf_counter()
-            artifact, signer = load_signed(rec.data, self.keyring)
-            h = artifact.header
-            shared_with = h.shared_with
-            if signer.domain != owner or (foreign and self.domain not in shared_with):
-                raise self._not_visible(cid)
-            hops = hop_report(store, cid, max_hops=self.max_hops)
-            sender_prefix, receiver_prefix, matched = self._prefixes(h, prompt_ids, mode)
-            sender = Party(name=h.producer.get("agent", "?"), domain=signer.domain, fingerprint=h.fingerprint,
-                           prefix=sender_prefix, shared_with=shared_with)
-            receiver = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint, prefix=receiver_prefix)
+            receiver = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint,
+                             prefix=PrefixRef.of(list(prompt_ids)))
+
+            def match(header) -> tuple[PrefixRef, PrefixRef]:
+                nonlocal matched
+                theirs, ours, matched = self._prefixes(header, prompt_ids, mode)
+                return theirs, ours
+
             policy = HandoffPolicy(mode=mode, max_hops=self.max_hops)
-            decision = decide(sender, receiver, policy, hops=hops.depth + 1,
-                              stale=rec.stale_reason if rec.stale else None, advice_note=NOTE)
-            if h.kind != "full":
-                decision = fall_back(decision, policy, HandoffError(
-                    f"commit {cid[:12]} is a slice (positions {h.start}..{h.end}); vLLM attaches whole caches only"))
-            if foreign:
-                decision = _redacted(decision)
-            record.update(path=decision.path, reason=decision.reason,
-                          checks=[c.to_dict() for c in decision.checks], signer={"domain": signer.domain},
-                          shared=foreign, stale=rec.stale, commit_tokens=h.seq_len, matched_tokens=matched,
-                          bytes=len(rec.data))
-            if not foreign:
-                record.update(hops=hops.depth + 1, signer={"domain": signer.domain, "key_id": signer.key_id[:16]})
-            if mode == "full":
-                refusal = decision.refusal()
-                if refusal is not None:
-                    raise refusal
+            adm = self.gate.admit(self.domain, check_id(commit_id, "kv_transfer_params.c2c.attach"),
+                                  receiver=receiver, policy=policy, advice_note=NOTE, max_hops=self.max_hops,
+                                  match=match)
+            h = adm.artifact.header
+            if adm.path == "cache":
+                try:
+                    if h.kind != "full":
+                        raise HandoffError(f"commit {adm.commit[:12]} is a slice (positions {h.start}..{h.end}); "
+                                           "vLLM attaches whole caches only")
+                    self.gate.require_kv(adm, why="vLLM's connector (it holds no second copy of the model to "
+                                                  "re-compute K/V with)")
+                except C2CError as e:
+                    adm = adm.fall_back(e)  # raises in full
+            record.update(adm.record(), commit_tokens=h.seq_len, matched_tokens=matched)
             staged = None
-            if decision.path == "cache":
-                staged = str(self.staging / f"{request_id or cid}.{time.monotonic_ns()}.c2c")
-                write_atomic(staged, rec.data, durable=False, error=StoreError)
-            record["timings"] = {"fetch_s": t1 - t0, "check_s": time.perf_counter() - t1}
-            return Verdict(commit=cid, load_tokens=matched if staged else 0, staged=staged, record=record)
+            if adm.path == "cache":
+                staged = str(self.staging / f"{request_id or adm.commit}.{time.monotonic_ns()}.c2c")
+                write_atomic(staged, adm.stored.data, durable=False, error=StoreError)
+            record["timings"] = {**adm.timings, "check_s": time.perf_counter() - t0 - sum(adm.timings.values())}
+            return Verdict(commit=adm.commit, load_tokens=matched if staged else 0, staged=staged, record=record)
         except C2CError as e:
             if mode == "auto" and not isinstance(e, FATAL) and isinstance(e, (StoreError, HandoffError)):
                 log.warning("c2c attach %s: %s; prefilling instead", commit_id[:12], e)
@@ -212,23 +214,6 @@ class Attacher(_Scope):
             return Verdict(commit=commit_id, record=record, error=error_dict(e))
 
     # ----------------------------------------------------------------- helpers
-    def _locate(self, cid: str) -> tuple[Store, str]:
-        own = self.store
-        with _quiet():
-            try:
-                own.show(cid)
-                return own, self.domain
-            except CommitNotFoundError:
-                owner = own.granted(cid)
-        if owner is None:
-            raise self._not_visible(cid)
-        return own.in_domain(owner), owner
-
-    def _not_visible(self, cid: str) -> CommitNotVisibleError:
-        return CommitNotVisibleError(
-            f"no commit {cid[:12]} is visible to trust domain {self.domain!r}: none exists there, or the domain "
-            "that owns it did not share it")
-
     def _prefixes(self, header, prompt_ids: Sequence[int], mode: str) -> tuple[PrefixRef, PrefixRef, int]:
         """(the commit's prefix, the prompt's, the tokens that may load) under the prefix policy."""
         if header.tokens is None:
@@ -253,30 +238,24 @@ class Publisher(_Scope):
         self.fingerprint, self.run_dir, self.agent = fingerprint, run_dir, agent
 
     def publish(self, cache: KVCache, *, ticket: str, stream: str | None, parents: Sequence[str] = (),
-                request_id: str = "") -> dict:
-        """Sign and commit ``cache``; settle ``ticket`` with the commit (or the error). Never raises."""
+                request_id: str = "", share: Sequence[str] = ()) -> dict:
+        """Sign and commit ``cache`` (granted to the domains in ``share``); settle ``ticket`` with the commit
+        (or the error). Never raises."""
         t0 = time.perf_counter()
         try:
-            store = self.store
-            with _quiet():
-                own = tuple(p for p in dict.fromkeys(parents) if store.has(p))
-            foreign = [p for p in parents if p not in own]
+            own, foreign = self.gate.split_parents(self.domain, parents)
             producer = {"agent": self.agent, "domain": self.domain, "engine": "vllm"}
             if request_id:
                 producer["request"] = request_id[:200]
             artifact = Artifact.build(cache, fingerprint=self.fingerprint, prefix=PrefixRef.of(cache.token_ids),
                                       producer=producer, parents=own,
-                                      labels={"shared_parents": ",".join(foreign)} if foreign else {})
-            key = self.signing_key()
-            data = sign(artifact, key).encode()
+                                      labels={SHARED_PARENTS: ",".join(foreign)} if foreign else {},
+                                      extra={SHARE_KEY: sorted(set(share))} if share else {})
             t1 = time.perf_counter()
-            with _quiet():
-                commit = store.put(data, stream=check_stream(stream or self.agent))
-            t2 = time.perf_counter()
-            outcome = {"commit": commit.id, "stream": commit.stream, "version": commit.version,
-                       "tokens": cache.seq_len, "bytes": len(data), "parents": list(commit.parents),
-                       "shared_parents": foreign, "signed_by": {"domain": key.domain, "key_id": key.key_id[:16]},
-                       "timings": {"build_s": t1 - t0, "put_s": t2 - t1}}
+            done = self.gate.publish(self.domain, artifact, stream=stream or self.agent, share=sorted(set(share)),
+                                     shared_parents=foreign)
+            outcome = {**done.record(), "tokens": cache.seq_len,
+                       "timings": {"build_s": t1 - t0 + done.timings["sign_s"], "put_s": done.timings["put_s"]}}
         except C2CError as e:
             log.warning("c2c publish of %s failed: %s", request_id, e)
             outcome = {"error": error_dict(e)}
@@ -285,32 +264,4 @@ class Publisher(_Scope):
 
     def signing_key(self) -> SigningKey:
         """The domain's newest private key, created (and trusted) on first use, as ``c2c serve`` does."""
-        try:
-            return self.keyring.signing_key(self.domain)
-        except KeyringError:
-            if any(e.domain == self.domain and e.has_private and not e.revoked for e in self.keyring.entries()):
-                raise
-            return self.keyring.create_key(self.domain, label="c2c vllm")
-
-
-def _redacted(decision: Decision) -> Decision:
-    """Another domain's commit: its check details (prefix lengths, stale reasons, depth) become verdicts."""
-    verdicts = {"prefix": ("same prefix", "prefixes differ"), "staleness": ("fresh context", "built on stale context"),
-                "hops": ("within the hop limit", "would exceed the hop limit")}
-    checks = tuple(replace(c, detail=verdicts[c.name][0 if c.ok else 1]) if c.name in verdicts else c
-                   for c in decision.checks)
-    failed = [c for c in checks if c.ok is False]
-    reason = f"fell back to text: {failed[0].detail}" if decision.path == "text" and failed else decision.reason
-    return replace(decision, checks=checks, reason=reason)
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Store failures without the store's location (a path, a Redis host) in what the caller is told."""
-    try:
-        yield
-    except (CommitNotFoundError, ConfigError):
-        raise
-    except StoreError as e:
-        log.warning("store: %s", e)
-        raise type(e)("the store is unavailable or failed; retry later (the server log has the details)") from None
+        return self.gate.signing_key(self.domain)

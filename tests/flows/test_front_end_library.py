@@ -1,0 +1,116 @@
+"""The front-ends' conformance cases (c2c.testing.front_ends) against the library: c2c.flows.chain.pull.
+
+The same table runs against a real `c2c serve` (tests/serve/test_front_end_serve.py) and a real
+`vllm serve` with the connector (tests/vllm/test_front_end_vllm.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from c2c.artifact.prefix import SharedPrefix
+from c2c.errors import C2CError
+from c2c.flows.chain import publish, pull
+from c2c.store import open_store
+from c2c.team.agent import Agent, Team
+from c2c.testing import front_ends as fe
+from c2c.trust.keys import Keyring
+
+SHARED = SharedPrefix.build("You are one agent of a team that answers incident questions. " * 3)
+EVIDENCE = "Evidence: the outage began at 09:14 after deploy 7 reached the eu-west pool. " * 2
+
+
+@pytest.fixture
+def world(tiny, tmp_path):
+    """Two domains over one store and one keyring; research's policy checks signatures only (as c2c serve's
+    default), so that the kv_policy case is the one that asks for more."""
+    ring = Keyring(tmp_path / "keys")
+    ring.set_policy(fe.DOMAIN, {"kv": "none"})
+    store = open_store(f"sqlite:///{tmp_path}/store")
+    rt = tiny("qwen2")
+    teams = {d: Team(shared=SHARED, domain=d, keyring=ring) for d in (fe.DOMAIN, fe.OTHER)}
+    yield rt, teams, store, ring
+    store.close()
+
+
+def commit(rt, team, name="analyst", *, share=(), store) -> str:
+    a = Agent(name, rt, team)
+    a.read(EVIDENCE + name, label="evidence")
+    return publish(store, a, share=share)
+
+
+def attach(rt, team, store, cid) -> fe.Outcome:
+    try:
+        got = pull(store, cid, Agent("writer", rt, team))
+    except C2CError as e:
+        return fe.of_error(e)
+    return fe.of_record(got.record)
+
+
+def run_case(case: str, world) -> tuple[fe.Outcome, dict]:
+    rt, teams, store, ring = world
+    research, other = teams[fe.DOMAIN], teams[fe.OTHER]
+    extra: dict = {}
+    if case == "own":
+        return attach(rt, research, store, commit(rt, research, store=store)), extra
+    if case == "shared":
+        return attach(rt, research, store, commit(rt, other, share=(fe.DOMAIN,), store=store)), extra
+    if case in ("foreign", "made_up"):
+        cid = commit(rt, other, store=store) if case == "foreign" else "ab" * 32
+        try:
+            pull(store, cid, Agent("writer", rt, research))
+        except C2CError as e:
+            extra["message"], extra["id"] = str(e), cid
+            return fe.of_error(e), extra
+    if case == "stale":
+        cid = commit(rt, research, store=store)
+        store.in_domain(fe.DOMAIN).invalidate(cid, reason="retracted")
+        return attach(rt, research, store, cid), extra
+    if case == "tampered":
+        cid = commit(rt, research, store=store)
+        s = store.in_domain(fe.DOMAIN)
+        digest = s._load(cid)[2][-1][0]
+        path = s._chunk_path(fe.DOMAIN, digest)
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 1
+        path.write_bytes(bytes(raw))
+        return attach(rt, research, store, cid), extra
+    if case == "wrong_model":
+        return attach(tiny_other(rt), research, store, commit(rt, research, store=store)), extra
+    if case == "wrong_prefix":
+        cid = commit(rt, research, store=store)
+        return attach(rt, Team(shared=SharedPrefix.build("Another team."), domain=fe.DOMAIN, keyring=ring), store,
+                      cid), extra
+    if case == "over_quota":
+        store.in_domain(fe.DOMAIN).set_quota(1)
+        try:
+            commit(rt, research, store=store)
+        except C2CError as e:
+            return fe.of_error(e), extra
+        raise AssertionError("a publish past the quota was taken")
+    if case == "kv_policy":
+        cid = commit(rt, research, store=store)
+        ring.set_policy(fe.DOMAIN, {"kv": "sample", "samples": 4})
+        return attach(rt, research, store, cid), extra
+    raise AssertionError(case)
+
+
+def tiny_other(rt):
+    from c2c.runtime import zoo
+
+    return zoo.load("tiny-llama")  # another model: its fingerprint differs
+
+
+@pytest.mark.parametrize("case", fe.CASES)
+def test_the_library_answers_every_case_as_every_front_end(world, case):
+    got, extra = run_case(case, world)
+    want = fe.expected(case, checks_kv=True)
+    assert got.comparable() == want.comparable(), (case, got)
+    if case == "kv_policy":
+        assert got.kv == "sample"  # the domain's stored policy ran, though the library's default was none
+
+
+def test_an_id_another_domain_holds_reads_as_one_that_does_not_exist(world):
+    _, a = run_case("foreign", world)
+    _, b = run_case("made_up", world)
+    assert fe.same_answer(a["message"], b["message"], a["id"], b["id"])

@@ -1,0 +1,122 @@
+"""The front-ends' conformance cases (c2c.testing.front_ends) against a real `c2c serve`, through HTTP.
+
+The same table runs against the library (tests/flows/test_front_end_library.py) and a real
+`vllm serve` with the connector (tests/vllm/test_front_end_vllm.py). The server is the shared
+tiny one: each case uses streams and sessions of its own and puts back what it changed (a
+quota, a policy).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from serve_helpers import SYSTEM, c2c_field, chat
+
+from c2c.artifact import Artifact
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.artifact.prefix import PrefixRef
+from c2c.store import open_store
+from c2c.testing import front_ends as fe
+from c2c.trust.keys import Keyring
+from c2c.trust.signing import sign
+
+QUESTION = {"role": "user", "content": "When did the outage begin?"}
+
+
+def publish(server, agent: str, *, share=(), system=SYSTEM) -> str:
+    tag = uuid.uuid4().hex[:8]
+    evidence = {"role": "user", "name": "evidence", "content": f"Evidence {tag}: the outage began at 09:14."}
+    rec = c2c_field(chat(server.client(agent), [system, evidence], max_tokens=4,
+                         c2c={"session": f"fe-{tag}", "publish": {"stream": f"fe-{tag}", "share": list(share)}}))
+    return rec["publish"]["commit"]
+
+
+def attach(server, cid: str, *, system=SYSTEM) -> tuple[fe.Outcome, dict]:
+    body = {"model": "tiny-qwen2", "messages": [system, QUESTION], "max_tokens": 2,
+            "c2c": {"attach": [cid], "mode": "full"}}
+    resp = httpx.post(server.url("/v1/chat/completions"), json=body, headers=server.headers("writer"), timeout=60)
+    if resp.status_code != 200:
+        return fe.of_body(resp.status_code, resp.json()), resp.json()
+    return fe.of_record(resp.json()["c2c"]["attach"][0]), resp.json()
+
+
+def research_store(server):
+    return open_store(server.store_url() + f"?domain={fe.DOMAIN}")
+
+
+def run_case(case: str, server) -> tuple[fe.Outcome, dict]:
+    ring = Keyring(server.home / "keys")
+    if case == "own":
+        return attach(server, publish(server, "analyst"))
+    if case == "shared":
+        return attach(server, publish(server, "outsider", share=[fe.DOMAIN]))
+    if case == "foreign":
+        return attach(server, publish(server, "outsider"))
+    if case == "made_up":
+        return attach(server, "ab" * 32)
+    if case == "stale":
+        cid = publish(server, "analyst")
+        httpx.post(server.url(f"/v1/c2c/commits/{cid}/invalidate"), headers=server.headers("analyst"),
+                   json={"reason": "retracted"}, timeout=30).raise_for_status()
+        return attach(server, cid)
+    if case == "tampered":
+        cid = publish(server, "analyst")
+        with research_store(server) as s:
+            path = s._chunk_path(fe.DOMAIN, s._load(cid)[2][-1][0])  # its last chunk: its own tokens only
+            raw = bytearray(path.read_bytes())
+            raw[len(raw) // 2] ^= 1
+            path.write_bytes(bytes(raw))
+        return attach(server, cid)
+    if case == "wrong_model":
+        from c2c.runtime import zoo
+
+        publish(server, "analyst")  # research's key exists
+        other = zoo.load("tiny-llama")
+        ids = other.encode("Evidence: the outage began at 09:14.")
+        _, cache = other.prefill(ids)
+        art = Artifact.build(cache, fingerprint=Fingerprint.of(other), prefix=PrefixRef.of(ids[:4]),
+                             producer={"agent": "analyst", "domain": fe.DOMAIN})
+        with research_store(server) as s:
+            cid = s.put(sign(art, ring.signing_key(fe.DOMAIN)).encode(), stream=f"fe-{uuid.uuid4().hex[:8]}").id
+        return attach(server, cid)
+    if case == "wrong_prefix":
+        return attach(server, publish(server, "analyst"), system={"role": "system", "content": "Another team."})
+    if case == "over_quota":
+        with research_store(server) as s:
+            s.set_quota(1)
+            try:
+                tag = uuid.uuid4().hex[:8]
+                body = {"model": "tiny-qwen2", "max_tokens": 2, "messages": [SYSTEM, QUESTION],
+                        "c2c": {"publish": {"stream": f"fe-{tag}"}}}
+                resp = httpx.post(server.url("/v1/chat/completions"), json=body, headers=server.headers("analyst"),
+                                  timeout=60)
+            finally:
+                s.set_quota(None)
+        return fe.of_body(resp.status_code, resp.json()), resp.json()
+    if case == "kv_policy":
+        cid = publish(server, "analyst")
+        ring.set_policy(fe.DOMAIN, {"kv": "sample", "samples": 4})
+        try:
+            return attach(server, cid)
+        finally:
+            ring.set_policy(fe.DOMAIN, {"kv": "none"})  # as the server's --verify-kv none
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", fe.CASES)
+def test_c2c_serve_answers_every_case_as_every_front_end(tiny_server, case):
+    got, body = run_case(case, tiny_server)
+    want = fe.expected(case, checks_kv=True)
+    assert got.comparable() == want.comparable(), (case, body)
+    if case == "kv_policy":  # the domain's stored policy ran, though the server's --verify-kv is none
+        assert got.kv == "sample" and body["c2c"]["attach"][0]["trust"]["kv"]["mode"] == "sample"
+
+
+def test_an_id_another_domain_holds_reads_as_one_that_does_not_exist(tiny_server):
+    _, a = run_case("foreign", tiny_server)
+    _, b = run_case("made_up", tiny_server)
+    ids = [x for x in (a["error"]["message"].split()[2], b["error"]["message"].split()[2])]
+    assert fe.same_answer(a["error"]["message"], b["error"]["message"], *ids)
