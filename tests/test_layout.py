@@ -185,3 +185,95 @@ def test_the_architecture_page_shows_the_contracts_layers_and_names_real_modules
     named = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+(?:\.py)?/?)`", page))
     missing = [p for p in sorted(named) if not (SRC / p).exists() and not (root / p).exists()]
     assert named and missing == [], missing
+
+
+# ------------------------------------------------------------ dotted names in docs and docstrings
+_DOTTED = None
+
+
+def _dotted_refs() -> list[tuple[str, str]]:
+    """(where, name) of every dotted ``c2c.*`` name in the docs, the README, and the package's docstrings and
+    comments; a name counts when its first part after ``c2c.`` is a module of c2c or a name c2c exports (so a
+    reply field written ``c2c.attach`` is not one)."""
+    import io
+    import re
+    import tokenize
+
+    global _DOTTED
+    if _DOTTED is not None:
+        return _DOTTED
+    pattern = re.compile(r"(?<![\w\"'/-])c2c(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+    root = SRC.parents[1]
+    top = {p.stem for p in SRC.glob("*.py")} | {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    top |= set(_defined(SRC / "__init__.py"))
+    texts: list[tuple[str, str]] = [(str(p.relative_to(root)), p.read_text())
+                                    for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]]
+    for path in sorted(SRC.rglob("*.py")):
+        source = path.read_text()
+        parts = [ast.get_docstring(n, clean=False) or "" for n in ast.walk(ast.parse(source))
+                 if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+        parts += [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+        texts.append((str(path.relative_to(root)), "\n".join(parts)))
+    _DOTTED = [(where, m.group(0).rstrip(".")) for where, text in texts for m in pattern.finditer(text)
+               if m.group(0).split(".")[1] in top]
+    return _DOTTED
+
+
+def _defined(path: Path) -> dict[str, set[str] | None]:
+    """Top-level names of a module (a class: its attributes, methods and nested classes)."""
+    names: dict[str, set[str] | None] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({(a.asname or a.name).split(".")[0]: None for a in node.names})
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = None
+        elif isinstance(node, ast.ClassDef):
+            attrs = set()
+            for n in node.body:
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    attrs.add(n.name)
+                elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                        attrs |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+            names[node.name] = attrs
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update({x.id: None for x in ast.walk(t) if isinstance(x, ast.Name)})
+    return names
+
+
+def _resolves(name: str) -> bool:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        base = SRC.parent.joinpath(*parts[:i])
+        module = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if module.is_file():
+            rest = parts[i:]
+            if not rest:
+                return True
+            names = _defined(module)
+            if rest[0] not in names:
+                return False
+            attrs = names[rest[0]]
+            return len(rest) == 1 or attrs is None or rest[1] in attrs
+    return False
+
+
+def test_every_dotted_c2c_name_in_docs_and_docstrings_resolves():
+    """A renamed module, class or function fails here instead of misleading a reader (docs/ARCHITECTURE.md,
+    the README, and every docstring and comment of the package)."""
+    refs = _dotted_refs()
+    assert any(where == "docs/ARCHITECTURE.md" for where, _ in refs)  # the page is read
+    broken = sorted({(where, name) for where, name in refs if not _resolves(name)})
+    assert broken == [], broken
+
+
+def test_tests_mirror_the_package():
+    """``tests/`` follows ``src/c2c/`` package by package: each folder of tests is named for a package of c2c
+    (``benchmarks``: the scripts of ``benchmarks/``), and only tests of the package as a whole sit at the top."""
+    tests = SRC.parents[1] / "tests"
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders - packages == {"benchmarks"}, folders - packages
+    assert {p.name for p in tests.glob("test_*.py")} == {"test_io.py", "test_layout.py", "test_public_api.py"}
