@@ -18,7 +18,7 @@ from c2c.team.agent import Agent
 from c2c.trust import check as trust_check
 from c2c.trust.signing import decode_exact
 from c2c.trust.verify import slice_context
-from c2c.xmodel.apply import map_after_prefix, map_cache
+from c2c.xmodel.apply import map_received
 
 _ISOLATION_REASONS = {
     "recompute": "isolation recompute: the slice was re-prefilled after the shared prefix only (no trace of "
@@ -164,17 +164,14 @@ class MappedPath:
         if mode == "slice":
             cache, span = sender.export_cache(labels=labels, isolation=policy.isolation)
             reason += "; " + _ISOLATION_REASONS[span["isolation"]]
-            P = sender.context.prefix_len
-            if cache.start != P:  # kept at its positions: moved to follow the shared prefix, which the map needs
-                cache = sender.runtime.reposition(cache, P)
         else:
             cache = sender.cache
         t1 = time.perf_counter()
-        if mode == "slice":  # after the receiver's own K/V of the shared prefix, which it holds
-            mapped = map_after_prefix(xmap, cache, source=sender.runtime, target=receiver.runtime)
-        else:
-            prefix = receiver.team.prefix_cache(receiver.runtime)  # the receiver's own K/V of the shared prefix
-            mapped = map_cache(xmap, cache, source=sender.runtime, target=receiver.runtime, prefix=prefix)
+        # a slice follows the receiver's own K/V of the shared prefix, which it holds; a whole cache
+        # replaces its context, from that same prefix K/V
+        mapped = map_received(xmap, cache, source=sender.runtime, target=receiver.runtime,
+                              prefix_len=sender.context.prefix_len,
+                              prefix=None if mode == "slice" else receiver.team.prefix_cache(receiver.runtime))
         t2 = time.perf_counter()
         receiver.attach_cache(mapped, fingerprint=receiver.fingerprint, prefix=sender.prefix, source=sender.name)
         if mode == "full":  # the receiver continues the sender's conversation

@@ -57,7 +57,7 @@ from c2c.serve.mapped import ServedMap, mapped_parts
 from c2c.serve.render import Part, Rendering, text_turn
 from c2c.store.interface import Store, check_stream
 from c2c.store.hops import hop_report, text_parents_label
-from c2c.trust.isolation import recompute_after
+from c2c.trust.isolation import cut_slice
 from c2c.trust.keys import Keyring, SigningKey, check_domain
 from c2c.trust.verify_policy import VerifyPolicy
 from c2c.trust.verify import slice_context
@@ -156,16 +156,14 @@ class Exchange:
         P = len(rendering.prefix_ids)
         span_labels: dict[str, str] = {}
         if labels:
+            # re-prefilled after the shared prefix alone whenever anything came between: no trace of it
+            ctx = rendering.context()
             try:
-                start, end = rendering.context().export_range(labels)
+                start, end = ctx.export_range(labels)
+                kv, isolation, _ = cut_slice(runtime, cache, ctx, labels, isolation="recompute",
+                                             prefix_cache=lambda: cache.slice(0, P))
             except HandoffError as e:
                 raise ConfigError(f"publish labels: {e}") from None
-            tokens = rendering.token_ids[start:end]
-            if start > P:  # re-prefilled after the shared prefix alone: no trace of what came between
-                kv = recompute_after(runtime, cache.slice(0, P), tokens) if P else runtime.prefill(tokens)[1]
-                isolation = "recompute"
-            else:
-                kv, isolation = cache.slice(start, end), "positions"
             span_labels = {"span": ",".join(labels), "isolation": isolation}
         else:
             start, end, kv = P, len(rendering), cache

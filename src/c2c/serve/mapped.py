@@ -24,7 +24,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError, HandoffError, MapMismatchError
 from c2c.runtime.protocol import Runtime
 from c2c.serve.render import Part
-from c2c.xmodel import MapOffer, map_after_prefix, map_cache
+from c2c.xmodel import MapOffer, map_received
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -87,16 +87,8 @@ def mapped_parts(served: ServedMap, artifact: Artifact, *, runtime: Runtime, pre
     h = artifact.header
     if h.tokens is None:
         raise HandoffError("the commit withholds its token ids, so the server cannot track what the cache holds")
-    P = len(prefix_ids)
-    cache = artifact.cache                                     # the source's K/V: [0, end) or a slice [start, end)
-    if cache.start not in (0, P):                              # a slice kept at its positions: after the prefix
-        cache = served.source.reposition(cache, P)
-    xmap = served.offer.require_map()
-    if P == 0:  # no shared prefix: the target's own first token, the rest mapped
-        mapped = map_cache(xmap, cache, source=served.source, target=runtime)
-    elif cache.end == P:
+    mapped = map_received(served.offer.require_map(), artifact.cache, source=served.source, target=runtime,
+                          prefix_len=len(prefix_ids))  # the source's K/V: [0, end) or a slice [start, end)
+    if mapped is None:
         return ()
-    else:
-        rest = cache if cache.start == P else cache.slice(P, cache.end)
-        mapped = map_after_prefix(xmap, rest, source=served.source, target=runtime)
     return (Part(label=label, token_ids=tuple(mapped.token_ids), private=False, kv=mapped, text=text),)

@@ -25,7 +25,7 @@ from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError
 from c2c.runtime.protocol import Generation, Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.team.roles import AdapterPolicy, admit
-from c2c.trust.isolation import ISOLATIONS, recompute_after
+from c2c.trust.isolation import ISOLATIONS, cut_slice
 from c2c.trust.keys import check_domain
 from c2c.trust.signing import sign
 
@@ -150,19 +150,11 @@ class Agent:
         cache = self.cache
         span_labels = {}
         if labels is not None:
-            start, end = self.context.export_range(labels)
-            end = min(end, cache.end)  # the last generated token has no K/V yet
-            P = self.context.prefix_len
-            if isolation is None:
-                isolation = "recompute" if any(s.private and s.start < start for s in self.context.spans) \
-                    else "positions"
-            if isolation == "recompute" and start > P:
-                t0 = time.perf_counter()
-                cache = recompute_after(self.runtime, self.team.prefix_cache(self.runtime),
-                                        self.context.token_ids[start:end])
+            t0 = time.perf_counter()
+            cache, isolation, recomputed = cut_slice(self.runtime, cache, self.context, labels, isolation=isolation,
+                                                     prefix_cache=lambda: self.team.prefix_cache(self.runtime))
+            if recomputed:
                 self.stats = self.stats.plus(prefilled=cache.seq_len, prefill_s=time.perf_counter() - t0)
-            else:  # "positions", or a slice right after the prefix: already computed after it alone
-                cache = cache.slice(start, end)
             span_labels = {"span": ",".join(labels), "isolation": isolation}
         return cache, span_labels
 

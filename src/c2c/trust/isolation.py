@@ -32,7 +32,7 @@ Two ways to cut a slice (``Agent.export(isolation=...)``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 from c2c.context import Context
 from c2c.errors import ConfigError, HandoffError
@@ -157,3 +157,38 @@ def recompute_clean(runtime, ctx: Context, prefix_cache: KVCache, labels: Sequen
     if prefix_cache.start != 0 or prefix_cache.token_ids != ctx.token_ids[: ctx.prefix_len]:
         raise ConfigError("prefix_cache must be the cache of exactly this context's shared prefix")
     return recompute_after(runtime, prefix_cache, exported_tokens(ctx, labels))
+
+
+def cut_slice(runtime, cache: KVCache, ctx: Context, labels: Sequence[str], *, isolation: str | None,
+              prefix_cache: KVCache | Callable[[], KVCache]) -> tuple[KVCache, str, bool]:
+    """The slice of ``cache`` covering the spans ``labels``, cut as ``isolation`` says: the one cut of every
+    front-end (``Agent.export``, ``c2c serve``'s labelled publish).
+
+    Args:
+        cache: the sender's cache of ``ctx``'s tokens (the last generated token may have no K/V yet).
+        isolation: ``"recompute"`` (re-prefilled after the shared prefix alone, when anything lies between
+            them), ``"positions"`` (the sender's K/V at their positions), or None: ``"recompute"`` when a
+            private span precedes the slice, else ``"positions"``.
+        prefix_cache: the sender's K/V of the shared prefix (``[0, prefix_len)``), or a callable that gives
+            it, called only when a recompute needs it.
+
+    Returns:
+        (the slice, the isolation used, whether it was re-prefilled: one prefill of its tokens).
+
+    Raises:
+        HandoffError: no such spans, or a private span between them. ConfigError: an unknown ``isolation``.
+    """
+    if isolation is not None and isolation not in ISOLATIONS:
+        raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
+    start, end = ctx.export_range(labels)
+    end = min(end, cache.end)  # the last generated token has no K/V yet
+    P = ctx.prefix_len
+    if isolation is None:
+        isolation = "recompute" if any(s.private and s.start < start for s in ctx.spans) else "positions"
+    if isolation == "recompute" and start > P:  # no trace of what lies between the prefix and the slice
+        ids = ctx.token_ids[start:end]
+        if P == 0:
+            return runtime.prefill(list(ids))[1], isolation, True
+        prefix = prefix_cache() if callable(prefix_cache) else prefix_cache
+        return recompute_after(runtime, prefix, ids), isolation, True
+    return cache.slice(start, end), isolation, False

@@ -85,6 +85,40 @@ def map_after_prefix(xmap: CrossModelMap, cache: KVCache, *, source, target) -> 
     return _mapped(xmap, cache, source, target)
 
 
+def map_received(xmap: CrossModelMap, cache: KVCache, *, source, target, prefix_len: int,
+                 prefix: KVCache | None = None) -> KVCache | None:
+    """The one mapping of a received cache into ``target``'s model after a shared prefix of ``prefix_len``
+    tokens: the library's in-process mapped path (:class:`c2c.handoff.paths.MappedPath`) and ``c2c serve``'s
+    mapped attach (:func:`c2c.serve.mapped.mapped_parts`) both call it.
+
+    Args:
+        cache: ``source``'s K/V of a whole context (``start == 0``), or of a slice of what follows the
+            shared prefix, at any positions (a slice kept at its positions is first moved to follow the
+            prefix, which the map needs).
+        prefix_len: ``P``, the shared prefix's length (0: none).
+        prefix: ``target``'s own K/V of the shared prefix: the result is then a whole context
+            (``start == 0``: the prefix, then every mapped token); without it, only what follows the
+            prefix (``start == P``), which the receiver places after its own prefix.
+
+    Returns:
+        the mapped cache, or None when the received cache holds nothing after the prefix.
+
+    Raises:
+        as :func:`map_cache` and :func:`map_after_prefix`.
+    """
+    P = prefix_len
+    if cache.start not in (0, P):                              # a slice kept at its positions: after the prefix
+        cache = source.reposition(cache, P)
+    if P == 0:                                                 # no shared prefix: the target's own first token
+        return map_cache(xmap, cache, source=source, target=target)
+    if prefix is not None and cache.start in (0, P):
+        return map_cache(xmap, cache, source=source, target=target, prefix=prefix)
+    if cache.end == P:
+        return None
+    rest = cache if cache.start == P else cache.slice(P, cache.end)
+    return map_after_prefix(xmap, rest, source=source, target=target)
+
+
 def _check(xmap: CrossModelMap, cache: KVCache, source, target) -> None:
     require_mappable(source)
     require_mappable(target)
