@@ -139,28 +139,35 @@ class Pipelines:
         return r.usage.completion_tokens / (time.perf_counter() - t0)
 
 
+LEGS = ((True, True), (False, False), (True, False), (False, True), (True, True))  # (connector, middleware)
+
+
 def unused_cost(model: Path, root: Path, store: str, args, repeats: int = 9) -> dict:
-    """Decode throughput of one stream on a server with the connector loaded (no c2c fields sent), then one
-    without it, then with it again (A-B-A: a drift of the machine shows as A1 != A2), one server at a time:
-    vLLM's CPU workers bind and spin on the cores, so two servers up at once measure each other."""
+    """Decode throughput of one stream on a server with the connector and its middleware loaded (no c2c fields
+    sent), then without either, with the connector alone, with the middleware alone, and with both again (the
+    first and last legs: a drift of the machine shows as their difference), one server at a time: vLLM's CPU
+    workers bind and spin on the cores, so two servers up at once measure each other. The middle legs tell
+    which of the two a difference comes from."""
     legs = []
-    for i, connector in enumerate((True, False, True)):
+    for i, (connector, middleware) in enumerate(LEGS):
         srv = VllmProcess(model, root / f"home-unused-{i}", store=store, domain="bench", name="m", dtype=args.dtype,
-                          kv_cache_gb=2, max_model_len=4096, connector=connector).start()
+                          kv_cache_gb=2, max_model_len=4096, connector=connector, middleware=middleware).start()
         try:
             p = Pipelines(srv, "", args.answer_tokens)
             p.ask([{"role": "user", "content": "Say hi."}], 4)
             p.decode_once()  # warm-up
             load = os.getloadavg()[0]
             runs = [p.decode_once() for _ in range(repeats)]
-            legs.append({"connector": connector, "tokens_per_s": statistics.median(runs), "runs": runs,
-                         "load_avg": [load, os.getloadavg()[0]]})
+            legs.append({"connector": connector, "middleware": middleware, "tokens_per_s": statistics.median(runs),
+                         "runs": runs, "load_avg": [load, os.getloadavg()[0]]})
         finally:
             srv.stop()
-        print(f"unused: connector={connector} {legs[-1]['tokens_per_s']:.2f} tokens/s", file=sys.stderr, flush=True)
-    with_rate = (legs[0]["tokens_per_s"] + legs[2]["tokens_per_s"]) / 2
+        print(f"unused: connector={connector} middleware={middleware} {legs[-1]['tokens_per_s']:.2f} tokens/s",
+              file=sys.stderr, flush=True)
+    with_rate = (legs[0]["tokens_per_s"] + legs[-1]["tokens_per_s"]) / 2
     return {"legs": legs, "with_connector_tokens_per_s": with_rate, "without_tokens_per_s": legs[1]["tokens_per_s"],
-            "drift": legs[2]["tokens_per_s"] / legs[0]["tokens_per_s"] - 1,
+            "connector_only_tokens_per_s": legs[2]["tokens_per_s"], "middleware_only_tokens_per_s": legs[3]["tokens_per_s"],
+            "drift": legs[-1]["tokens_per_s"] / legs[0]["tokens_per_s"] - 1,
             "cost": 1 - with_rate / legs[1]["tokens_per_s"]}
 
 
@@ -270,18 +277,21 @@ def markdown(out: dict) -> str:
         lines.append(f"| {k} | {x['per_s']:.3f} | {x['p50_s'] or 0:.2f} | {x['p99_s'] or 0:.2f} | {x['errors']} |")
     u = out["unused"]
     lines += ["", f"Cache / text under load: {ld['ratio']:.2f}x.", "",
-              "The connector unused (one stream decoding 128 tokens, no c2c fields; one server at a time, with the "
-              "connector, without, with again; median of "
-              f"{len(u['legs'][0]['runs'])} each): decode {u['with_connector_tokens_per_s']:.2f} tokens/s with it "
-              f"loaded (the mean of its two legs, {u['legs'][0]['tokens_per_s']:.2f} and "
-              f"{u['legs'][2]['tokens_per_s']:.2f}: drift {100 * u['drift']:+.1f}%), "
-              f"{u['without_tokens_per_s']:.2f} without: cost **{100 * u['cost']:.1f}%**. Load average as each "
-              "leg ran: " + ", ".join(f"{x['load_avg'][0]:.1f}" for x in u["legs"]) + ".", "",
-              *(["A negative cost: this vLLM decoded faster with a KV connector configured than without one, in "
-                 "every leg. The servers' flags differ only in `--kv-transfer-config` and `--middleware`, so the "
-                 "difference is a path vLLM itself takes when a connector is configured; its cause was not "
-                 "established here. What the figure shows is that the loaded connector costs no decode "
-                 "throughput; it does not show that the connector speeds decoding up.", ""] if u["cost"] < -0.05 else []),
+              "The connector unused (one stream decoding 128 tokens, no c2c fields; one server at a time, in the "
+              f"order below; median of {len(u['legs'][0]['runs'])} runs each):", "",
+              "| leg | KV connector | API middleware | decode tokens/s | load average |", "|---|---|---|---|---|",
+              *(f"| {i + 1} | {'yes' if x['connector'] else 'no'} | {'yes' if x['middleware'] else 'no'} | "
+                f"{x['tokens_per_s']:.2f} | {x['load_avg'][0]:.1f} |" for i, x in enumerate(u["legs"])), "",
+              f"With both loaded: {u['with_connector_tokens_per_s']:.2f} tokens/s (the mean of the first and last "
+              f"legs; drift between them {100 * u['drift']:+.1f}%), {u['without_tokens_per_s']:.2f} without: cost "
+              f"**{100 * u['cost']:.1f}%**. The middle legs load one part alone: the connector alone "
+              f"{u['connector_only_tokens_per_s']:.2f}, the middleware alone {u['middleware_only_tokens_per_s']:.2f}.",
+              "",
+              *(["A negative cost: this vLLM decoded faster with c2c loaded than without it. The servers' flags "
+                 "differ only in `--kv-transfer-config` and `--middleware`; the middle legs say which of the two "
+                 "goes with the difference. Its cause inside vLLM was not established here. What the figure shows "
+                 "is that loading c2c costs no decode throughput; it does not show that c2c speeds decoding up.",
+                 ""] if u["cost"] < -0.05 else []),
               "Acceptance: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["acceptance"].items()), ""]
     return "\n".join(lines)
 

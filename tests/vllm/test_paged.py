@@ -1,4 +1,5 @@
-"""c2c.vllm.paged against a line-by-line model of vLLM's CPU ``reshape_and_cache`` (vec kernels)."""
+"""c2c.vllm.paged: every packing of the table against a line-by-line model of vLLM's CPU ``reshape_and_cache``,
+and against the installed wheel's own kernel (through ``.venv-vllm``) for each packing this CPU can run it for."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.vllm.paged import layout_for
+from c2c.vllm.paged import check_against_kernel, layout_for
 
 NB, H, B, D = 6, 3, 32, 64
 
@@ -42,8 +43,84 @@ def test_read_finds_what_the_kernel_wrote_and_write_matches_it():
     assert torch.equal(k2, k[:, :, 33:50]) and torch.equal(v2, v[:, :, 33:50])
 
 
+def reshape_and_cache_amx(layer, keys, values, slots):
+    """vLLM's amx kernel as its issue states it, one element at a time: per (block, head) B*D keys as
+    [B/16, D/2, 16, 2] with K[p//16, d//2, p%16, d%2] = key[p, d], then values as [D/16, B/2, 16, 2] with
+    V[d//16, p//2, d%16, p%2] = value[p, d]."""
+    flat = layer.view(-1)
+    for t, slot in enumerate(slots):
+        b, p = divmod(slot, B)
+        for h in range(H):
+            base = (b * H + h) * 2 * B * D
+            for d in range(D):
+                flat[base + ((p // 16) * (D // 2) + d // 2) * 32 + (p % 16) * 2 + d % 2] = keys[t, h, d]
+                flat[base + B * D + ((d // 16) * (B // 2) + p // 2) * 32 + (d % 16) * 2 + p % 2] = values[t, h, d]
+
+
+def test_the_amx_packing_reads_what_its_model_wrote_and_writes_the_same_bytes():
+    torch.manual_seed(1)
+    lay = layout_for("amx", block_size=B, kv_heads=H, head_dim=D)
+    assert lay.name == "cpu_attn:amx k:B16xD2x16x2 v:D16xB2x16x2" != layout_for("vec", block_size=B, kv_heads=H,
+                                                                                 head_dim=D).name
+    blocks, T = [5, 2, 0], 75
+    keys, values = torch.randn(T, H, D).bfloat16(), torch.randn(T, H, D).bfloat16()
+    kernel = torch.zeros(NB, H, B, 2 * D, dtype=torch.bfloat16)
+    reshape_and_cache_amx(kernel, keys, values, [blocks[p // B] * B + p % B for p in range(T)])
+    lay.check(kernel)
+    k, v = lay.read(kernel, blocks, 0, T)
+    assert torch.equal(k[0].permute(1, 0, 2), keys) and torch.equal(v[0].permute(1, 0, 2), values)
+    ours = torch.zeros_like(kernel)
+    lay.write(ours, blocks, 0, k[:, :, :33], v[:, :, :33])
+    lay.write(ours, blocks, 33, k[:, :, 33:], v[:, :, 33:])
+    assert torch.equal(ours.view(torch.int16), kernel.view(torch.int16))
+
+
 def test_other_kernels_and_shapes_are_refused():
-    with pytest.raises(RuntimeUnsupportedError, match="amx"):
-        layout_for("amx", block_size=B, kv_heads=H, head_dim=D)
+    with pytest.raises(RuntimeUnsupportedError, match="neon"):
+        layout_for("neon", block_size=B, kv_heads=H, head_dim=D)
+    with pytest.raises(RuntimeUnsupportedError, match="multiples of 32"):
+        layout_for("amx", block_size=16, kv_heads=H, head_dim=D)
     with pytest.raises(RuntimeUnsupportedError, match="layout"):
         layout_for("vec", block_size=B, kv_heads=H, head_dim=D).check(torch.zeros(NB, B, H, 2 * D))
+    with pytest.raises(RuntimeUnsupportedError, match="packs"):
+        layout_for("amx", block_size=B, kv_heads=H, head_dim=D).check(torch.zeros(NB, H, B, 2 * D))
+
+
+def test_a_packing_that_disagrees_with_the_kernel_stops_the_connector():
+    """check_against_kernel with a kernel that packs otherwise (here: the vec model called for an amx layout)."""
+    def vec_kernel(keys, values, key_cache, value_cache, slots, isa):
+        layer = torch.cat([key_cache, value_cache], dim=2).view(key_cache.shape[0], H, B, 2 * D)
+        reshape_and_cache(layer, keys, values, slots.tolist())
+        key_cache.copy_(layer.view(-1, H, 2 * B, D)[:, :, :B]), value_cache.copy_(layer.view(-1, H, 2 * B, D)[:, :, B:])
+
+    check_against_kernel(layout_for("vec", block_size=B, kv_heads=H, head_dim=D), vec_kernel, torch.float32)
+    with pytest.raises(RuntimeUnsupportedError, match="--dtype float32"):
+        check_against_kernel(layout_for("amx", block_size=B, kv_heads=H, head_dim=D), vec_kernel, torch.bfloat16)
+
+
+KERNEL_CHECK = """
+import sys, torch
+from vllm import _custom_ops as ops
+from c2c.vllm.paged import check_against_kernel, layout_for
+isa, dtype = sys.argv[1], getattr(torch, sys.argv[2])
+for B, H, D in ((32, 3, 64), (128, 2, 64), (64, 1, 128)):
+    check_against_kernel(layout_for(isa, block_size=B, kv_heads=H, head_dim=D), ops.cpu_attn_reshape_and_cache, dtype)
+print("exact", isa, sys.argv[2])
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("isa, dtype", [("vec", "float32"), ("vec", "bfloat16"), ("vec16", "float32"),
+                                        ("amx", "bfloat16")])
+def test_the_packing_is_bit_exact_against_the_wheels_own_kernel(isa, dtype):
+    """The installed vLLM's ``cpu_attn_reshape_and_cache`` writes; c2c reads it back bit-identically, and its own
+    writes are the same bytes. Every packing's reshape is plain data movement, so it runs on any x86 CPU, the amx
+    one included (vLLM's amx *attention* needs AMX; its block packing does not); the connector runs the same
+    check at start-up."""
+    import subprocess
+
+    from c2c.testing.vllm import vllm_python
+
+    py = vllm_python()
+    proc = subprocess.run([str(py), "-c", KERNEL_CHECK, isa, dtype], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and f"exact {isa} {dtype}" in proc.stdout, proc.stderr[-3000:]

@@ -43,8 +43,10 @@ class VllmProcess:
 
     def __init__(self, model: Path, home: Path, *, store: str, domain: str, name: str = "model",
                  dtype: str = "float32", max_model_len: int = 2048, kv_cache_gb: int = 1,
-                 connector: bool = True, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 log_path: Path | None = None):
+                 connector: bool = True, middleware: bool | None = None, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None, log_path: Path | None = None):
+        """``connector``: load the C2CConnector; ``middleware``: load its HTTP middleware (default: with the
+        connector). Either alone is for measuring what each costs (``benchmarks/vllm.py``)."""
         py = vllm_python()
         if py is None:
             raise RuntimeError("no vLLM virtualenv: run `bash scripts/setup_vllm.sh` first")
@@ -56,8 +58,9 @@ class VllmProcess:
                     "--enable-prompt-tokens-details", "--no-enable-prefix-caching", "--disable-log-stats",
                     *extra_args]
         if connector:
-            self.cmd += ["--kv-transfer-config", connector_config(store=store, domain=domain),
-                         "--middleware", "c2c.vllm.api_middleware.C2CMiddleware"]
+            self.cmd += ["--kv-transfer-config", connector_config(store=store, domain=domain)]
+        if connector if middleware is None else middleware:
+            self.cmd += ["--middleware", "c2c.vllm.api_middleware.C2CMiddleware"]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("C2C_", "VLLM_"))}
         self.env.update({"C2C_HOME": str(home), "C2C_VLLM_RUN_DIR": str(home / "vllm"),
                          "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "OMP_NUM_THREADS": os.environ.get(

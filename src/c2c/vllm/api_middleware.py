@@ -40,7 +40,7 @@ from c2c import errors as c2c_errors
 from c2c.vllm import tickets
 from c2c.vllm.connector_config import run_dir
 
-log = logging.getLogger("c2c.vllm")
+log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 PATHS = ("/v1/chat/completions", "/v1/completions")
 TICKET_WAIT_ENV = "C2C_VLLM_TICKET_WAIT_S"
 

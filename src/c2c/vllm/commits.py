@@ -49,7 +49,7 @@ from c2c.trust.keys import Keyring, SigningKey, check_domain
 from c2c.trust.verify_policy import VerifyPolicy
 from c2c.vllm import tickets
 
-log = logging.getLogger("c2c.vllm")
+log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 MODES = ("auto", "full")
 MAX_SHARE = 16
 FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError)   # errors in every mode

@@ -34,6 +34,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                                KVConnectorRole)
 from vllm.platforms import current_platform
 from vllm import __version__ as _vllm_version
+from vllm import _custom_ops as _vllm_ops
 
 from c2c.artifact.codec import Artifact
 from c2c.errors import C2CError, ConfigError, RuntimeUnsupportedError
@@ -42,7 +43,7 @@ from c2c.vllm import tickets
 from c2c.vllm.connector_config import ConnectorConfig, run_dir
 from c2c.vllm.commits import Attacher, Publisher, Request, Verdict, error_dict
 from c2c.vllm.identity import instance_facts, instance_fingerprint, model_dir
-from c2c.vllm.paged import PagedLayout, layout_for
+from c2c.vllm.paged import PagedLayout, check_against_kernel, layout_for
 from c2c.trust.keys import Keyring
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request as VllmRequest
 
-log = logging.getLogger("c2c.vllm")
+log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 # the installed engine's version; a local tag ("+cpu") names the wheel's build, which the layout field already names
 VLLM_VERSION = _vllm_version.split("+")[0]
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
@@ -129,6 +130,8 @@ class C2CConnector(KVConnectorBase_V1):
         self.layout: PagedLayout = layout_for(_get_attn_isa(mc.dtype, self.block_size, facts.head_dim, cc.cache_dtype),
                                               block_size=self.block_size, kv_heads=facts.kv_heads,
                                               head_dim=facts.head_dim)
+        # the packing c2c reads, checked against this wheel's own kernel on this CPU before anything is served
+        check_against_kernel(self.layout, _vllm_ops.cpu_attn_reshape_and_cache, mc.dtype)
         name = mc.served_model_name if isinstance(mc.served_model_name, str) else Path(mc.model).name
         self.fingerprint = instance_fingerprint(
             facts=facts, path=model_dir(mc.model), name=name,
