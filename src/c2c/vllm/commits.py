@@ -66,6 +66,7 @@ class Request:
     stream: str | None = None
     parents: tuple[str, ...] = ()
     share: tuple[str, ...] = ()
+    ticket: str | None = None  # set by the middleware for a streamed reply (see c2c.vllm.tickets)
 
     @classmethod
     def parse(cls, params: Any) -> "Request | None":
@@ -77,17 +78,19 @@ class Request:
         if not isinstance(params, dict) or "c2c" not in params:
             return None
         c = params["c2c"]
-        if not isinstance(c, dict) or set(c) - {"attach", "mode", "publish"}:
+        if not isinstance(c, dict) or set(c) - {"attach", "mode", "publish", "ticket"}:
             raise ConfigError('kv_transfer_params.c2c takes {"attach": ID, "mode": "auto"|"full", '
                               '"publish": {"stream": S, "parents": [IDS], "share": [DOMAINS]}}')
-        attach, mode = c.get("attach"), c.get("mode", "auto")
+        attach, mode, ticket = c.get("attach"), c.get("mode", "auto"), c.get("ticket")
+        if ticket is not None:
+            tickets.check_ticket(ticket)
         if attach is not None:
             check_id(attach, "kv_transfer_params.c2c.attach")
         if mode not in MODES:
             raise ConfigError(f"kv_transfer_params.c2c.mode must be one of {MODES}, not {str(mode)[:20]!r}")
         pub = c.get("publish")
         if pub is None or pub is False:
-            return cls(attach=attach, mode=mode)
+            return cls(attach=attach, mode=mode, ticket=ticket)
         if pub is True:
             pub = {}
         if not isinstance(pub, dict) or set(pub) - {"stream", "parents", "share"}:
@@ -103,7 +106,7 @@ class Request:
         if not isinstance(share, list) or len(share) > MAX_SHARE:
             raise ConfigError(f"kv_transfer_params.c2c.publish.share must be a list of at most {MAX_SHARE} trust "
                               "domains")
-        return cls(attach=attach, mode=mode, publish=True, stream=stream,
+        return cls(attach=attach, mode=mode, publish=True, stream=stream, ticket=ticket,
                    parents=tuple(check_id(p, "a publish parent") for p in parents),
                    share=tuple(sorted({check_domain(d) for d in share})))
 

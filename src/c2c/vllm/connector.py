@@ -103,6 +103,7 @@ class _Tracked:
     end: int = 0                 # loads end here (tokens)
     reused: int = 0              # tokens vLLM already held (its own prefix cache)
     imported: int = 0
+    started: bool = False        # the ticket's "start" report is written (streamed replies)
 
 
 # ------------------------------------------------------------------ connector
@@ -208,6 +209,10 @@ class C2CConnector(KVConnectorBase_V1):
         t = self._tracked.get(request.request_id)
         if t is not None and t.error is not None:
             request.max_tokens = 1  # NOTE: a refused full attach or a bad id: no answer is made from it
+        if t is not None and t.ask is not None and t.ask.ticket and not t.started:
+            # a streamed reply: the middleware holds the stream until it knows whether it must be an error
+            t.started = True
+            self._report(t.ask.ticket, {"error": t.error} if t.error else {}, "start")
         if t is None or num_external_tokens <= 0 or t.verdict is None or t.verdict.staged is None:
             return
         t.imported = num_external_tokens
@@ -224,6 +229,18 @@ class C2CConnector(KVConnectorBase_V1):
         t = self._tracked.pop(request.request_id, None)
         if t is None:
             return False, None
+        keep, params = self._finish(t, request, block_ids)
+        if t.ask is not None and t.ask.ticket:  # a streamed reply carries no kv_transfer_params: report them
+            self._report(t.ask.ticket, params, "reply")
+        return keep, params
+
+    def _report(self, ticket: str, payload: dict[str, Any], kind: str) -> None:
+        try:
+            tickets.settle(self.run_dir, ticket, payload, kind=kind)
+        except C2CError as e:  # the engine goes on; the middleware stops waiting after its timeout
+            log.warning("c2c could not write the %s report of ticket %s: %s", kind, ticket[:8], e)
+
+    def _finish(self, t: _Tracked, request: "VllmRequest", block_ids: list[int]) -> tuple[bool, dict[str, Any]]:
         if t.job is not None and not t.job.done():
             t.job.cancel()
         staged = t.verdict.staged if t.verdict is not None else None
@@ -250,7 +267,7 @@ class C2CConnector(KVConnectorBase_V1):
             parents = list(t.ask.parents)
             if t.imported and t.verdict is not None:
                 parents.append(t.verdict.commit)
-            ticket = tickets.new_ticket()
+            ticket = t.ask.ticket or tickets.new_ticket()
             self._saves.append(SaveSpec(req_id=request.request_id, ticket=ticket,
                                         token_ids=tuple(request.all_token_ids[:n]), block_ids=tuple(block_ids),
                                         stream=t.ask.stream, parents=tuple(dict.fromkeys(parents)),
