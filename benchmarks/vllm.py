@@ -3,6 +3,7 @@
     bash scripts/setup_vllm.sh
     .venv/bin/python benchmarks/vllm.py                         # Qwen2.5-Coder-0.5B, bf16, N = 64,128,256
     .venv/bin/python benchmarks/vllm.py --model SmolLM2-135M-Instruct --dtype float32 --duration 30
+    .venv/bin/python benchmarks/vllm.py --block-size 32           # vLLM's KV block size (default: its own)
 
 One engine (c2c's converted safetensors of the zoo model, ``--enforce-eager``, prefix
 caching off, so that the only cache a request gets is the one c2c hands it), one request
@@ -16,8 +17,9 @@ at a time unless said otherwise:
 - **under load**: ``--concurrency`` pipelines at once for ``--duration`` seconds, each way:
   pipelines per second, p50 and p99 latency.
 - **the connector unused**: decode throughput of one stream (a 16-token prompt, 128
-  tokens) with the connector loaded and no c2c fields, against a server without it: one server
-  at a time, with, without, with again (``--unused-only`` reruns just this into the results).
+  tokens) with the connector and its middleware loaded and no c2c fields, against a server
+  without either: one server at a time, with both, without, the connector alone, the
+  middleware alone, with both again (``--unused-only`` reruns just this into the results).
 
 Outputs benchmarks/results/vllm.{json,md,png} (or --out PREFIX), with the CPU, whether it
 has AMX, and the CPU attention kernel vLLM used (from the published commit's fingerprint).
@@ -151,7 +153,8 @@ def unused_cost(model: Path, root: Path, store: str, args, repeats: int = 9) -> 
     legs = []
     for i, (connector, middleware) in enumerate(LEGS):
         srv = VllmProcess(model, root / f"home-unused-{i}", store=store, domain="bench", name="m", dtype=args.dtype,
-                          kv_cache_gb=2, max_model_len=4096, connector=connector, middleware=middleware).start()
+                          kv_cache_gb=2, max_model_len=4096, connector=connector, middleware=middleware,
+                          extra_args=block_args(args)).start()
         try:
             p = Pipelines(srv, "", args.answer_tokens)
             p.ask([{"role": "user", "content": "Say hi."}], 4)
@@ -185,10 +188,17 @@ def document_of(server: VllmProcess, n: int) -> str:
     return httpx.post(f"{root}/detokenize", json={"model": "m", "tokens": ids[:n]}, timeout=60).json()["prompt"]
 
 
+def block_args(args) -> tuple[str, ...]:
+    """vLLM's ``--block-size`` when one is asked for (vLLM's default otherwise)."""
+    return ("--block-size", str(args.block_size)) if args.block_size else ()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--block-size", type=int, default=None,
+                    help="vLLM's KV block size (default: vLLM's own; its CPU kernels want a multiple of 32)")
     ap.add_argument("--lengths", default="64,128,256")
     ap.add_argument("--context-tokens", type=int, default=512)
     ap.add_argument("--answer-tokens", type=int, default=16)
@@ -210,10 +220,11 @@ def main() -> int:
         out = json.loads(Path(args.out).with_suffix(".json").read_text())
         out["unused"] = unused_cost(model, root, store, args)
         return finish(out, args)
-    out: dict = {"model": args.model, "dtype": args.dtype, "context_tokens": args.context_tokens,
+    out: dict = {"model": args.model, "dtype": args.dtype, "block_size": args.block_size,
+                 "context_tokens": args.context_tokens,
                  "answer_tokens": args.answer_tokens, "repeats": args.repeats, "machine": results.machine(), "points": []}
     server = VllmProcess(model, root / "home", store=store, domain="bench", name="m", dtype=args.dtype,
-                         kv_cache_gb=2, max_model_len=4096)
+                         kv_cache_gb=2, max_model_len=4096, extra_args=block_args(args))
     out["flags"] = portable(server.cmd[1:], model, root, args.model)
     server.start()
     try:

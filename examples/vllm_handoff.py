@@ -1,12 +1,16 @@
 """Analyst -> writer as a LangGraph graph over `vllm serve` with c2c's KV connector.
 
-    bash scripts/setup_vllm.sh
+    bash scripts/setup.sh && bash scripts/setup_vllm.sh      # .venv (with the examples' extras) and .venv-vllm
     .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model ~/.cache/c2c/models/SmolLM2-135M-Instruct \\
         --served-model-name smol --enable-prompt-tokens-details \\
         --kv-transfer-config '{"kv_connector":"C2CConnector","kv_connector_module_path":"c2c.vllm.connector",
                                "kv_role":"kv_both","kv_connector_extra_config":{"domain":"research"}}' \\
         --middleware c2c.vllm.api_middleware.C2CMiddleware &
-    C2C_BASE_URL=http://127.0.0.1:8000/v1 C2C_MODEL=smol python examples/vllm_handoff.py
+    C2C_BASE_URL=http://127.0.0.1:8000/v1 C2C_MODEL=smol .venv/bin/python examples/vllm_handoff.py
+
+The server command is the same on every CPU this project runs on: vLLM picks bfloat16 or
+float32 by the model and its CPU kernel by the machine, and the connector reads each
+kernel's blocks (docs/vllm.md lists which).
 
 Each node is a stock ``ChatOpenAI(base_url=...)``. The analyst reads the evidence and
 answers; vLLM publishes the K/V of that conversation as a signed commit, and only its id
@@ -40,7 +44,7 @@ class State(TypedDict, total=False):
 
 def chat(c2c: dict, max_tokens: int) -> ChatOpenAI:
     return ChatOpenAI(base_url=BASE_URL, api_key="unused", model=MODEL, temperature=0, max_tokens=max_tokens,
-                      include_response_headers=True, extra_body={"kv_transfer_params": {"c2c": c2c}})
+                      include_response_headers=True, extra_body={"c2c": c2c})
 
 
 def analyst(state: State) -> State:
@@ -52,7 +56,7 @@ def analyst(state: State) -> State:
 
 def writer(state: State) -> State:
     messages = state["conversation"] + [("user", "Write a one-line status update for customers.")]
-    reply = chat({"attach": state["commit"], "mode": "auto"}, 32).invoke(messages)
+    reply = chat({"attach": [state["commit"]], "mode": "auto"}, 32).invoke(messages)
     return {"answer": reply.content, "handoff": reply.response_metadata["headers"]["x-c2c-attach"]}
 
 
