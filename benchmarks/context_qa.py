@@ -61,7 +61,7 @@ LORA = {"lora_own": "writer", "lora_coder": "coder", "lora_base": None}  # condi
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="Qwen2.5-Coder-0.5B-Instruct")
-    ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "int8"])
     ap.add_argument("--doc-tokens", type=int, default=256)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)

@@ -12,9 +12,16 @@ In one process, one model at a time, with ``--threads`` torch/llama.cpp threads:
 
 Rows: ``float32`` (the reference), ``bfloat16`` (c2c's default on CPUs with AVX512-BF16
 or AMX: linear layers packed for oneDNN), ``bfloat16-unpacked`` (the same without packing:
-what packing buys, and whether it changes a token on this CPU), and, when ``llama-cpp-python``
+what packing buys, and whether it changes a token on this CPU), ``int8`` (bf16 prefill, decode
+steps on int8 weights: :mod:`c2c.runtime.transformers.int8`), and, when ``llama-cpp-python``
 is installed, ``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.generate``) and
 ``c2c-llama.cpp`` (c2c's llama.cpp backend on the same file).
+
+The limit: this machine's memory bandwidth, measured in the same process on the same threads
+(a STREAM-like read, a sum over 1 GiB, and copy), and for every row the bytes one decode step
+reads, from the weights' actual storage (each linear layer as the step reads it: int8, packed
+bf16 or dense; the K/V the step attends to; for llama.cpp the GGUF's tensors), so every row
+says what fraction of the read bandwidth its decode draws.
 
 Each row records the runtime's numerics as its fingerprint names them (``fingerprint_backend``),
 and the result the machine: the CPU model, vendor and the flags that choose kernels
@@ -48,6 +55,55 @@ def prompt_ids(encode, n: int) -> list[int]:
     return ids[:n]
 
 
+def memory_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict:
+    """GB/s of a read (a sum over ``gib`` GiB of fp32) and a copy (read plus write), best of ``repeats``, on
+    torch's threads: what a decode step, which reads every weight once, can draw at most."""
+    import torch
+
+    n = int(gib * (1 << 30) // 4)
+    a, b = torch.ones(n), torch.empty(n)
+    best = {"read_gb_s": 0.0, "copy_gb_s": 0.0}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a.sum()
+        best["read_gb_s"] = max(best["read_gb_s"], 4 * n / (time.perf_counter() - t0) / 1e9)
+        t0 = time.perf_counter()
+        b.copy_(a)
+        best["copy_gb_s"] = max(best["copy_gb_s"], 8 * n / (time.perf_counter() - t0) / 1e9)
+    del a, b
+    return {**best, "gib": gib}
+
+
+def decode_bytes(rt, context: int) -> int:
+    """Bytes one decode step reads, from the weights' storage: every linear layer as the step reads it (the
+    int8 copy, the packed bf16 or the dense weight), the norms, one embedding row, and the K/V of ``context``
+    positions. (The embedding table is read one row per token; a tied LM head is counted as its linear.)"""
+    import torch
+
+    from c2c.runtime.transformers import int8, packing
+
+    total = 0
+    seen: set[int] = set()
+    for m in rt.model.modules():
+        if isinstance(m, int8.Int8DecodeLinear):
+            total += m.in_features * m.out_features + 4 * m.out_features   # int8 weights, fp32 scales
+            seen.update(id(x) for x in m.modules())
+        elif id(m) in seen:
+            continue
+        elif isinstance(m, packing.PackedLinear):
+            total += m.in_features * m.out_features * 2 + (m.bias.numel() * m.bias.element_size() if m.bias
+                                                          is not None else 0)
+        elif isinstance(m, torch.nn.Linear):
+            total += sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
+        elif isinstance(m, torch.nn.Embedding):
+            total += m.embedding_dim * m.weight.element_size()
+        elif "norm" in type(m).__name__.lower():
+            total += sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
+    f = rt.facts
+    kv = 2 * f.num_layers * f.kv_heads * f.head_dim * context * torch.empty((), dtype=rt.dtype).element_size()
+    return total + kv
+
+
 def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode: int, repeats: int) -> dict:
     import torch
 
@@ -73,7 +129,8 @@ def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode
         decode.append(statistics.median(steps))
         tokens = out if tokens is None else tokens
     row = {"model": name, "engine": "transformers", "dtype": str(rt.dtype).replace("torch.", ""),
-           "packed_linears": rt.packed, "fingerprint_backend": str(rt.engine_id),
+           "packed_linears": rt.packed, "int8_linears": rt.int8, "fingerprint_backend": str(rt.engine_id),
+           "bytes_per_token": decode_bytes(rt, len(ids) + n_decode // 2),
            "prompt_tokens": len(ids), "decode_tokens": n_decode,
            "prefill_tok_s": len(ids) / statistics.median(prefill), "decode_ms": 1e3 * statistics.median(decode),
            "prefill_s_all": prefill, "decode_ms_all": [1e3 * d for d in decode], "tokens": tokens}
@@ -162,6 +219,7 @@ def time_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeat
     prefill, decode = prefill[1:], decode[1:]
     types = sorted({str(t) for t in _tensor_types(llm)})
     row = {"model": name, "engine": "llama.cpp", "dtype": "gguf (" + ", ".join(types) + ")",
+           "bytes_per_token": path.stat().st_size,   # its tensors (the file, less a small header)
            "llama_cpp_python": llama_cpp.__version__, "gguf": path.name, "prompt_tokens": len(ids),
            "decode_tokens": n_decode, "prefill_tok_s": len(ids) / statistics.median(prefill),
            "decode_ms": 1e3 * statistics.median(decode), "prefill_s_all": prefill,
@@ -221,9 +279,12 @@ def main() -> int:
     alloc.keep_large_buffers()
     torch.set_num_threads(args.threads)
     gemm = gemm_gflops()
+    bandwidth = memory_bandwidth()
+    print(f"memory bandwidth: read {bandwidth['read_gb_s']:.1f} GB/s, copy {bandwidth['copy_gb_s']:.1f} GB/s",
+          file=sys.stderr, flush=True)
     rows = []
     for name in args.models.split(","):
-        for dtype, pack in (("float32", False), ("bfloat16", True), ("bfloat16", False)):
+        for dtype, pack in (("float32", False), ("bfloat16", True), ("bfloat16", False), ("int8", True)):
             row = time_transformers(name, dtype, pack, args.prompt_tokens, args.decode_tokens, args.repeats)
             row["variant"] = dtype if pack or dtype == "float32" else "bfloat16-unpacked"
             rows.append(row)
@@ -237,6 +298,10 @@ def main() -> int:
                     rows.append(row)
                     print(f"{name} {variant}: prefill {row['prefill_tok_s']:.0f} tok/s, decode "
                           f"{row['decode_ms']:.1f} ms/token", file=sys.stderr, flush=True)
+    for row in rows:
+        if row.get("bytes_per_token"):
+            row["decode_gb_s"] = row["bytes_per_token"] / (row["decode_ms"] / 1e3) / 1e9
+            row["fraction_of_read_bandwidth"] = row["decode_gb_s"] / bandwidth["read_gb_s"]
     by = {(r["model"], r["variant"]): r for r in rows}
     ratios = {}
     for name in args.models.split(","):
@@ -246,6 +311,11 @@ def main() -> int:
                         "decode_fp32_over_bf16": f32["decode_ms"] / b16["decode_ms"],
                         "decode_unpacked_over_packed": raw["decode_ms"] / b16["decode_ms"],
                         "bf16_tokens_equal_unpacked": b16["tokens"] == raw["tokens"]}
+        i8 = by.get((name, "int8"))
+        if i8:
+            ratios[name]["decode_bf16_over_int8"] = b16["decode_ms"] / i8["decode_ms"]
+            ratios[name]["prefill_int8_over_bf16"] = i8["prefill_tok_s"] / b16["prefill_tok_s"]
+            ratios[name]["int8_greedy_tokens_equal_bf16"] = sum(a == b for a, b in zip(i8["tokens"], b16["tokens"]))
         if own and ours:  # c2c's backend against llama-cpp-python's own generate: total time for the same work
             t_own = own["prompt_tokens"] / own["prefill_tok_s"] + (args.decode_tokens - 1) * own["decode_ms"] / 1e3
             t_ours = ours["prompt_tokens"] / ours["prefill_tok_s"] + (args.decode_tokens - 1) * ours["decode_ms"] / 1e3
@@ -254,12 +324,14 @@ def main() -> int:
     result = {
         "models": args.models.split(","), "prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
         "repeats": args.repeats, "threads": args.threads, "rows": rows, "ratios": ratios,
-        "default_dtype_here": resolve("auto"), "gemm_gflops": gemm,
+        "default_dtype_here": resolve("auto"), "gemm_gflops": gemm, "memory_bandwidth": bandwidth,
         "acceptance": {} if q is None else {
             "qwen05_bf16_prefill_ge_6x": q["prefill_bf16_over_fp32"] >= 6,
             "qwen05_bf16_decode_ge_1p8x": q["decode_fp32_over_bf16"] >= 1.8,
             "bf16_is_the_default_here": resolve("auto") == "bfloat16",
             "packing_changes_no_token": all(r["bf16_tokens_equal_unpacked"] for r in ratios.values()),
+            **({"qwen05_int8_decode_le_40ms_or_ge_1p6x_bf16": by["Qwen2.5-Coder-0.5B-Instruct", "int8"]["decode_ms"] <= 40
+                or q["decode_bf16_over_int8"] >= 1.6} if "decode_bf16_over_int8" in q else {}),
             **({"c2c_llama_cpp_within_10pct_of_own_generate": q["c2c_llama_cpp_over_own"] <= 1.10}
                if "c2c_llama_cpp_over_own" in q else {}),
         },
@@ -279,16 +351,34 @@ def markdown(r: dict) -> str:
              f"{', '.join(r['machine']['bf16_flags']) or 'none'}; "
              f"`--dtype auto` picks **{r['default_dtype_here']}** here. Prompt {r['prompt_tokens']} tokens, "
              f"{r['decode_tokens']} greedy decoded tokens, median of {r['repeats']} runs, all in one process.", "",
-             "| model | engine | dtype | prefill tok/s | decode ms/token |", "|---|---|---|---:|---:|"]
+             *([f"Memory bandwidth, measured in this run on the same threads: read **{r['memory_bandwidth']['read_gb_s']:.1f}"
+                f" GB/s**, copy {r['memory_bandwidth']['copy_gb_s']:.1f} GB/s. A decode step reads every weight once: "
+                "its bytes over its time, against the read bandwidth, is how close it runs to the limit.", ""]
+               if r.get("memory_bandwidth") else []),
+             "| model | engine | dtype | prefill tok/s | decode ms/token | MB read per token | GB/s drawn | of the limit |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
     for x in r["rows"]:
         label = x["variant"] if x["engine"] == "transformers" else x["dtype"]
-        lines.append(f"| {x['model']} | {x['engine']} | {label} | {x['prefill_tok_s']:.0f} | {x['decode_ms']:.1f} |")
+        mb = f"{x['bytes_per_token'] / 1e6:.0f}" if x.get("bytes_per_token") else "—"
+        gbs = f"{x['decode_gb_s']:.1f}" if x.get("decode_gb_s") else "—"
+        frac = f"{100 * x['fraction_of_read_bandwidth']:.0f}%" if x.get("fraction_of_read_bandwidth") else "—"
+        lines.append(f"| {x['model']} | {x['engine']} | {label} | {x['prefill_tok_s']:.0f} | {x['decode_ms']:.1f} | "
+                     f"{mb} | {gbs} | {frac} |")
     lines += ["", "| model | bf16 prefill / fp32 | fp32 decode / bf16 | unpacked / packed decode | packed tokens = "
               "unpacked | c2c llama.cpp backend / llama-cpp-python generate (time) |", "|---|---:|---:|---:|---|---:|"]
+    if any("decode_bf16_over_int8" in q for q in r["ratios"].values()):
+        rows_i8 = [f"| {name} | {q['decode_bf16_over_int8']:.2f}× | {q['prefill_int8_over_bf16']:.2f}× | "
+                   f"{q['int8_greedy_tokens_equal_bf16']} of {r['decode_tokens']} |"
+                   for name, q in r["ratios"].items() if "decode_bf16_over_int8" in q]
+        int8_table = ["", "| model | int8 decode speed-up over bf16 | int8 prefill / bf16 | greedy tokens equal to "
+                      "bf16's (this prompt) |", "|---|---:|---:|---:|", *rows_i8]
+    else:
+        int8_table = []
     for name, q in r["ratios"].items():
         own = f"{q['c2c_llama_cpp_over_own']:.3f}" if "c2c_llama_cpp_over_own" in q else "—"
         lines.append(f"| {name} | {q['prefill_bf16_over_fp32']:.2f}× | {q['decode_fp32_over_bf16']:.2f}× | "
                      f"{q['decode_unpacked_over_packed']:.2f}× | {q['bf16_tokens_equal_unpacked']} | {own} |")
+    lines += int8_table
     lines += ["", "`bfloat16` is c2c's bf16 runtime: transformers with its linear layers packed once for oneDNN "
               "(`c2c.runtime.transformers.packing.PackedLinear`; whether its products equal unpacked bf16's bit "
               "for bit depends on the CPU, and the tokens column checks it here; the fingerprint names the "
@@ -327,7 +417,7 @@ def plot(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     models = r["models"]
-    variants = [v for v in ("float32", "bfloat16-unpacked", "bfloat16", "llama.cpp", "c2c-llama.cpp")
+    variants = [v for v in ("float32", "bfloat16-unpacked", "bfloat16", "int8", "llama.cpp", "c2c-llama.cpp")
                 if any(x["variant"] == v for x in r["rows"])]
     by = {(x["model"], x["variant"]): x for x in r["rows"]}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))

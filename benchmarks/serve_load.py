@@ -145,6 +145,12 @@ def main() -> int:
     ap.add_argument("--phase", type=float, default=90.0, help="--two-tenant: seconds of each phase")
     ap.add_argument("--pace", type=float, default=2.0, help="--two-tenant: seconds between short requests")
     ap.add_argument("--flooders", type=int, default=3, help="--two-tenant: concurrent long-request clients")
+    ap.add_argument("--flood-prompt-words", type=int, default=0, metavar="W",
+                    help="--two-tenant: the flood sends long prompts of about W words (a new session each: all "
+                         "prefilled) instead of long answers; its max_tokens is then 8 unless --flood-max-tokens")
+    ap.add_argument("--flood-max-tokens", type=int, default=None, help="--two-tenant: the flood's max_tokens")
+    ap.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
+                    help="--two-tenant: the server's --prefill-chunk (default: the server's default)")
     args = ap.parse_args()
     if args.two_tenant:
         return two_tenant(args)
@@ -343,6 +349,7 @@ def tenant_call(rec: Recorder, client: openai.OpenAI, model: str, tenant: str, p
         f = c2c_field(body)
         row["commit"] = (f.get("publish") or {}).get("commit")
         row["completion_tokens"] = body.usage.completion_tokens
+        row["prompt_tokens"] = body.usage.prompt_tokens
         row["queue_s"] = (f.get("timings") or {}).get("queue_s")
         row["timings"] = f.get("timings")
     except openai.APIStatusError as e:
@@ -368,13 +375,17 @@ def short_loop(rec, client, model, phase: str, end: float, pace: float, bias: di
         k, nxt = k + 1, nxt + pace
 
 
-def flood_loop(i: int, rec, client, model, end: float, bias: dict) -> None:
+def flood_loop(i: int, rec, client, model, end: float, bias: dict, prompt_words: int = 0,
+               max_tokens: int = LONG_TOKENS) -> None:
     k = 0
     while time.perf_counter() < end:
         q = {"role": "user", "content": f"Write a detailed incident report number {k} about host {i}, "
                                         "covering timeline, impact, root cause and follow-ups."}
+        if prompt_words:  # a long prompt, new every time (its own session): all of it is prefilled
+            log = " ".join(f"host{(k * 31 + j) % 97} event{j} ok" for j in range(prompt_words // 3))
+            q = {"role": "user", "content": f"Report {i}.{k}. Logs: {log}. Summarize."}
         r = tenant_call(rec, client, model, "flood", "flood", [SYSTEM, q],
-                        {"session": f"flood{i}-{k}", "publish": {"stream": f"flood-{i}"}}, LONG_TOKENS, bias)
+                        {"session": f"flood{i}-{k}", "publish": {"stream": f"flood-{i}"}}, max_tokens, bias)
         if r["status"] is None:
             time.sleep(0.05)
         k += 1
@@ -407,7 +418,9 @@ def two_tenant(args) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="c2c-two-tenant-"))
     tokens = _serve.write_tokens(root / "tokens.json", TENANT_TOKENS)
-    server = _serve.ServeProcess(make_home(root), "--model", args.model, "--tokens", str(tokens), log_dir=root)
+    extra = () if args.prefill_chunk is None else ("--prefill-chunk", str(args.prefill_chunk))
+    server = _serve.ServeProcess(make_home(root), "--model", args.model, "--tokens", str(tokens), *extra,
+                                 log_dir=root)
     server.start()
 
     def client(agent: str) -> openai.OpenAI:
@@ -426,7 +439,9 @@ def two_tenant(args) -> int:
         load["after_alone"] = os.getloadavg()
         rec.event("phase flood", flooders=args.flooders)
         end = time.perf_counter() + args.phase
-        flooders = [threading.Thread(target=flood_loop, args=(i, rec, client(f"flood{i}"), args.model, end, bias),
+        flood_tokens = args.flood_max_tokens or (SHORT_TOKENS if args.flood_prompt_words else LONG_TOKENS)
+        flooders = [threading.Thread(target=flood_loop, args=(i, rec, client(f"flood{i}"), args.model, end, bias,
+                                                              args.flood_prompt_words, flood_tokens),
                                      daemon=True) for i in range(args.flooders)]
         for t in flooders:
             t.start()
@@ -457,7 +472,13 @@ def two_tenant(args) -> int:
     ratio = (under["p99_ms"] / alone["p99_ms"]) if alone["p99_ms"] and under["p99_ms"] else None
     out = {
         "config": {"model": args.model, "phase_s": args.phase, "pace_s": args.pace, "flooders": args.flooders,
-                   "short_max_tokens": SHORT_TOKENS, "long_max_tokens": LONG_TOKENS,
+                   "short_max_tokens": SHORT_TOKENS,
+                   "long_max_tokens": args.flood_max_tokens or (SHORT_TOKENS if args.flood_prompt_words
+                                                                else LONG_TOKENS),
+                   "flood_prompt_words": args.flood_prompt_words, "prefill_chunk": args.prefill_chunk,
+                   "flood_prompt_tokens_p50": pct([r["prompt_tokens"] for r in rec.rows if r["tenant"] == "flood"
+                                                   and r.get("prompt_tokens")], 0.5) if any(
+                       r.get("prompt_tokens") for r in rec.rows if r["tenant"] == "flood") else None,
                    "short_publishes_every": PUBLISH_EVERY, "banned_end_of_turn": sorted(bias),
                    "server": "defaults (--max-queue 16, shares split between 2 domains, --fair-half-life 5), "
                              "C2C_THREADS=1"},
@@ -496,7 +517,11 @@ def two_tenant_markdown(r: dict) -> str:
              f"session, every {c['short_publishes_every']}th published) for {c['phase_s']:g} s alone, then for "
              f"{c['phase_s']:g} s while tenant `flood` runs {c['flooders']} clients (one agent each) sending "
              f"max_tokens {c['long_max_tokens']} requests back to back, each published. End-of-turn tokens banned: "
-             f"every reply is exactly max_tokens. Server: {c['server']}.", "",
+             f"every reply is exactly max_tokens. Server: {c['server']}"
+             + (f", --prefill-chunk {c['prefill_chunk']}" if c.get("prefill_chunk") is not None else "") + ".", "",
+             *([f"The flood's prompts: about {c['flood_prompt_words']} words each "
+                f"({_fmt(c.get('flood_prompt_tokens_p50'), '{:.0f}')} tokens, median), a new session every time, so "
+                "each is prefilled whole.", ""] if c.get("flood_prompt_words") else []),
              "| | requests | statuses | p50 | p99 | max | queue p50 | completion tokens |",
              "|---|---:|---|---:|---:|---:|---:|---|"]
     for name, s in (("short, alone", r["short_alone"]), ("short, under flood", r["short_under_flood"]),

@@ -36,7 +36,7 @@ from c2c._io import private_dir
 from c2c.errors import ConfigError
 
 #: the dtypes a model can run in (``auto``: see :mod:`c2c.runtime.dtype`)
-DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16", "int8")
 
 #: (variable, one-line meaning) for ``c2c --help`` and the README
 VARIABLES: tuple[tuple[str, str], ...] = (

@@ -40,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--fair-half-life", type=float, default=5.0, metavar="S",
                    help="a model's next forward pass goes to the tenant that used it least recently; use S "
                         "seconds ago counts half (default 5)")
+    p.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
+                   help="prefill a prompt in forward passes of at most N tokens, so that another tenant's "
+                        "request can run between two of them (0: one pass; default 256, measured)")
     p.add_argument("--session-budget-mb", type=float, default=1024, metavar="M",
                    help="K/V megabytes all sessions may hold; past it the least recently used are evicted "
                         "(and rebuilt from their messages when used again; default 1024)")
@@ -75,12 +78,13 @@ def register(sub) -> None:
 
 def config_from(args: argparse.Namespace):
     """The :class:`~c2c.serve.ServeConfig` the flags describe."""
-    from c2c.serve.serve_config import DEFAULT_MODEL, MB, ServeConfig
+    from c2c.serve.serve_config import DEFAULT_MODEL, MB, PREFILL_CHUNK, ServeConfig
 
     per_tenant_mb = args.session_budget_per_tenant_mb
     return ServeConfig(models=tuple(args.model or (DEFAULT_MODEL,)), store_url=args.store, host=args.host,
                        port=args.port, tokens_file=args.tokens, max_queue=args.max_queue,
                        max_queue_per_tenant=args.max_queue_per_tenant, fair_half_life_s=args.fair_half_life,
+                       prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
                        session_budget_bytes=int(args.session_budget_mb * MB),
                        session_budget_per_tenant_bytes=None if per_tenant_mb is None else int(per_tenant_mb * MB),
                        max_sessions=args.max_sessions, max_sessions_per_tenant=args.max_sessions_per_tenant,

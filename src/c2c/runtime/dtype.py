@@ -7,6 +7,9 @@
 ``bfloat16``   half the bytes per weight and per cached value: decode reads half
                the memory, and prefill runs on the CPU's bf16 dot products
 ``float16``    for CUDA; on a CPU it is slow and never chosen by ``auto``
+``int8``       bf16 (fp32 without it) with int8 weights for one-token decode
+               steps: decode reads half of bf16's bytes; prefill is bf16's
+               (:mod:`c2c.runtime.transformers.int8`; transformers on x86 only)
 =============  ==========================================================
 
 The dtype is part of a model's fingerprint (and of every artifact), so a cache
@@ -50,6 +53,16 @@ def cpu_can_pack_bf16() -> bool:
 def cpu_has_bf16() -> bool:
     """True when the CPU computes bf16 natively (AVX512-BF16 or AMX-BF16)."""
     return any(f in cpu_flags() for f in BF16_CPU_FLAGS)
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    """The torch dtype a model of resolved dtype ``name`` holds its activations, K/V and full weights in
+    (``int8``: bfloat16 where the CPU computes it, else float32)."""
+    import torch  # lazy: this module is read by the CLI before any model loads
+
+    if name == "int8":
+        return torch.bfloat16 if cpu_has_bf16() else torch.float32
+    return getattr(torch, name)
 
 
 def resolve(dtype: str | None, device: str = "cpu") -> str:

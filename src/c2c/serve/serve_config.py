@@ -12,6 +12,7 @@ from c2c.errors import ConfigError
 from c2c.runtime.zoo import DEFAULT_MODEL
 
 MB = 1 << 20
+PREFILL_CHUNK = 256  # tokens per prefill pass (see ServeConfig.prefill_chunk)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +30,10 @@ class ServeConfig:
             waiting; more get 429. ``None``: an even share, ``(max_queue + 1) // domains``.
         fair_half_life_s: a model's next forward pass goes to the tenant (then the agent) that
             used it least recently; use this long ago counts half (:mod:`c2c.serve.fairness`).
+        prefill_chunk: a prompt is prefilled in forward passes of at most this many tokens, and the
+            model's turn may pass to another tenant between two of them (0: one pass, which holds
+            the model for the whole prompt). The default was measured (``benchmarks/serve_load.py
+            --two-tenant``).
         session_budget_bytes: KV bytes all sessions may hold together; past it the least
             recently used lose their cache (and are rebuilt from their messages when used).
         session_budget_per_tenant_bytes: KV bytes one tenant's sessions may hold; past it that
@@ -61,6 +66,7 @@ class ServeConfig:
     max_queue: int = 16
     max_queue_per_tenant: int | None = None
     fair_half_life_s: float = 5.0
+    prefill_chunk: int = PREFILL_CHUNK
     session_budget_bytes: int = 1024 * MB
     session_budget_per_tenant_bytes: int | None = None
     max_sessions: int = 4096
@@ -86,6 +92,7 @@ class ServeConfig:
                                       ("--max-sessions", self.max_sessions, 1, 1),
                                       ("--max-body-mb", self.max_body_bytes, 1024, MB),
                                       ("--default-max-tokens", self.default_max_tokens, 1, 1),
+                                      ("--prefill-chunk", self.prefill_chunk, 0, 1),
                                       ("--session-budget-mb", self.session_budget_bytes, 0, MB),
                                       ("--max-queue-per-tenant", self.max_queue_per_tenant, 1, 1),
                                       ("--max-sessions-per-tenant", self.max_sessions_per_tenant, 1, 1),

@@ -226,6 +226,7 @@ class ChatService:
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         job.emit("ready", Started(id=cid, created=created, model=req.model))
         decoded = generate(rt, prepared.cache, prepared.pending, sampling, check=job.check,
+                           prefill_chunk=self.config.prefill_chunk,
                            on_delta=(lambda text: job.emit("delta", text)) if req.stream else (lambda text: None))
         session.cache = decoded.cache
         session.state, session.turns = "warm", session.turns + 1

@@ -17,16 +17,16 @@ import torch
 import transformers
 
 from c2c.canon import weights_digest
-from c2c.errors import ConfigError
+from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.runtime import numerics
 from c2c.runtime.adapters import adapter_digest
-from c2c.runtime.dtype import resolve as resolve_dtype
+from c2c.runtime.dtype import resolve as resolve_dtype, torch_dtype
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.protocol import Generation
 from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.transformers import forward as fw
-from c2c.runtime.transformers import lora, loading, packing, partial_forward, rope
+from c2c.runtime.transformers import int8, lora, loading, packing, partial_forward, rope
 from c2c.runtime.transformers import tokenizer as tk
 from c2c.runtime.transformers.model_facts import context_tokens, model_facts
 from c2c.runtime.turns import ChatTurns
@@ -46,6 +46,7 @@ class TransformersRuntime(ChatTurns):
         self.eos_ids = frozenset(self.facts.eos_token_ids)
         self.adapters: tuple[str, ...] = ()
         self.packed = 0  # linear layers held packed (see load)
+        self.int8 = 0    # linear layers with an int8 copy for decode steps (dtype int8)
 
     @classmethod
     def load(cls, path: str | Path, *, name: str | None = None, dtype: str | None = None,
@@ -53,19 +54,28 @@ class TransformersRuntime(ChatTurns):
         """Load a model directory; ``dtype`` as :func:`c2c.runtime.dtype.resolve` (default ``C2C_DTYPE``, auto).
 
         In bf16 on a CPU the linear layers are packed for oneDNN (faster reads; a kernel the
-        fingerprint names: :mod:`c2c.runtime.transformers.packing`).
+        fingerprint names: :mod:`c2c.runtime.transformers.packing`). In ``int8`` they get an int8
+        copy for one-token decode steps as well (:mod:`c2c.runtime.transformers.int8`).
         """
-        model, tok = loading.load(path, dtype=getattr(torch, resolve_dtype(dtype, device)), device=device)
+        resolved = resolve_dtype(dtype, device)
+        if resolved == "int8" and str(device) != "cpu":
+            raise RuntimeUnsupportedError("dtype int8 runs on a CPU only; use bfloat16 on a GPU")
+        model, tok = loading.load(path, dtype=torch_dtype(resolved), device=device)
         runtime = cls(model, tok, name=name or Path(path).name, path=Path(path))
         _ = runtime.weights_digest  # computed (or read from its memo) at load, never inside a first export
         runtime.packed = packing.pack_linears(model)
+        if resolved == "int8":
+            runtime.int8 = int8.quantize_linears(model)
         return runtime
 
     def ensure_dense(self) -> None:
-        """Dense ``nn.Linear`` weights again, for LoRA adapters and gradients (a no-op unless packed).
+        """Dense ``nn.Linear`` weights again, for LoRA adapters and gradients (a no-op unless packed or int8).
 
         The numerics change with it (:attr:`engine_id`), so caches made packed no longer match.
         """
+        if self.int8:
+            int8.dequantize_linears(self.model)
+            self.int8 = 0
         if self.packed:
             packing.unpack_linears(self.model)
             self.packed = 0
@@ -82,7 +92,7 @@ class TransformersRuntime(ChatTurns):
             where = f"cuda-sm{major}{minor}"
         else:
             where = numerics.cpu_numerics(self.facts.dtype)
-        kernel = packing.linear_kernel(self.packed)
+        kernel = packing.linear_kernel(self.packed) + ("+int8-decode" if self.int8 else "")
         return EngineId(kind="transformers", version=transformers.__version__,
                         numerics=f"torch-{torch.__version__}/{where}/linear-{kernel}")
 

@@ -1,0 +1,105 @@
+"""int8 decode: the ``int8`` dtype, whose decode steps read the linear layers' weights as int8.
+
+Decode of a small model is bound by reading its weights once per token. In ``int8`` every
+linear layer (decoder and LM head) keeps two copies:
+
+- the bf16 (or fp32) weight, packed for oneDNN as in :mod:`c2c.runtime.transformers.packing`,
+  for every forward of more than one token (prefill, a turn's extension): the K/V a prefill
+  writes are the bf16 runtime's, bit for bit;
+- an int8 copy, one scale per output channel, prepacked for PyTorch's x86 quantized engine
+  (fbgemm under ``torch.ops.quantized.linear_dynamic``), for a one-token step: the token's
+  activations are quantized to int8 on the fly (one scale for the row), and the product runs
+  on the CPU's int8 dot products (VNNI, AMX-INT8 where present).
+
+A one-token step reads a quarter of fp32's bytes and half of bf16's. One row is quantized on
+its own, so a token's result never depends on another token's. The cache it makes is not the
+bf16 runtime's: the numerics say ``linear-onednn-packed+int8-decode`` (the fingerprint names
+it), so an int8 cache never passes as exact for a bf16 one.
+
+NOTE: ``torch.ops.quantized`` is PyTorch's own, in the pinned build; PyTorch marks the
+quantized tensor constructors deprecated (torchao is its successor). The kernels were picked
+by measurement (``benchmarks/runtime_speed.py``): on the 2-core AMD EPYC the stack of a 0.5B
+model's linears ran 2.6x faster than bf16 packed, where ``aten._weight_int8pack_mm``
+(int8 weights, bf16 products) ran 1.15x faster.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime.transformers import packing
+
+ENGINES = ("x86", "fbgemm")   # PyTorch's quantized engines with a fast int8 dynamic linear on x86
+
+
+def available() -> str | None:
+    """Why ``int8`` cannot run here, or None when it can."""
+    if "quantized" not in dir(torch.ops) or not hasattr(torch.ops.quantized, "linear_dynamic"):
+        return "this PyTorch build has no quantized linear kernels"
+    if torch.backends.quantized.engine not in ENGINES:
+        return (f"PyTorch's quantized engine is {torch.backends.quantized.engine!r}; int8 needs one of {ENGINES} "
+                "(an x86 CPU)")
+    return None
+
+
+def _quantized(weight: torch.Tensor, bias: torch.Tensor | None):
+    """``weight`` (out, in) as int8 with one scale per output channel, prepacked with ``bias``."""
+    w = weight.detach().float()                                   # (out, in)
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)          # (out,)
+    with warnings.catch_warnings():  # the quantized tensor constructors are marked deprecated (see NOTE)
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_channel(w, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
+
+
+class Int8DecodeLinear(torch.nn.Module):
+    """A linear layer that runs a one-row input on int8 weights and anything larger on its full weights."""
+
+    def __init__(self, linear: torch.nn.Module):
+        super().__init__()
+        dense = linear.dense() if isinstance(linear, packing.PackedLinear) else linear
+        self.in_features, self.out_features = dense.in_features, dense.out_features
+        self.int8 = _quantized(dense.weight, dense.bias)
+        self.full = linear   # PackedLinear or nn.Linear: prefill's kernel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:   # (..., in) -> (..., out)
+        if x.numel() != self.in_features:
+            return self.full(x)
+        y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, True)   # (1, out), fp32
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    def dense(self) -> torch.nn.Linear:
+        return self.full.dense() if isinstance(self.full, packing.PackedLinear) else self.full
+
+
+def quantize_linears(model) -> int:
+    """Give every linear layer of ``model`` (plain or packed) an int8 copy for one-token steps.
+
+    Returns how many. Raises :class:`RuntimeUnsupportedError` naming the way out where the CPU or the
+    build cannot run it.
+    """
+    why = available()
+    if why is not None:
+        raise RuntimeUnsupportedError(f"dtype int8 cannot run here: {why}; use --dtype bfloat16 or float32")
+    n = 0
+    with torch.no_grad():
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is torch.nn.Linear or isinstance(child, packing.PackedLinear):
+                    setattr(parent, name, Int8DecodeLinear(child))
+                    n += 1
+    return n
+
+
+def dequantize_linears(model) -> int:
+    """Drop the int8 copies (the full weights stay as they were). Returns how many."""
+    n = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Int8DecodeLinear):
+                setattr(parent, name, child.full)
+                n += 1
+    return n

@@ -1,0 +1,56 @@
+"""The int8 dtype: prefill is bf16's bit for bit, a one-token step reads int8 weights, and the fingerprint says so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from c2c.artifact.fingerprint import Fingerprint
+from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime import dtype as dt
+from c2c.runtime import zoo
+from c2c.runtime.transformers import int8, packing
+
+FULL = str(dt.torch_dtype("int8")).removeprefix("torch.")   # what int8 prefills in: bfloat16, or float32
+needs_int8 = pytest.mark.skipif(int8.available() is not None, reason=f"int8 cannot run here: {int8.available()}")
+
+
+@needs_int8
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "gemma3"])
+def test_int8_prefills_as_bf16_and_decodes_on_int8_weights(arch):
+    full = zoo.load(f"tiny-{arch}", dtype=FULL)
+    q = zoo.load(f"tiny-{arch}", dtype="int8")
+    assert q.int8 > 0 and q.dtype == full.dtype
+    wrapped = {id(m.full) for m in q.model.modules() if isinstance(m, int8.Int8DecodeLinear)}
+    assert all(id(m) in wrapped for m in q.model.modules() if isinstance(m, (torch.nn.Linear, packing.PackedLinear)))
+    ids = list(range(3, 60))
+    logits, cache = q.prefill(ids)
+    ref_logits, ref_cache = full.prefill(ids)
+    assert cache.max_abs_diff(ref_cache) == 0  # prefill's K/V: the full weights, bit for bit
+    # the next token's logits come from one row (the last position) through the LM head: its int8 copy
+    assert torch.nn.functional.cosine_similarity(logits.float(), ref_logits.float(), dim=0) > 0.98
+    step, after = q.prefill([7], cache)
+    ref_step, ref_after = full.prefill([7], ref_cache)
+    assert not torch.equal(step, ref_step)  # the one-token step ran on int8 weights
+    cos = torch.nn.functional.cosine_similarity(step.float(), ref_step.float(), dim=0)
+    assert cos > 0.98, cos
+    assert 0 < after.max_abs_diff(ref_after) < 0.5  # only the new position's K/V differ
+    assert 0 < len(q.generate(ids, max_new_tokens=5).token_ids) <= 5
+    q.ensure_dense()  # LoRA and gradients: the int8 copies go, the numerics are the full runtime's again
+    assert q.int8 == 0 and not any(isinstance(m, int8.Int8DecodeLinear) for m in q.model.modules())
+    assert torch.equal(q.prefill([7], cache)[0], full.prefill([7], ref_cache)[0])
+
+
+@needs_int8
+def test_the_fingerprint_names_int8_and_never_passes_it_as_exact_for_bf16():
+    q, b = zoo.load("tiny-qwen2", dtype="int8"), zoo.load("tiny-qwen2", dtype=FULL)
+    assert str(q.engine_id).endswith("+int8-decode") and not str(b.engine_id).endswith("+int8-decode")
+    assert set(Fingerprint.of(q).diff(Fingerprint.of(b))) == {"backend"}
+
+
+def test_int8_refuses_where_it_cannot_run_naming_the_way_out(monkeypatch):
+    monkeypatch.setattr(int8, "available", lambda: "PyTorch's quantized engine is 'qnnpack'")
+    with pytest.raises(RuntimeUnsupportedError, match="--dtype bfloat16 or float32"):
+        zoo.load("tiny-qwen2", dtype="int8")
+    assert dt.torch_dtype("int8") in (torch.bfloat16, torch.float32)
+    assert dt.resolve("int8") == "int8"
