@@ -32,16 +32,13 @@ MAX_INSTRUCTION_CHARS = 1500
 
 def instructions(n: int, seed: int) -> list[str]:
     """``n`` distinct instructions of the training corpora (shuffled with ``seed``)."""
-    from c2c.xmodel.streams import examples  # lazy: reads $C2C_DATA/train
+    from c2c.errors import ConfigError
+    from c2c.xmodel.streams import instructions as corpus_instructions  # lazy: reads $C2C_DATA/train
 
-    out, seen = [], set()
-    for q, _ in examples(seed=seed):
-        if q not in seen and len(q) <= MAX_INSTRUCTION_CHARS:
-            seen.add(q)
-            out.append(q)
-        if len(out) == n:
-            return out
-    raise SystemExit(f"the corpora hold only {len(out)} usable instructions; ask for fewer --prompts")
+    try:
+        return corpus_instructions(n, seed=seed, max_chars=MAX_INSTRUCTION_CHARS)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
 
 
 def paired_context_qa(bf16: Path, int8: Path) -> dict:

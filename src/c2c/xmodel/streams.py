@@ -45,6 +45,24 @@ def examples(*, seed: int = 0) -> list[tuple[str, str]]:
     return out
 
 
+def instructions(n: int, *, seed: int = 0, max_chars: int = 1500) -> list[str]:
+    """``n`` distinct instructions of the training corpora (:func:`examples`' order with ``seed``), none
+    longer than ``max_chars``.
+
+    Raises:
+        ConfigError: the corpora hold fewer such instructions.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+    for q, _ in examples(seed=seed):
+        if q not in seen and len(q) <= max_chars:
+            seen.add(q)
+            out.append(q)
+        if len(out) == n:
+            return out
+    raise ConfigError(f"the corpora hold only {len(out)} distinct instructions of at most {max_chars} characters; "
+                      f"ask for fewer than {n}")
+
 def token_streams(runtime, n_tokens: int, *, seq_len: int = 1024, seed: int = 0) -> list[list[int]]:
     """Streams of exactly ``seq_len`` token ids of ``runtime``'s tokenizer, ``n_tokens`` in all (rounded up).
 

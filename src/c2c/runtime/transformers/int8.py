@@ -84,22 +84,10 @@ def quantize_linears(model) -> int:
     why = available()
     if why is not None:
         raise RuntimeUnsupportedError(f"dtype int8 cannot run here: {why}; use --dtype bfloat16 or float32")
-    n = 0
-    with torch.no_grad():
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if type(child) is torch.nn.Linear or isinstance(child, packing.PackedLinear):
-                    setattr(parent, name, Int8DecodeLinear(child))
-                    n += 1
-    return n
+    return packing.replace_modules(
+        model, lambda m: type(m) is torch.nn.Linear or isinstance(m, packing.PackedLinear), Int8DecodeLinear)
 
 
 def dequantize_linears(model) -> int:
     """Drop the int8 copies (the full weights stay as they were). Returns how many."""
-    n = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, Int8DecodeLinear):
-                setattr(parent, name, child.full)
-                n += 1
-    return n
+    return packing.replace_modules(model, lambda m: isinstance(m, Int8DecodeLinear), lambda m: m.full)

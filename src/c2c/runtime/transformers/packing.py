@@ -50,6 +50,18 @@ def can_pack(model) -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+def replace_modules(model, pick, make) -> int:
+    """Replace every submodule ``m`` of ``model`` for which ``pick(m)`` holds by ``make(m)``; returns how many."""
+    n = 0
+    with torch.no_grad():
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if pick(child):
+                    setattr(parent, name, make(child))
+                    n += 1
+    return n
+
+
 def pack_linears(model) -> int:
     """Replace every ``nn.Linear`` of ``model`` (decoder and LM head) by a :class:`PackedLinear`.
 
@@ -58,25 +70,12 @@ def pack_linears(model) -> int:
     """
     if not can_pack(model):
         return 0
-    n = 0
-    with torch.no_grad():
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if type(child) is torch.nn.Linear:
-                    setattr(parent, name, PackedLinear(child))
-                    n += 1
-    return n
+    return replace_modules(model, lambda m: type(m) is torch.nn.Linear, PackedLinear)
 
 
 def unpack_linears(model) -> int:
     """Undo :func:`pack_linears` (dense ``nn.Linear`` again, bit-identical weights). Returns how many."""
-    n = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, PackedLinear):
-                setattr(parent, name, child.dense())
-                n += 1
-    return n
+    return replace_modules(model, lambda m: isinstance(m, PackedLinear), lambda m: m.dense())
 
 
 def linear_kernel(packed: int) -> str:
