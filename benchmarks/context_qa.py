@@ -190,7 +190,8 @@ def main() -> int:
         same = text is not None and c != "text" and r["n"] == text["n"]
         r["above_text"] = same and r["ci95"][0] > text["ci95"][1]
         r["below_text"] = same and r["ci95"][1] < text["ci95"][0]
-    result = {"model": args.model, "dtype": str(rt.dtype).replace("torch.", ""), "doc_tokens": args.doc_tokens,
+    dtype = "int8" if getattr(rt, "int8", 0) else str(rt.dtype).replace("torch.", "")
+    result = {"model": args.model, "dtype": dtype, "doc_tokens": args.doc_tokens,
               "n": args.n, "seed": args.seed, "max_new_tokens": args.max_new_tokens, "conditions": rows,
               "scoring": "exact match after SQuAD normalization of the reply's first line",
               "acceptance": {"text_well_above_50pct": text is not None and text["ci95"][0] > 0.5},

@@ -21,6 +21,7 @@ Outputs benchmarks/results/int8_quality.{json,md,jsonl} (or ``--out PREFIX``), w
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -84,8 +85,25 @@ def main() -> int:
                     help="also pair two benchmarks/context_qa.py runs' records (the same questions, --dtype "
                          "bfloat16 and --dtype int8, condition text) into the result: accuracy of each and the "
                          "paired difference with its 95%% interval")
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the report from OUT.jsonl's records (and --context-qa), loading no model")
     args = ap.parse_args()
 
+    from c2c.bench import results
+
+    if args.report_only:
+        prev = json.loads(Path(args.out).with_suffix(".json").read_text())
+        records = [json.loads(line) for line in Path(args.out).with_suffix(".jsonl").read_text().splitlines()
+                   if line.strip()]
+        meta = {k: prev[k] for k in ("model", "answer_tokens", "seed", "threads", "baseline", "int8", "seconds",
+                                     "machine", "command", "created")}
+        return report(records, meta, args, results)
+    records, meta = measure(args)
+    return report(records, meta, args, results)
+
+
+def measure(args) -> tuple[list[dict], dict]:
+    """One record per prompt, and what the report says of the run."""
     import torch
     from tqdm import tqdm
 
@@ -112,16 +130,20 @@ def main() -> int:
             records.append({"i": i, "prompt_tokens": len(ids), "answer_tokens": len(answer),
                             "agree": sum(agree), "positions": len(agree), "exact": all(agree),
                             "first_disagreement": agree.index(0) if 0 in agree else None})
+    return records, {"model": args.model, "answer_tokens": args.answer_tokens, "seed": args.seed,
+                     "threads": args.threads, "baseline": str(full.engine_id), "int8": str(q.engine_id),
+                     "seconds": time.perf_counter() - t0, "machine": results.machine(),
+                     "command": "python benchmarks/int8_quality.py " + " ".join(sys.argv[1:]),
+                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def report(records: list[dict], meta: dict, args, results) -> int:
     pooled = sum(r["agree"] for r in records) / max(1, sum(r["positions"] for r in records))
     weights = [r["positions"] for r in records]
     lo, hi = ratio_interval([r["agree"] for r in records], weights)
     exact = sum(r["exact"] for r in records)
-    out = {"model": args.model, "prompts": len(records), "answer_tokens": args.answer_tokens, "seed": args.seed,
-           "threads": args.threads, "baseline": str(full.engine_id), "int8": str(q.engine_id),
-           "agreement": pooled, "agreement_ci95": [lo, hi], "exact_answers": exact,
-           "exact_share": exact / len(records), "positions": sum(weights), "seconds": time.perf_counter() - t0,
-           "machine": results.machine(), "command": "python benchmarks/int8_quality.py " + " ".join(sys.argv[1:]),
-           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    out = {**meta, "prompts": len(records), "agreement": pooled, "agreement_ci95": [lo, hi],
+           "exact_answers": exact, "exact_share": exact / len(records), "positions": sum(weights),
            "acceptance": {"top1_agreement_ge_97pct": pooled >= 0.97}}
     qa_lines: list[str] = []
     if args.context_qa:
@@ -138,9 +160,9 @@ def main() -> int:
     md = "\n".join([
         "# int8 decode against bf16: teacher-forced top-1 agreement", "",
         f"`{out['command']}` — {out['created']}; {m.get('cpu')} ({m.get('cores')} cores; "
-        f"{', '.join(m.get('bf16_flags') or []) or 'no bf16 flags'}), {args.threads} threads.", "",
+        f"{', '.join(m.get('bf16_flags') or []) or 'no bf16 flags'}), {out['threads']} threads.", "",
         f"{len(records)} distinct instructions of the training corpora, chat-rendered; bf16 answers greedily "
-        f"({args.answer_tokens} tokens at most); int8 is teacher-forced along each answer.", "",
+        f"({out['answer_tokens']} tokens at most); int8 is teacher-forced along each answer.", "",
         "| | value | 95% interval |", "|---|---:|---:|",
         f"| top-1 agreement (pooled over {out['positions']} positions) | **{100 * pooled:.2f}%** | "
         f"{100 * lo:.2f}–{100 * hi:.2f}% (bootstrap over prompts) |",

@@ -9,18 +9,22 @@ linear layer (decoder and LM head) keeps two copies:
 - an int8 copy, one scale per output channel, prepacked for PyTorch's x86 quantized engine
   (fbgemm under ``torch.ops.quantized.linear_dynamic``), for a one-token step: the token's
   activations are quantized to int8 on the fly (one scale for the row), and the product runs
-  on the CPU's int8 dot products (VNNI, AMX-INT8 where present).
+  on the CPU's int8 dot products. With VNNI (``avx512_vnni`` or ``avx_vnni``: both CPU kinds of
+  this project) activations keep all 8 bits; without it fbgemm's int16 sums could saturate,
+  so they are quantized to 7 (``reduce_range``) and the numerics say ``int8-decode-7bit``.
 
-A one-token step reads a quarter of fp32's bytes and half of bf16's. One row is quantized on
-its own, so a token's result never depends on another token's. The cache it makes is not the
-bf16 runtime's: the numerics say ``linear-onednn-packed+int8-decode`` (the fingerprint names
-it), so an int8 cache never passes as exact for a bf16 one.
+The LM head keeps its full weights: it picks the token, and in int8 it cost the most
+agreement with bf16 for the least time (measured on prompts of another seed than the one
+``benchmarks/int8_quality.py`` reports). A one-token step reads about half of bf16's bytes.
+One row is quantized on its own, so a token's result never depends on another token's. The
+cache it makes is not the bf16 runtime's: the numerics say ``linear-onednn-packed+int8-decode``
+(the fingerprint names it), so an int8 cache never passes as exact for a bf16 one.
 
 NOTE: ``torch.ops.quantized`` is PyTorch's own, in the pinned build; PyTorch marks the
 quantized tensor constructors deprecated (torchao is its successor). The kernels were picked
-by measurement (``benchmarks/runtime_speed.py``): on the 2-core AMD EPYC the stack of a 0.5B
-model's linears ran 2.6x faster than bf16 packed, where ``aten._weight_int8pack_mm``
-(int8 weights, bf16 products) ran 1.15x faster.
+by measurement: on the 2-core AMD EPYC the stack of a 0.5B model's linears ran 2.6x faster
+than bf16 packed, where ``aten._weight_int8pack_mm`` (int8 weights, bf16 products) ran 1.15x
+faster.
 """
 
 from __future__ import annotations
@@ -30,9 +34,22 @@ import warnings
 import torch
 
 from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime.dtype import cpu_flags
 from c2c.runtime.transformers import packing
 
 ENGINES = ("x86", "fbgemm")   # PyTorch's quantized engines with a fast int8 dynamic linear on x86
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+KEEP_FULL = ("lm_head",)      # submodules that keep only their full weights
+
+
+def reduce_range() -> bool:
+    """Whether activations must be quantized to 7 bits here (no VNNI: fbgemm's int16 sums could saturate)."""
+    return not any(f in cpu_flags() for f in VNNI_FLAGS)
+
+
+def kernel_name() -> str:
+    """What the numerics add for int8 decode on this CPU."""
+    return "int8-decode-7bit" if reduce_range() else "int8-decode"
 
 
 def available() -> str | None:
@@ -64,11 +81,12 @@ class Int8DecodeLinear(torch.nn.Module):
         self.in_features, self.out_features = dense.in_features, dense.out_features
         self.int8 = _quantized(dense.weight, dense.bias)
         self.full = linear   # PackedLinear or nn.Linear: prefill's kernel
+        self.reduce_range = reduce_range()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:   # (..., in) -> (..., out)
         if x.numel() != self.in_features:
             return self.full(x)
-        y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, True)   # (1, out), fp32
+        y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, self.reduce_range)  # (1, out)
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def dense(self) -> torch.nn.Linear:
@@ -76,7 +94,7 @@ class Int8DecodeLinear(torch.nn.Module):
 
 
 def quantize_linears(model) -> int:
-    """Give every linear layer of ``model`` (plain or packed) an int8 copy for one-token steps.
+    """Give every linear layer of ``model`` (plain or packed) but the LM head an int8 copy for one-token steps.
 
     Returns how many. Raises :class:`RuntimeUnsupportedError` naming the way out where the CPU or the
     build cannot run it.
@@ -84,8 +102,10 @@ def quantize_linears(model) -> int:
     why = available()
     if why is not None:
         raise RuntimeUnsupportedError(f"dtype int8 cannot run here: {why}; use --dtype bfloat16 or float32")
+    keep = {id(getattr(model, name)) for name in KEEP_FULL if hasattr(model, name)}
     return packing.replace_modules(
-        model, lambda m: type(m) is torch.nn.Linear or isinstance(m, packing.PackedLinear), Int8DecodeLinear)
+        model, lambda m: id(m) not in keep and (type(m) is torch.nn.Linear or isinstance(m, packing.PackedLinear)),
+        Int8DecodeLinear)
 
 
 def dequantize_linears(model) -> int:

@@ -92,7 +92,7 @@ class TransformersRuntime(ChatTurns):
             where = f"cuda-sm{major}{minor}"
         else:
             where = numerics.cpu_numerics(self.facts.dtype)
-        kernel = packing.linear_kernel(self.packed) + ("+int8-decode" if self.int8 else "")
+        kernel = packing.linear_kernel(self.packed) + (f"+{int8.kernel_name()}" if self.int8 else "")
         return EngineId(kind="transformers", version=transformers.__version__,
                         numerics=f"torch-{torch.__version__}/{where}/linear-{kernel}")
 
