@@ -9,7 +9,8 @@ import torch
 
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
-from c2c.vllm import tickets
+from c2c.artifact.codec import Artifact
+from c2c.vllm import staging, tickets
 from c2c.vllm.connector_config import ConnectorConfig
 from c2c.vllm.commits import Attacher, Publisher, Request
 from c2c.vllm.api_middleware import error_response
@@ -76,7 +77,22 @@ def test_publish_signs_and_commits_and_an_exact_prompt_attaches(world):
     assert out["tokens"] == 40 and out["version"] == 1 and out["signed_by"]["domain"] == "research"
     v = attacher().check(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
     assert v.error is None and v.load_tokens == 40 and v.record["path"] == "cache"
-    assert open(v.staged, "rb").read() == open_store(url).in_domain("research").get(out["commit"]).data
+    # staged: the verified commit's K/V of the positions the request may load, read back without a second hash
+    stored = Artifact.decode(open_store(url).in_domain("research").get(out["commit"]).data).cache
+    with pytest.raises(ConfigError, match="not the commit"):
+        staging.unstage(v.staged, "f" * 64, layers=2, end=40)  # a wrong id is refused (and the file is gone)
+    v = attacher().check(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
+    keys, values = staging.unstage(v.staged, out["commit"], layers=2, end=40)
+    assert all(torch.equal(k, sk) and torch.equal(x, sv) for k, x, sk, sv in
+               zip(keys, values, stored.keys, stored.values))
+    with pytest.raises(ConfigError, match="gone"):
+        staging.unstage(v.staged, out["commit"], layers=2, end=40)
+    staging.stage(root / "short.kv", out["commit"], stored, 16)
+    with pytest.raises(ConfigError, match="positions up to 40"):
+        staging.unstage(root / "short.kv", out["commit"], layers=2, end=40)
+    (root / "junk.kv").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ConfigError, match="unreadable"):
+        staging.unstage(root / "junk.kv", out["commit"], layers=2, end=40)
 
 
 def test_auto_loads_the_longest_shared_run_of_blocks_and_full_refuses_it(world):

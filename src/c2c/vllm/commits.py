@@ -17,8 +17,8 @@ a sampled or strict K/V check (``c2c keys policy``), the cache is refused, namin
 ordinary prefill, with the reason. What may be loaded is a prefix of the prompt: the
 commit's tokens must begin the prompt. With the ``longest`` prefix policy an ``auto``
 attach loads the longest run of whole 16-token blocks the two share (at least one);
-``full`` and the ``exact`` policy need all of them. A verified commit is staged, as its
-bytes, in the run directory for the worker to load.
+``full`` and the ``exact`` policy need all of them. A verified commit's K/V are staged
+(:mod:`c2c.vllm.staging`) in the run directory for the worker to load.
 
 :class:`Publisher` (worker side) turns a finished request's K/V into a signed artifact,
 commits it on the instance's domain's stream and settles the request's ticket.
@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from c2c._io import write_atomic
 from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import SHARE_KEY
@@ -47,7 +46,7 @@ from c2c.store.interface import check_id, check_stream
 from c2c.store.url import open_store
 from c2c.trust.keys import Keyring, SigningKey, check_domain
 from c2c.trust.verify_policy import VerifyPolicy
-from c2c.vllm import tickets
+from c2c.vllm import staging, tickets
 
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 MODES = ("auto", "full")
@@ -117,7 +116,7 @@ class Verdict:
 
     Attributes:
         load_tokens: how many leading tokens of the prompt the commit's K/V may fill (0: none).
-        staged: the verified artifact's bytes, staged for the worker (None unless loading).
+        staged: the verified K/V the request may load, staged for the worker (None unless loading).
         record: what the reply's ``kv_transfer_params.c2c.attach`` says.
         error: ``{"type", "message"}`` when the request must fail (any mode: a bad or invisible id,
             a tampered commit; ``full``: any refusal).
@@ -203,9 +202,9 @@ class Attacher(_Scope):
                     adm = adm.fall_back(e)  # raises in full
             record.update(adm.record(), commit_tokens=h.seq_len, matched_tokens=matched)
             staged = None
-            if adm.path == "cache":
-                staged = str(self.staging / f"{request_id or adm.commit}.{time.monotonic_ns()}.c2c")
-                write_atomic(staged, adm.stored.data, durable=False, error=StoreError)
+            if adm.path == "cache":  # only what the request may load, verified: no hashing on the forward path
+                staged = str(self.staging / f"{request_id or adm.commit}.{time.monotonic_ns()}.kv")
+                staging.stage(staged, adm.commit, adm.artifact.cache, matched)
             record["timings"] = {**adm.timings, "check_s": time.perf_counter() - t0 - sum(adm.timings.values())}
             return Verdict(commit=adm.commit, load_tokens=matched if staged else 0, staged=staged, record=record)
         except C2CError as e:

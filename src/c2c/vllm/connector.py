@@ -36,10 +36,9 @@ from vllm.platforms import current_platform
 from vllm import __version__ as _vllm_version
 from vllm import _custom_ops as _vllm_ops
 
-from c2c.artifact.codec import Artifact
 from c2c.errors import C2CError, ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
-from c2c.vllm import tickets
+from c2c.vllm import staging, tickets
 from c2c.vllm.connector_config import ConnectorConfig, run_dir
 from c2c.vllm.commits import Attacher, Publisher, Request, Verdict, error_dict
 from c2c.vllm.identity import instance_facts, instance_fingerprint, model_dir
@@ -294,27 +293,24 @@ class C2CConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         assert isinstance(meta, C2CMetadata)
         for spec in meta.loads:
-            try:
-                data = bytearray(Path(spec.staged).read_bytes())
-                Path(spec.staged).unlink(missing_ok=True)
-                artifact = Artifact.decode(data)  # tensor bytes re-hashed against the signed header's digest
-                if artifact.id != spec.commit:
-                    raise ConfigError("the staged artifact is not the commit the scheduler verified")
-            except (OSError, C2CError) as e:
+            try:  # verified once, off the engine loop (the scheduler's Attacher): read, not re-hashed, here
+                keys, values = staging.unstage(spec.staged, spec.commit, layers=self.fingerprint.num_layers,
+                                               end=spec.end)
+            except C2CError as e:
                 log.error("c2c: cannot load %s for %s: %s; vLLM recomputes those tokens", spec.commit[:12],
                           spec.req_id, e)
                 self._failed_blocks.update(spec.block_ids[spec.start // self.block_size:
                                                           -(-spec.end // self.block_size)])
                 continue
             for i in range(self.fingerprint.num_layers):
-                self._pending.setdefault(i, []).append((spec, artifact.cache))
+                self._pending.setdefault(i, []).append((spec, (keys[i], values[i])))
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         i = self._layer_of.get(layer_name)
-        for spec, cache in self._pending.pop(i, ()):
+        for spec, (k, v) in self._pending.pop(i, ()):
             # (1, H, T, D) slices of the commit, into the request's blocks just before this layer attends
             self.layout.write(self._kv[layer_name], spec.block_ids, spec.start,
-                              cache.keys[i][:, :, spec.start:spec.end], cache.values[i][:, :, spec.start:spec.end])
+                              k[:, :, spec.start:spec.end], v[:, :, spec.start:spec.end])
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
         return  # publishing copies a request's K/V once it has finished (wait_for_save), not per layer
