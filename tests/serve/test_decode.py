@@ -31,7 +31,12 @@ def test_a_chunked_prefill_is_the_one_pass_prefill_within_rounding_in_fp32(chunk
 
 
 def test_the_prefill_chunk_is_a_checked_setting():
+    from c2c.cli.main import build_parser
+
     assert ServeConfig().prefill_chunk == PREFILL_CHUNK > 0
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    [flag] = [a for a in serve._actions if "--prefill-chunk" in a.option_strings]
+    assert f"default {PREFILL_CHUNK}," in flag.help  # the help says the default the server uses
     assert ServeConfig(prefill_chunk=0).prefill_chunk == 0
     with pytest.raises(ConfigError, match="--prefill-chunk"):
         ServeConfig(prefill_chunk=-1)

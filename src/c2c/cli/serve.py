@@ -42,7 +42,8 @@ def register(sub) -> None:
                         "seconds ago counts half (default 5)")
     p.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
                    help="prefill a prompt in forward passes of at most N tokens, so that another tenant's "
-                        "request can run between two of them (0: one pass; default 256, measured)")
+                        "request can run between two of them (0: one pass, fastest for a lone prompt; "
+                        "default 64, measured)")
     p.add_argument("--session-budget-mb", type=float, default=1024, metavar="M",
                    help="K/V megabytes all sessions may hold; past it the least recently used are evicted "
                         "(and rebuilt from their messages when used again; default 1024)")

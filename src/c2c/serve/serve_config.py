@@ -12,7 +12,7 @@ from c2c.errors import ConfigError
 from c2c.runtime.zoo import DEFAULT_MODEL
 
 MB = 1 << 20
-PREFILL_CHUNK = 256  # tokens per prefill pass (see ServeConfig.prefill_chunk)
+PREFILL_CHUNK = 64  # tokens per prefill pass (see ServeConfig.prefill_chunk)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +33,10 @@ class ServeConfig:
         prefill_chunk: a prompt is prefilled in forward passes of at most this many tokens, and the
             model's turn may pass to another tenant between two of them (0: one pass, which holds
             the model for the whole prompt). The default was measured (``benchmarks/serve_load.py
-            --two-tenant``).
+            --two-tenant --flood-prompt-words 760``, SmolLM2-135M, 2 cores: another tenant's ~1.9k-token
+            prompts put a short tenant's p99 at 8.15x its p99 alone in one pass, 1.99x at 256, 1.76x at
+            128, 1.08x at 64); it costs a lone long prompt 23-35% of its prefill speed, so a server with
+            one tenant may set 0.
         session_budget_bytes: KV bytes all sessions may hold together; past it the least
             recently used lose their cache (and are rebuilt from their messages when used).
         session_budget_per_tenant_bytes: KV bytes one tenant's sessions may hold; past it that
