@@ -6,6 +6,8 @@ The first tests read request bodies without vLLM; the rest drive the session's r
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from openai import APIStatusError, OpenAI
 
@@ -88,8 +90,15 @@ def streamed(client, messages, max_tokens=16, **extra):
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks
 
 
-def leftover_tickets(server) -> list:
-    return sorted(p.name for p in (server.home / "vllm" / "tickets").glob("*"))
+def leftover_tickets(server, within_s: float = 10.0) -> list:
+    """The ticket files still there after ``within_s`` seconds (a report is collected as soon as it is written,
+    which may be just after the reply has gone)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = sorted(p.name for p in (server.home / "vllm" / "tickets").glob("*"))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.mark.vllm
