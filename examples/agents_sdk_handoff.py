@@ -1,8 +1,8 @@
 """Analyst -> writer with the OpenAI Agents SDK over `c2c serve`: the writer continues from the analyst's cache.
 
-    c2c serve &
-    pip install openai-agents
-    python examples/agents_sdk_handoff.py
+    bash scripts/setup.sh              # .venv, with the examples' extras (once)
+    .venv/bin/c2c serve &
+    .venv/bin/python examples/agents_sdk_handoff.py
 
 Both agents are stock ``agents.Agent`` objects on an ``OpenAIChatCompletionsModel``
 pointed at the server. The analyst's ``ModelSettings.extra_body`` publishes its

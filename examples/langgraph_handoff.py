@@ -1,8 +1,8 @@
 """Analyst -> writer as a LangGraph graph over `c2c serve`: the analyst's KV cache travels by commit id.
 
-    c2c serve &
-    pip install langgraph langchain-openai
-    python examples/langgraph_handoff.py
+    bash scripts/setup.sh              # .venv, with the examples' extras (once)
+    .venv/bin/c2c serve &
+    .venv/bin/python examples/langgraph_handoff.py
 
 Each node is a stock ``ChatOpenAI(base_url=...)``. The analyst publishes its cache
 to the server's store; only the commit id goes into the graph state; the writer

@@ -1,7 +1,8 @@
 """Talk to `c2c serve` with the stock openai client, then hand one agent's cache to another.
 
-    c2c serve &                       # Qwen2.5-Coder-0.5B-Instruct on http://127.0.0.1:8000/v1
-    python examples/openai_client.py
+    bash scripts/setup.sh              # .venv, with the examples' extras (once)
+    .venv/bin/c2c serve &              # Qwen2.5-Coder-0.5B-Instruct on http://127.0.0.1:8000/v1
+    .venv/bin/python examples/openai_client.py
 
 Environment: C2C_BASE_URL (default http://127.0.0.1:8000/v1), C2C_API_KEY (a token
 from the server's --tokens file; anything without one), C2C_MODEL.
