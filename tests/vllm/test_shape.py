@@ -160,3 +160,17 @@ def test_a_streamed_request_that_must_fail_is_an_http_error_before_any_token(cli
     text, _ = streamed(client, OTHER, 8)  # the engine goes on
     assert text
     assert leftover_tickets(vllm_server) == []
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_c2c_key_written_with_escapes_is_read_as_c2c(vllm_server):
+    import httpx
+
+    body = ('{"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, '
+            '"\\u0063\\u0032\\u0063": {"attach": ["bad"]}}')
+    r = httpx.post(f"{vllm_server.base_url}/chat/completions", content=body.encode(),
+                   headers={"content-type": "application/json"}, timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["c2c_error"] == "ConfigError"
+    assert r.json()["error"]["message"].startswith("c2c.attach 'bad'")

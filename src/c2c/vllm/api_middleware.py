@@ -80,7 +80,7 @@ class C2CMiddleware:
         if gone:
             return
         shape = None
-        if b'"c2c"' in raw:
+        if b"c2c" in raw or b"\\u" in raw:  # (a key may be written with escapes: then it is parsed to be sure)
             try:
                 doc = json.loads(raw)
                 shape = shapes.read(doc) if isinstance(doc, dict) else None
