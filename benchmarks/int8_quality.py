@@ -31,21 +31,8 @@ SYSTEM = "You are a helpful assistant."
 MAX_INSTRUCTION_CHARS = 1500
 
 
-def instructions(n: int, seed: int) -> list[str]:
-    """``n`` distinct instructions of the training corpora (shuffled with ``seed``)."""
-    from c2c.errors import ConfigError
-    from c2c.xmodel.streams import instructions as corpus_instructions  # lazy: reads $C2C_DATA/train
-
-    try:
-        return corpus_instructions(n, seed=seed, max_chars=MAX_INSTRUCTION_CHARS)
-    except ConfigError as e:
-        raise SystemExit(str(e)) from None
-
-
 def paired_context_qa(bf16: Path, int8: Path) -> dict:
     """Per-question correctness of two context-QA runs (condition ``text``) paired by question id."""
-    import json
-
     from c2c.bench.stats import bootstrap_mean
 
     def read(path: Path) -> dict[str, bool]:
@@ -113,7 +100,9 @@ def measure(args) -> tuple[list[dict], dict]:
     torch.set_num_threads(args.threads)
     full = zoo.load(args.model, dtype="bfloat16")
     q = zoo.load(args.model, dtype="int8")
-    prompts = instructions(args.prompts, args.seed)
+    from c2c.xmodel.streams import instructions  # lazy: reads $C2C_DATA/train; too few is a ConfigError
+
+    prompts = instructions(args.prompts, seed=args.seed, max_chars=MAX_INSTRUCTION_CHARS)
     records, t0 = [], time.perf_counter()
     with torch.inference_mode():
         for i, text in enumerate(tqdm(prompts, desc="prompts", file=sys.stderr)):

@@ -45,17 +45,6 @@ SYSTEM = "You are a helpful assistant."
 MAX_INSTRUCTION_CHARS = 1500   # keeps prompts well inside --max-model-len
 
 
-def instructions(n: int, seed: int) -> list[str]:
-    """``n`` distinct instructions of the training corpora (shuffled with ``seed``)."""
-    from c2c.errors import ConfigError
-    from c2c.xmodel.streams import instructions as corpus_instructions  # lazy: reads $C2C_DATA/train
-
-    try:
-        return corpus_instructions(n, seed=seed, max_chars=MAX_INSTRUCTION_CHARS)
-    except ConfigError as e:
-        raise SystemExit(str(e)) from None
-
-
 # ------------------------------------------------------------------ phase 1: vLLM
 def publish_all(model_dir: Path, model: str, dtype: str, prompts: list[str], answer_tokens: int, work: Path) -> dict:
     """Start one server, publish every prompt's greedy answer, stop it; the record phase 2 reads."""
@@ -290,7 +279,9 @@ def main() -> int:
         raise SystemExit(f"{args.model} is not pulled: `c2c models pull {args.model}`")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="c2c-vllm-fidelity-"))
     work.mkdir(parents=True, exist_ok=True)
-    prompts = instructions(args.prompts, args.seed)
+    from c2c.xmodel.streams import instructions  # lazy: reads $C2C_DATA/train; too few is a ConfigError
+
+    prompts = instructions(args.prompts, seed=args.seed, max_chars=MAX_INSTRUCTION_CHARS)
     out: dict = {"model": args.model, "prompts": len(prompts), "answer_tokens": args.answer_tokens, "seed": args.seed,
                  "corpora": list(CORPORA), "machine": results.machine(), "dtypes": {}}
     records: list[dict] = []

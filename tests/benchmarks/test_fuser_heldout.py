@@ -1,11 +1,12 @@
 """The held-out fuser audit: the learning-curve slope and its verdict, and fuser/control losses paired by example."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,9 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def ho():
     sys.path.insert(0, str(ROOT / "benchmarks"))  # it reads training logs with fuser_report's reader
-    spec = importlib.util.spec_from_file_location("fuser_heldout", ROOT / "benchmarks" / "fuser_heldout.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("fuser_heldout")
     yield mod
     sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -66,10 +65,7 @@ def test_losses_are_paired_by_example_and_skipped_ones_left_out(ho):
 
 @pytest.fixture(scope="module")
 def more(ho):
-    spec = importlib.util.spec_from_file_location("fuser_more_data", ROOT / "benchmarks" / "fuser_more_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fuser_more_data")
 
 
 def _recs(name, losses):

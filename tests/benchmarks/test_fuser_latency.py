@@ -1,11 +1,12 @@
 """The same-machine latency check: its comparison with the report's records, and the rendering from timings."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,9 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def lat():
     sys.path.insert(0, str(ROOT / "benchmarks"))  # it reads the report's records with fuser_report's helpers
-    spec = importlib.util.spec_from_file_location("fuser_latency", ROOT / "benchmarks" / "fuser_latency.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("fuser_latency")
     yield mod
     sys.path.remove(str(ROOT / "benchmarks"))
 

@@ -1,10 +1,11 @@
 """The fuser plan: each checkpoint's progress, found committed or in C2C_HOME; finished runs copied for
 committing; reports run only for finished fusers, and with their control only once it is finished."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -12,9 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _plan(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.setenv("C2C_HOME", str(tmp_path / "home"))
-    spec = importlib.util.spec_from_file_location("fuser_plan", ROOT / "benchmarks" / "fuser_plan.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("fuser_plan")
     monkeypatch.setattr(mod, "COMMITTED", tmp_path / "committed")
     monkeypatch.setattr(mod.rep, "RESULTS", tmp_path / "results")
     return mod

@@ -1,20 +1,17 @@
 """The fuser report: records joined per question, a new checkpoint never mixed with old records, bold only
 where a paired interval clears, and a partial benchmark never pooled."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_helpers import load_benchmark
+
 
 
 def _report():
-    spec = importlib.util.spec_from_file_location("fuser_report", ROOT / "benchmarks" / "fuser_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fuser_report")
 
 
 BASE_TAG = {"receiver_w": "r1", "sharer_w": "s1", "hint_tokens": 32}

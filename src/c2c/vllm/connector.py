@@ -36,7 +36,7 @@ from vllm.platforms import current_platform
 from vllm import __version__ as _vllm_version
 from vllm import _custom_ops as _vllm_ops
 
-from c2c.errors import C2CError, ConfigError, RuntimeUnsupportedError
+from c2c.errors import C2CError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
 from c2c.vllm import staging, tickets
 from c2c.vllm.connector_config import ConnectorConfig, run_dir
