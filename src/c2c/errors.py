@@ -6,6 +6,8 @@ problem and say what to do instead.
 
     C2CError
     ├── ConfigError                 bad argument, flag or environment variable
+    │   └── ContextEditError          an instruction to drop messages from a session's cache that the
+    │                                 history contradicts, or out of range (400); the session is unchanged
     ├── ModelError                  a model cannot be found, pulled or loaded
     │   └── UnknownModelError       name is not in the zoo and not a directory
     ├── RuntimeUnsupportedError     the runtime cannot do this exactly (e.g. a slice
@@ -46,6 +48,7 @@ problem and say what to do instead.
     │       └── ChunkCorruptError       a chunk (or the list of them) does not match its digest:
     │                                   tampered, or swapped for another
     ├── HandoffError                a handoff could not be done in the mode asked
+    │   ├── EditedCacheError          an edited cache (messages dropped) asked for as an exact one (409)
     │   └── ChannelError              the shared-memory channel's peer is another user, gone,
     │                                 silent, or sent a malformed message
     ├── ServeError                  the HTTP server (`c2c serve`) refused a request, or is draining
@@ -72,6 +75,11 @@ class C2CError(Exception):
 
 class ConfigError(C2CError):
     """A bad argument, flag or environment variable."""
+
+
+class ContextEditError(ConfigError):
+    """An instruction to drop messages from a session's cache that cannot be applied: an index out of range,
+    the system message, a drop the history contradicts, or an earlier drop left out. Nothing was changed."""
 
 
 class ModelError(C2CError):
@@ -221,6 +229,11 @@ class HandoffError(C2CError):
     """A handoff could not be carried out in the requested mode."""
 
 
+class EditedCacheError(HandoffError):
+    """A cache edited without a prefill (messages dropped: :mod:`c2c.runtime.edit`) was asked for in an exact mode
+    (``full`` or ``slice``); ``auto`` takes it as approximate, or re-prefill from text."""
+
+
 class ChannelError(HandoffError):
     """The shared-memory channel (:mod:`c2c.handoff.shm`) failed: a peer of another user, a closed or
     silent peer, a malformed control message or arena."""
@@ -307,12 +320,15 @@ class FuserDataError(FuserError):
 # StaleCommitError         409     stale_commit             a stale commit, asked for as a cache
 # IncompatibleCacheError   409     incompatible_cache       another model, or another shared prefix
 # RuntimeUnsupportedError  409     runtime_unsupported      the runtime cannot do this exactly
+# EditedCacheError         409     edited_cache             an edited cache (messages dropped), asked for as exact
 # HandoffError             409     handoff_refused          the hop limit, or a commit without its tokens / text
 # KeyringError             500     keyring_error            the server's own keyring is unusable
 # TrustError               422     untrusted_artifact       tampered, unsigned or untrusted artifact
 # ArtifactError            422     bad_artifact             an artifact that does not parse
 # StoreCorruptError        422     store_corrupt            stored bytes that no longer hash to their id
 # QuotaExceededError       429     quota_exceeded           a publish would take the caller's domain past its store quota
+# ContextEditError         400     invalid_edit             a drop out of range, of the system message, or that the
+#                                                           history contradicts (the session is left as it was)
 # ConfigError              400     invalid_value            a bad value (stream name, label, id, cursor, sampling)
 # StoreError               503     store_unavailable        the store failed
 # ModelError               503     model_unavailable        a model failed
@@ -335,12 +351,14 @@ HTTP_TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (StaleCommitError, 409, "stale_commit"),
     (IncompatibleCacheError, 409, "incompatible_cache"),
     (RuntimeUnsupportedError, 409, "runtime_unsupported"),
+    (EditedCacheError, 409, "edited_cache"),
     (HandoffError, 409, "handoff_refused"),
     (KeyringError, 500, "keyring_error"),
     (TrustError, 422, "untrusted_artifact"),
     (ArtifactError, 422, "bad_artifact"),
     (StoreCorruptError, 422, "store_corrupt"),
     (QuotaExceededError, 429, "quota_exceeded"),
+    (ContextEditError, 400, "invalid_edit"),
     (ConfigError, 400, "invalid_value"),
     (StoreError, 503, "store_unavailable"),
     (ModelError, 503, "model_unavailable"),

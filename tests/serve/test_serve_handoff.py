@@ -32,7 +32,8 @@ def test_publish_then_attach_hands_over_the_cache_exactly(tiny_server):
     [rec] = c["attach"]
     assert rec["path"] == "cache" and rec["used"] == "full" and rec["requested"] == "auto"
     assert {x["name"]: x["ok"] for x in rec["checks"]} == {
-        "domain": True, "fingerprint": True, "prefix": True, "hops": True, "staleness": True, "advisor": None}
+        "domain": True, "fingerprint": True, "prefix": True, "hops": True, "staleness": True, "exact": True,
+        "advisor": None}
     assert rec["bytes"] == pub["bytes"] and rec["tokens"] == pub["tokens"] and "fetch_s" in rec["timings"]
     assert c["imported_tokens"] == pub["tokens"] and c["prefilled_tokens"] < r2.usage.prompt_tokens
     assert r2.usage.prompt_tokens_details.cached_tokens == pub["tokens"]

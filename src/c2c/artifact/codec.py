@@ -36,12 +36,13 @@ from c2c._io import open_for_read, write_atomic
 import c2c.artifact.chunks as chunks
 from c2c.artifact.chunks import ChunkGeometry, ChunkIndex
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.artifact.header import ArtifactHeader
+from c2c.artifact.header import EDIT_KEY, ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json, token_digest, utc_now
 from c2c.config import settings
-from c2c.errors import ArtifactTooLargeError, CorruptArtifactError, TruncatedArtifactError
-from c2c.runtime.kvcache import KVCache
+from c2c.errors import (ArtifactTooLargeError, ConfigError, CorruptArtifactError, IncompatibleCacheError,
+                        TruncatedArtifactError)
+from c2c.runtime.kvcache import Edits, KVCache
 
 # NOTE: a header of 1M tokens is ~8 MB of JSON; 16 MiB bounds what rejecting a garbage header costs.
 MAX_HEADER_BYTES = 16 << 20
@@ -103,6 +104,11 @@ class Artifact:
         dtype = _NAMES.get(cache.dtype)
         if dtype is None:
             raise CorruptArtifactError(f"cannot export a cache of dtype {cache.dtype}")
+        if cache.gaps:
+            raise ConfigError("a cache with dropped positions left open cannot be exported; close them first "
+                              "(c2c.runtime.edit.close_gaps, or reposition: true)")
+        if cache.edits is not None:  # signed with the header: a receiver never takes it for exact
+            extra = {**(extra or {}), EDIT_KEY: cache.edits.to_dict()}
         names, tensors = _ordered(cache)
         table = _tensor_table(names, dtype, [t.shape for t in tensors])
         data = memoryview(b"".join(_bytes(t) for t in tensors))
@@ -453,8 +459,18 @@ def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
         return None
     tensors = [flat[a:b].view(torch_dtype).view(*shape) for (a, b), shape in zip(spans, layout.shapes)]
     tokens = header.tokens if header.tokens is not None else (0,) * header.seq_len
+    edit = header.edit
+    edits = None if edit is None else (Edits() if "malformed" in edit else _edits_or_empty(edit))
     return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),
-                   start=header.start, windows=layout.windows)
+                   start=header.start, windows=layout.windows, edits=edits)
+
+
+def _edits_or_empty(record: dict) -> Edits:
+    """A signed edit record as :class:`Edits` (an empty one, still not exact, if it does not parse)."""
+    try:
+        return Edits.from_dict(record)
+    except IncompatibleCacheError:
+        return Edits()
 
 
 def check_chunks(header: ArtifactHeader, geometry: ChunkGeometry, data: memoryview, which,

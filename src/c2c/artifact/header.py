@@ -47,6 +47,7 @@ MAX_KEY = 128                 # characters of one producer or label key
 MAX_ENTRIES = 64              # keys in producer / labels
 MAX_EXTRA_BYTES = 64 << 10    # canonical JSON of ``extra``
 SHARE_KEY = "c2c.share"       # ``extra``: the other trust domains the publisher lets attach it (signed with it)
+EDIT_KEY = "c2c.edit"         # ``extra``: the cache was edited (messages dropped): counts and spans, never the text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +83,16 @@ class ArtifactHeader:
         has none, or a malformed one. Signed with the header, so only the signer's domain could write it."""
         raw = self.extra.get(SHARE_KEY)
         return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
+
+    @property
+    def edit(self) -> dict | None:
+        """The publisher's record of how the cache was edited (:class:`~c2c.runtime.kvcache.Edits`), or None
+        when it is what a prefill of its tokens gives. Signed with the header. A malformed record still
+        marks the cache edited (it is never taken for exact)."""
+        raw = self.extra.get(EDIT_KEY)
+        if raw is None:
+            return None
+        return raw if isinstance(raw, dict) else {"malformed": True}
 
     def to_dict(self) -> dict[str, Any]:
         return {

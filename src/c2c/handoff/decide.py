@@ -16,6 +16,10 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
 ``prefix``      the same shared prefix, block by block
 ``hops``        the chain stays within the hop limit (``C2C_MAX_HOPS``)
 ``staleness``   the context is not built on a stale commit
+``exact``       the cache is what a prefill of its tokens gives, not one edited
+                without a prefill (messages dropped: :mod:`c2c.runtime.edit`);
+                ``auto`` takes an edited one as approximate and says so, an
+                explicit ``full`` or ``slice`` refuses it
 ``advisor``     this machine's calibrated cost model predicts the cache to
                 be faster (only asked in ``auto``, when calibrated)
 ==============  ==========================================================
@@ -44,8 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import (C2CError, DomainMismatchError, FingerprintMismatchError, HandoffError, MapMismatchError,
-                        PrefixMismatchError, StaleCommitError)
+from c2c.errors import (C2CError, DomainMismatchError, EditedCacheError, FingerprintMismatchError, HandoffError,
+                        MapMismatchError, PrefixMismatchError, StaleCommitError)
 from c2c.handoff import cross_engine
 from c2c.handoff.policy import HandoffPolicy
 from c2c.trust.isolation import domain_rule
@@ -55,7 +59,7 @@ if TYPE_CHECKING:  # the offer is read, never imported here: decide() stays free
 
 Path = Literal["cache", "fused", "mapped", "text"]
 PATHS: tuple[str, ...] = ("cache", "fused", "mapped", "text")
-CHECKS = ("domain", "fingerprint", "prefix", "hops", "staleness", "advisor")
+CHECKS = ("domain", "fingerprint", "prefix", "hops", "staleness", "exact", "advisor")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +77,7 @@ class Party:
     private: tuple[str, ...] = ()
     exportable: tuple[str, ...] = ()
     shared_with: tuple[str, ...] = ()   # other domains its owner granted this context to (signed)
+    edited: str | None = None           # how its cache was edited without a prefill (None: it is exact)
 
     @classmethod
     def of(cls, agent) -> "Party":
@@ -157,8 +162,8 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
             why += f" (includes private spans {list(sender.private)})"
         return _across_engines(Decision(path="cache", mode=mode, reason=why, checks=checks, labels=labels,
                                         advice=adv), cross)
-    # auto
-    blocking = [c for c in checks if c.ok is False]
+    # auto: an edited cache is taken as approximate (the reason says so), never blocked on that alone
+    blocking = [c for c in checks if c.ok is False and c.name != "exact"]
     only_model = blocking and all(c.name in ("fingerprint", "prefix") for c in blocking)
     if blocking:
         offer, map_note = (_map_for(maps, sender, receiver) if [c.name for c in blocking] == ["fingerprint"]
@@ -175,6 +180,8 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
         return Decision(path="text", mode="text", checks=checks, advice=adv,
                         reason=f"fell back to text: {blocking[0].detail}{note}{tail}")
     reason = "same model, same shared prefix, same trust domain"
+    if by["exact"].ok is False:
+        reason += f"; approximate: {by['exact'].detail}"
     if by["advisor"].ok is not None or advice_note:
         reason += f"; {by['advisor'].detail}"
     return _across_engines(_cache_decision("cache", sender, policy, checks, adv, reason=reason), cross)
@@ -258,6 +265,10 @@ def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, st
                      f"{hops} cache hops would exceed the hop limit {limit} (C2C_MAX_HOPS); text with reference ids"))
     out.append(Check(name="staleness", ok=stale is None, error=StaleCommitError,
                      detail="fresh context" if stale is None else f"built on stale context: {stale}"))
+    out.append(Check(name="exact", ok=sender.edited is None, error=EditedCacheError,
+                     detail="what a prefill of its tokens gives" if sender.edited is None else
+                     f"the cache was {sender.edited} without a prefill, so it is approximate; attach it in auto, "
+                     "or have its publisher re-prefill"))
     if policy.mode == "auto" and advice is not None:
         out.append(Check(name="advisor", ok=advice.cache_is_faster, detail=advice_note or advice.note))
     else:

@@ -11,6 +11,13 @@ last ``min(T, W - 1)`` tokens; every other layer keeps all ``T``. Positions of
 the tokens are ``start, start + 1, ..., start + T - 1``: a cache a model can
 continue from has ``start == 0``; a *slice* exported from the middle of a
 context has ``start > 0`` and must be re-positioned before it is attached.
+
+An *edited* cache (:mod:`c2c.runtime.edit`: messages dropped from a conversation's
+cache, without a prefill) says so: ``edits`` records what was done, and such a cache
+is never called ``exact``. Dropped tokens whose positions were not closed leave
+``gaps``: ``(index, width)`` means the positions skip ``width`` before token
+``index``, so token ``i`` sits at :meth:`position_of` ``(i)`` and the next token at
+``end``. Only caches without sliding-window layers have gaps.
 """
 
 from __future__ import annotations
@@ -20,6 +27,83 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class EditStep:
+    """One edit of a cache: token spans dropped, what followed them re-positioned or not, some recomputed.
+
+    Attributes:
+        dropped: the dropped spans, ``[a, b)`` in the positions they had when dropped.
+        repositioned: tokens whose keys were re-rotated to close the gaps.
+        recomputed: tokens whose K/V a repair recomputed (:mod:`c2c.runtime.repair`).
+        repair: the repair level (``"none"``, ``"first:K"``, ``"ratio:R"``).
+    """
+
+    dropped: tuple[tuple[int, int], ...] = ()
+    repositioned: int = 0
+    recomputed: int = 0
+    repair: str = "none"
+
+    @property
+    def dropped_tokens(self) -> int:
+        return sum(b - a for a, b in self.dropped)
+
+    def to_dict(self) -> dict:
+        return {"dropped": [list(s) for s in self.dropped], "repositioned": self.repositioned,
+                "recomputed": self.recomputed, "repair": self.repair}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Edits:
+    """Every edit made to a cache since it was last what a prefill of its tokens gives, oldest first."""
+
+    steps: tuple[EditStep, ...] = ()
+
+    @property
+    def dropped(self) -> int:
+        return sum(s.dropped_tokens for s in self.steps)
+
+    @property
+    def repositioned(self) -> int:
+        return sum(s.repositioned for s in self.steps)
+
+    @property
+    def recomputed(self) -> int:
+        return sum(s.recomputed for s in self.steps)
+
+    @property
+    def exact_until(self) -> int | None:
+        """The first position any edit touched: the K/V before it are still what a prefill gives (None: no
+        span was dropped)."""
+        starts = [a for s in self.steps for a, _ in s.dropped]
+        return min(starts) if starts else None
+
+    def plus(self, other: "Edits | None") -> "Edits":
+        return self if other is None else Edits(steps=self.steps + other.steps)
+
+    def to_dict(self) -> dict:
+        return {"dropped_tokens": self.dropped, "repositioned_tokens": self.repositioned,
+                "recomputed_tokens": self.recomputed, "steps": [s.to_dict() for s in self.steps]}
+
+    @classmethod
+    def from_dict(cls, d) -> "Edits":
+        """The record :meth:`to_dict` wrote (a signed header's); IncompatibleCacheError for a malformed one."""
+        try:
+            steps = tuple(EditStep(dropped=tuple((int(a), int(b)) for a, b in s["dropped"]),
+                                   repositioned=int(s["repositioned"]), recomputed=int(s["recomputed"]),
+                                   repair=str(s["repair"])[:32]) for s in d["steps"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise IncompatibleCacheError(f"malformed edit record: {type(e).__name__}") from None
+        return cls(steps=steps)
+
+    def summary(self) -> str:
+        return (f"edited: {self.dropped} tokens dropped in {len(self.steps)} edit(s), {self.repositioned} "
+                f"re-positioned, {self.recomputed} recomputed")
+
+
+def _merge(a: Edits | None, b: Edits | None) -> Edits | None:
+    return b if a is None else a.plus(b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +117,8 @@ class KVCache:
         token_ids: the ``T`` token ids the cache encodes, in order.
         start: absolute position of ``token_ids[0]``.
         windows: per-layer sliding window ``W``, or ``None`` for full attention.
+        gaps: ``(index, width)`` pairs, indices increasing: positions skip ``width`` before token ``index``.
+        edits: what was done to this cache since a prefill gave it (None: nothing; it is exact).
     """
 
     keys: tuple[torch.Tensor, ...]
@@ -40,6 +126,8 @@ class KVCache:
     token_ids: tuple[int, ...]
     start: int = 0
     windows: tuple[int | None, ...] = field(default=())
+    gaps: tuple[tuple[int, int], ...] = ()
+    edits: Edits | None = None
 
     def __post_init__(self) -> None:
         if len(self.keys) != len(self.values):
@@ -62,6 +150,12 @@ class KVCache:
                     f"layer {i} holds {k.shape[2]} tokens, expected {self.layer_length(T, w)} "
                     f"for {T} tokens and window {w}"
                 )
+        if self.gaps:
+            if any(w is not None for w in self.windows):
+                raise IncompatibleCacheError("a cache with sliding-window layers cannot have position gaps")
+            idx = [i for i, _ in self.gaps]
+            if idx != sorted(set(idx)) or idx[0] <= 0 or idx[-1] >= T or any(w <= 0 for _, w in self.gaps):
+                raise IncompatibleCacheError(f"malformed position gaps {self.gaps[:4]} for {T} tokens")
 
     # ------------------------------------------------------------------ facts
     @staticmethod
@@ -75,8 +169,25 @@ class KVCache:
 
     @property
     def end(self) -> int:
-        """One past the absolute position of the last token."""
-        return self.start + self.seq_len
+        """One past the absolute position of the last token (where the next token goes)."""
+        return self.start + self.seq_len + sum(w for _, w in self.gaps)
+
+    @property
+    def exact(self) -> bool:
+        """True unless the cache was edited: then it is not what a prefill of ``token_ids`` gives."""
+        return self.edits is None
+
+    def position_of(self, index: int) -> int:
+        """Absolute position of ``token_ids[index]``."""
+        return self.start + index + sum(w for i, w in self.gaps if i <= index)
+
+    def positions(self) -> list[int]:
+        """Absolute positions of every token, in order."""
+        out, shift, gaps = [], self.start, dict(self.gaps)
+        for i in range(self.seq_len):
+            shift += gaps.get(i, 0)
+            out.append(shift + i)
+        return out
 
     @property
     def num_layers(self) -> int:
@@ -92,6 +203,8 @@ class KVCache:
 
     def layer_start(self, layer: int) -> int:
         """Absolute position of the first token that ``layer`` still holds."""
+        if self.gaps:  # no sliding layers: every layer holds every token
+            return self.start
         return self.end - self.keys[layer].shape[2]
 
     # ------------------------------------------------------------- operations
@@ -100,8 +213,13 @@ class KVCache:
 
         Raises:
             RuntimeUnsupportedError: a sliding-window layer no longer holds part
-                of the range, so the slice cannot be exact.
+                of the range, so the slice cannot be exact; or the cache has position
+                gaps (cut it by index with :meth:`take`).
         """
+        if self.gaps:
+            raise RuntimeUnsupportedError(
+                "this cache has dropped positions that were not closed; cut it by token index (take), "
+                "or re-position it first (c2c.runtime.edit.close_gaps)")
         if not (self.start <= start < end <= self.end):
             raise IncompatibleCacheError(
                 f"slice [{start}:{end}) is outside the cache's positions [{self.start}:{self.end})"
@@ -123,9 +241,34 @@ class KVCache:
         ids = self.token_ids[start - self.start : end - self.start]
         return replace(self, keys=tuple(keys), values=tuple(values), token_ids=ids, start=start)
 
-    def append(self, other: "KVCache") -> "KVCache":
-        """This cache followed by ``other``, whose positions must continue ours."""
-        if other.start != self.end:
+    def take(self, a: int, b: int) -> "KVCache":
+        """Tokens ``a..b-1`` by index, at the positions they have (gaps inside the range are kept).
+
+        Only for caches without sliding-window layers (every layer holds every token).
+        """
+        if any(w is not None for w in self.windows):
+            if not self.gaps:
+                return self.slice(self.position_of(a), self.position_of(b - 1) + 1)
+            raise RuntimeUnsupportedError("cutting by index needs full attention on every layer")
+        if not 0 <= a < b <= self.seq_len:
+            raise IncompatibleCacheError(f"tokens [{a}:{b}) are outside the cache's {self.seq_len}")
+        return replace(self, keys=tuple(k[:, :, a:b] for k in self.keys),
+                       values=tuple(v[:, :, a:b] for v in self.values), token_ids=self.token_ids[a:b],
+                       start=self.position_of(a), gaps=tuple((i - a, w) for i, w in self.gaps if a < i < b))
+
+    def head(self, n: int) -> "KVCache":
+        """The first ``n`` tokens (by index)."""
+        if n >= self.seq_len:
+            return self
+        return self.take(0, n) if self.gaps else self.slice(self.start, self.start + n)
+
+    def append(self, other: "KVCache", *, gap_ok: bool = False) -> "KVCache":
+        """This cache followed by ``other``, whose positions must continue ours.
+
+        With ``gap_ok``, ``other`` may start past our end: the positions between stay empty
+        (a gap, as after a drop without re-positioning).
+        """
+        if other.start != self.end and not (gap_ok and other.start > self.end):
             raise IncompatibleCacheError(
                 f"cannot append a cache starting at position {other.start} to one ending at "
                 f"{self.end}; re-position it first"
@@ -133,13 +276,22 @@ class KVCache:
         if other.windows != self.windows:
             raise IncompatibleCacheError("caches come from models with different layer layouts")
         T = self.seq_len + other.seq_len
+        if self.gaps or other.gaps or other.start != self.end:
+            n = self.seq_len
+            gaps = self.gaps + (((n, other.start - self.end),) if other.start != self.end else ()) \
+                + tuple((i + n, w) for i, w in other.gaps)
+            return replace(self, keys=tuple(torch.cat([a, b], dim=2) for a, b in zip(self.keys, other.keys)),
+                           values=tuple(torch.cat([a, b], dim=2) for a, b in zip(self.values, other.values)),
+                           token_ids=self.token_ids + other.token_ids, gaps=gaps,
+                           edits=_merge(self.edits, other.edits))
         keys, values = [], []
         for k1, v1, k2, v2, w in zip(self.keys, self.values, other.keys, other.values, self.windows):
             keep = self.layer_length(T, w)
             keys.append(torch.cat([k1, k2], dim=2)[:, :, -keep:] if keep else k2[:, :, :0])
             values.append(torch.cat([v1, v2], dim=2)[:, :, -keep:] if keep else v2[:, :, :0])
         return replace(
-            self, keys=tuple(keys), values=tuple(values), token_ids=self.token_ids + other.token_ids
+            self, keys=tuple(keys), values=tuple(values), token_ids=self.token_ids + other.token_ids,
+            edits=_merge(self.edits, other.edits),
         )
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> "KVCache":

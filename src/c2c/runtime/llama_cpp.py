@@ -326,4 +326,7 @@ class LlamaCppRuntime(ChatTurns):
 
     def check_cache(self, cache: KVCache | None) -> None:
         self.facts.check(cache, model=self.name)
+        if cache is not None and not cache.exact:
+            raise RuntimeUnsupportedError("the llama.cpp backend continues only from exact caches; an edited one "
+                                          "(messages dropped: c2c.runtime.edit) needs the transformers backend")
 

@@ -52,18 +52,35 @@ def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
                                       f"{runtime.name} has sliding-window layers")
     if piece.start != head.end:
         raise ConfigError(f"re-position the slice to {head.end} first (it starts at {piece.start})")
-    combined = head.append(piece)
-    n, P = piece.seq_len, head.end
+    dev = deviation(runtime, head, piece, probe_layers)                 # (n,)
+    k = math.ceil(ratio * piece.seq_len)
+    if k == 0:
+        return head.append(piece), RepairReport(ratio=ratio, recomputed=(), deviation=tuple(dev.tolist()))
+    chosen = sorted(torch.topk(dev, k).indices.tolist())       # slice-relative indices
+    out = recompute(runtime, head, piece, chosen)
+    return out, RepairReport(ratio=ratio, recomputed=tuple(head.end + i for i in chosen),
+                             deviation=tuple(dev.tolist()))
+
+
+def deviation(runtime: Runtime, head: KVCache, piece: KVCache, probe_layers: int = 2) -> torch.Tensor:
+    """How far each of ``piece``'s tokens is from its K/V computed after ``head``, at the last of the first
+    ``probe_layers`` layers (the probe: that many layers of a prefill of ``piece``). Returns ``(n,)``."""
     probe_layers = max(2, min(probe_layers, runtime.facts.num_layers))
     fresh = require(runtime, Probes).probe_first_layers(piece.token_ids, head, probe_layers)
     k_f, v_f = fresh[-1]                                        # (1, H, n, D)
     L = probe_layers - 1
-    dev = ((k_f - piece.keys[L]).float().pow(2).sum(dim=(0, 1, 3))
-           + (v_f - piece.values[L]).float().pow(2).sum(dim=(0, 1, 3))).sqrt()  # (n,)
-    k = math.ceil(ratio * n)
-    if k == 0:
-        return combined, RepairReport(ratio=ratio, recomputed=(), deviation=tuple(dev.tolist()))
-    chosen = sorted(torch.topk(dev, k).indices.tolist())       # slice-relative indices
+    return ((k_f - piece.keys[L]).float().pow(2).sum(dim=(0, 1, 3))
+            + (v_f - piece.values[L]).float().pow(2).sum(dim=(0, 1, 3))).sqrt()  # (n,)
+
+
+def recompute(runtime: Runtime, head: KVCache, piece: KVCache, chosen: list[int]) -> KVCache:
+    """``head`` + ``piece`` with the K/V of ``piece``'s tokens ``chosen`` (sorted, piece-relative) recomputed
+    through the whole model, each attending to all of ``head``, the reused K/V of the earlier tokens not
+    chosen and the fresh K/V of the earlier chosen ones."""
+    combined = head.append(piece)
+    if not chosen:
+        return combined
+    n, P, k = piece.seq_len, head.end, len(chosen)
     positions = [P + i for i in chosen]
     total = combined.seq_len
     # allowed[q, c]: new token q may see cache column c (positions 0..total-1) or new column total + j
@@ -77,7 +94,7 @@ def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
     allowed[:, P:total] = earlier & reused[None, :]
     allowed[:, total:] = torch.tril(torch.ones(k, k, dtype=torch.bool))
     new = require(runtime, Probes).probe_kv([piece.token_ids[i] for i in chosen], positions, combined, allowed)
-    idx = torch.tensor([P + i for i in chosen])
+    idx = torch.tensor(positions)
     keys, values = [], []
     for (k_new, v_new), k_old, v_old in zip(new, combined.keys, combined.values):
         k2, v2 = k_old.clone(), v_old.clone()
@@ -85,5 +102,4 @@ def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
         v2[:, :, idx] = v_new.to(v2.dtype)
         keys.append(k2)
         values.append(v2)
-    out = replace(combined, keys=tuple(keys), values=tuple(values))
-    return out, RepairReport(ratio=ratio, recomputed=tuple(positions), deviation=tuple(dev.tolist()))
+    return replace(combined, keys=tuple(keys), values=tuple(values))

@@ -63,7 +63,7 @@ def truncate(cache: KVCache | None, n: int) -> KVCache | None:
     if n >= cache.seq_len:
         return cache
     try:
-        return cache.slice(0, n)
+        return cache.head(n)
     except RuntimeUnsupportedError:
         return None
 

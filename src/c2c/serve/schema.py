@@ -7,6 +7,7 @@ Extensions ride in one extra field, ``c2c`` (the openai client sends it with
      "publish": {"stream": "analyst", "labels": ["evidence"],    # commit the cache (or a slice) after the reply
                  "share": ["ops"]},                # ... and let trust domain "ops" attach it too
      "attach": ["<commit id>", ...], "mode": "auto",             # continue from commits: auto|full|slice|text
+     "edit": {"drop": [2, 4], "reposition": true, "repair": "none"},  # drop messages from the session's cache
      "timeout_s": 30}                              # a tighter deadline than the server's
 
 Responses carry the same field with what was done: the session's state, cached,
@@ -40,6 +41,7 @@ from pydantic_core import PydanticCustomError
 
 from c2c.canon import non_utf8_at
 from c2c.errors import ConfigError
+from c2c.serve.context_edit import EditSpec
 from c2c.serve.render import Message
 from c2c.serve.service import ChatRequest, Completion, PublishSpec, Started
 
@@ -114,6 +116,19 @@ class PublishIn(InModel):
                              description="other trust domains that may attach this commit (as text or cache)")
 
 
+class EditIn(InModel):
+    """``c2c.edit``: drop messages from the session's cache (:mod:`c2c.serve.context_edit`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    drop: list[int] = Field(default_factory=list, max_length=4096,
+                            description="zero-based indices into messages, cumulative: every message dropped so far")
+    reposition: bool = Field(default=True, description="close the gaps (re-rotate what follows); false leaves "
+                                                       "them open until a later request closes them")
+    repair: str = Field(default="none", max_length=32,
+                        description="none | first:K (recompute the first K tokens after each gap) | ratio:R "
+                                    "(the share R, 0..1, that deviates most)")
+
+
 class C2CIn(InModel):
     model_config = ConfigDict(extra="forbid")
     session: str | None = Field(default=None, min_length=1, max_length=128, pattern=_NAME)
@@ -121,6 +136,7 @@ class C2CIn(InModel):
     attach: list[str] = Field(default_factory=list, max_length=8, description="commit ids (64 hex)")
     mode: Literal["auto", "full", "slice", "text"] = "auto"
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+    edit: EditIn | None = None
 
 
 class StreamOptionsIn(InModel):
@@ -176,6 +192,8 @@ class ChatCompletionIn(RequestBody):
             stop=tuple([self.stop] if isinstance(self.stop, str) else (self.stop or [])),
             logit_bias=tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items()),
             session=c.session, attach=tuple(c.attach), mode=c.mode, timeout_s=c.timeout_s, stream=self.stream,
+            edit=None if c.edit is None else EditSpec(drop=tuple(c.edit.drop), reposition=c.edit.reposition,
+                                                      repair=c.edit.repair),
             publish=None if c.publish is None else PublishSpec(stream=c.publish.stream, labels=tuple(c.publish.labels),
                                                               share=tuple(c.publish.share)))
 
@@ -260,7 +278,7 @@ class ErrorOut(BaseModel):
 def usage(c: Completion) -> dict[str, Any]:
     return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
             "total_tokens": c.prompt_tokens + c.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": c.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": c.cached_tokens}, **c.usage_extra}
 
 
 def completion_body(c: Completion) -> dict[str, Any]:

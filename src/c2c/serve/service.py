@@ -25,10 +25,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import ConfigError, ContextLengthError, PrefixMismatchError, UnknownModelError
+from c2c.errors import ConfigError, ContextEditError, ContextLengthError, PrefixMismatchError, UnknownModelError
 from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import Principal
 from c2c.serve.serve_config import ServeConfig
+from c2c.runtime.edit import close_gaps
+from c2c.serve import context_edit
+from c2c.serve.context_edit import EditSpec
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
@@ -64,6 +67,7 @@ class ChatRequest:
     publish: PublishSpec | None = None
     timeout_s: float | None = None
     stream: bool = False           # send ("delta", text) events as the reply grows
+    edit: EditSpec | None = None   # drop messages from the session's cache (c2c.serve.context_edit)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +83,7 @@ class Completion:
     completion_tokens: int
     cached_tokens: int
     c2c: dict[str, Any] = field(default_factory=dict)
+    usage_extra: dict[str, int] = field(default_factory=dict)   # more ``usage`` fields (an edit's counts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +194,18 @@ class ChatService:
 
     def _turn(self, job: Job, principal: Principal, req: ChatRequest, rt: Runtime, session: Session, state: str,
               t0: float) -> Completion:
-        system, rest = split_system(req.messages)
+        edited, messages, held_cache = None, req.messages, session.cache
+        if req.edit is not None:
+            if req.session is None:
+                raise ContextEditError("an edit drops messages from a session's cache: name the session too "
+                                       "(c2c: {\"session\": ...})")
+            if req.attach:
+                raise ContextEditError("send an edit and an attach in separate requests")
+            job.check()
+            edited = context_edit.apply(rt, session.cache, req.messages, req.edit, dropped_before=session.dropped,
+                                        held=session.held)
+            messages, held_cache = edited.kept, edited.cache
+        system, rest = split_system(messages)
         if req.publish is not None:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
                                         [m.label for m in rest] + ["assistant"], req.publish.share)
@@ -197,7 +213,7 @@ class ChatService:
         attachments, attached, via_text, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
         parts_of = tuple(n for _, n in records) if records else session.parts_of
         t_attach = time.perf_counter()
-        rendering = render(rt, req.messages, attachments=attachments)
+        rendering = render(rt, messages, attachments=attachments)
         if prefix_kv is not None:  # a full cache brings its own (identical) prefix K/V
             rendering = replace(rendering, parts=(replace(rendering.parts[0], kv=prefix_kv),) + rendering.parts[1:])
         n_prompt, window = len(rendering), self.context[req.model]
@@ -212,10 +228,14 @@ class ChatService:
         sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
                             stop=req.stop, logit_bias=req.logit_bias)
         job.check()
-        prepared = prepare(rt, session.cache, rendering)
+        prepared = prepare(rt, held_cache, rendering)
         records = _accounted(records, prepared.per_part, prefix_kv is not None)
-        # Commit what this request established: the cache (exact by its token ids) and the attachments.
+        # Commit what this request established: the cache (exact by its token ids, unless edited), where its
+        # messages sit, and the attachments.
         session.cache = prepared.cache
+        kept_index = edited.kept_index if edited is not None else tuple(range(len(req.messages)))
+        session.held = context_edit.held_messages(rendering, req.messages, kept_index, len(attachments))
+        session.dropped = frozenset(req.edit.drop) if req.edit is not None else frozenset()
         session.attachments = tuple(replace(p, kv=None) for p in attachments)
         session.attached, session.via_text = attached, via_text
         session.parts_of = parts_of
@@ -233,13 +253,14 @@ class ChatService:
         t_gen = time.perf_counter()
         published = None
         if req.publish is not None:
-            whole = render(rt, req.messages + (Message(role="assistant", content=decoded.text),),
+            whole = render(rt, messages + (Message(role="assistant", content=decoded.text),),
                            attachments=session.attachments, generation_prompt=False)
             session.cache, _ = extend(rt, session.cache, whole.token_ids)
+            commit_cache, _ = close_gaps(rt, session.cache)  # a commit's positions are contiguous
             if not req.publish.labels:  # a whole cache is stored as it is: no forward pass from here on
                 job.release_turn()
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
-                                              cache=session.cache, rendering=whole, stream=req.publish.stream,
+                                              cache=commit_cache, rendering=whole, stream=req.publish.stream,
                                               labels=req.publish.labels, parents=attached,
                                               text_parents=via_text, share=req.publish.share)
             self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])
@@ -252,14 +273,21 @@ class ChatService:
             "cached_tokens": prepared.cached, "reused_tokens": prepared.reused,
             "imported_tokens": prepared.imported, "prefilled_tokens": prepared.prefilled + len(prepared.pending),
             "attach": records, "attached": list(session.attached), "publish": published,
+            "edit": None if edited is None else edited.record(session.cache),
             "timings": {"queue_s": job.queued_s, "attach_s": t_attach - t0, "prefill_s": t_prep - t_attach
                         + decoded.prefill_s, "decode_s": decoded.decode_s, "publish_s": t_end - t_gen,
                         "forward_s": decoded.prefill_s + decoded.decode_s,
                         "total_s": t_end - t0 + job.queued_s},
         }
+        extra = {}
+        if edited is not None:
+            e = c2c["edit"]
+            extra = {"dropped_tokens": e["dropped_tokens"], "repositioned_tokens": e["repositioned_tokens"],
+                     "recomputed_tokens": e["recomputed_tokens"], "prefilled_tokens": c2c["prefilled_tokens"]}
         return Completion(id=cid, created=created, model=req.model, text=decoded.text,
                           finish_reason=decoded.finish_reason, prompt_tokens=n_prompt,
-                          completion_tokens=decoded.completion_tokens, cached_tokens=prepared.cached, c2c=c2c)
+                          completion_tokens=decoded.completion_tokens, cached_tokens=prepared.cached, c2c=c2c,
+                          usage_extra=extra)
 
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
                      prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], tuple[str, ...],

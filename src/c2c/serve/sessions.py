@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from c2c.artifact.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
+from c2c.serve.context_edit import Held
 from c2c.serve.render import Part
 
 
@@ -57,6 +58,8 @@ class Session:
         attach_mode: the mode they were attached with (a stale one is attached again with it).
         attach_prefix: the shared prefix the attachments were checked against.
         state: ``"new"``, ``"warm"`` (a cache is held) or ``"evicted"`` (rebuilt on next use).
+        held: where the messages of the last request sit in ``cache`` (:mod:`c2c.serve.context_edit`).
+        dropped: the indices of the caller's history dropped so far (cumulative).
     """
 
     key: SessionKey | None
@@ -69,6 +72,8 @@ class Session:
     attach_prefix: PrefixRef | None = None
     state: str = "new"
     turns: int = 0
+    held: tuple[Held, ...] = ()
+    dropped: frozenset[int] = frozenset()
 
     @property
     def nbytes(self) -> int:

@@ -266,6 +266,15 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
                 "a layer-0 check")
 
     note = ""
+    edited_from = _edited_from(cache)  # an edited cache: its K/V past this are approximate by design
+    if edited_from is not None:
+        if mode == "strict" or full is None or any(w is not None for w in cache.windows):
+            raise UnverifiableError(
+                "the cache was edited without a prefill (messages dropped), so its layers above 0 after the first "
+                f"drop (position {edited_from}) are approximate by design and cannot be recomputed; a 'sample' "
+                "check covers layer 0 everywhere and every layer before the drop, or re-prefill from text")
+        note = (f"edited cache: layer 0 checked at every position, the deeper layers at positions before the first "
+                f"drop ({edited_from}) only")
     if mode == "sample" and full is not None and _needs_strict(full, samples):
         mode, note = "strict", "sliding-window layers cannot be probed from the artifact's own cache; ran strict"
     found: list[dict] = []
@@ -278,8 +287,9 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         found.append(_worst(_strict(runtime, cache, context), range(cache.start, cache.end)))
         deep = cache.seq_len
     else:
-        if full is not None and samples > 0:
-            pos = stratified_positions(cache.start, cache.end, samples, rng or random.SystemRandom())
+        deep_end = cache.end if edited_from is None else min(cache.end, edited_from)
+        if full is not None and samples > 0 and deep_end > cache.start:
+            pos = stratified_positions(cache.start, deep_end, samples, rng or random.SystemRandom())
             found.append(_worst(probe_errors(runtime, full, pos), pos))
             deep = len(pos)
         if layer0 or full is None:
@@ -305,6 +315,14 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
         err.report = report
         raise err
     return report
+
+
+def _edited_from(cache: KVCache) -> int | None:
+    """Where an edited cache stops being what a prefill gives (its first dropped position); None if not edited."""
+    if cache.edits is None:
+        return None
+    first = cache.edits.exact_until
+    return cache.start if first is None else max(cache.start, first)
 
 
 def _needs_strict(full: KVCache, samples: int) -> bool:

@@ -51,6 +51,21 @@ def _input_ids(model, ids: Sequence[int]) -> torch.Tensor:
     return torch.tensor([list(ids)], dtype=torch.long, device=next(model.parameters()).device)  # (1, T)
 
 
+def positions_after(past: KVCache | None, n: int, batch: int = 1, device=None) -> dict:
+    """``position_ids`` for ``n`` tokens fed after ``past`` when they are not its length onwards (a cache
+    with dropped positions left open: :mod:`c2c.runtime.edit`); ``{}`` when transformers' default holds."""
+    if past is None or not past.gaps:
+        return {}
+    return {"position_ids": torch.arange(past.end, past.end + n, device=device)[None, :].expand(batch, -1)}  # (B, n)
+
+
+def _carry(kv: KVCache, past: KVCache | None) -> KVCache:
+    """``kv`` (fresh from transformers) with ``past``'s position gaps and edit record."""
+    if past is None or (not past.gaps and past.edits is None):
+        return kv
+    return replace(kv, gaps=past.gaps, edits=past.edits)
+
+
 @torch.inference_mode()
 def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple[int | None, ...],
             start: int = 0) -> tuple[torch.Tensor, KVCache]:
@@ -59,19 +74,20 @@ def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple[int 
     ``start`` places a fresh sequence (``past is None``) at positions ``start...``.
     """
     input_ids = _input_ids(model, ids)                                          # (1, T)
-    kwargs = {}
+    kwargs = positions_after(past, len(ids), device=input_ids.device)
     if start:
         kwargs["position_ids"] = torch.arange(start, start + len(ids), device=input_ids.device)[None, :]  # (1, T)
     out = model(input_ids=input_ids, cache=to_hf(model, past), use_cache=True, logits_to_keep=1, **kwargs)
     prior = past.token_ids if past is not None else ()
-    kv = from_hf(out.cache, prior + tuple(int(i) for i in ids), windows)
+    kv = _carry(from_hf(out.cache, prior + tuple(int(i) for i in ids), windows), past)
     return out.logits[0, -1].float(), (replace(kv, start=start) if start else kv)
 
 
 @torch.inference_mode()
 def forward_all_logits(model, ids: Sequence[int], past: KVCache | None) -> torch.Tensor:
     """Logits ``(T, vocab)`` for every position of ``ids`` after ``past`` (for scoring)."""
-    return model(input_ids=_input_ids(model, ids), cache=to_hf(model, past), use_cache=True).logits[0].float()
+    return model(input_ids=_input_ids(model, ids), cache=to_hf(model, past), use_cache=True,
+                 **positions_after(past, len(ids))).logits[0].float()
 
 
 @torch.inference_mode()
@@ -88,7 +104,8 @@ def forward_batch_logits(model, seqs: Sequence[Sequence[int]], past: KVCache | N
     input_ids = torch.zeros(B, L, dtype=torch.long, device=device)                    # (B, L), right-padded
     for b, s in enumerate(seqs):
         input_ids[b, :len(s)] = torch.tensor(list(s), dtype=torch.long)
-    logits = model(input_ids=input_ids, cache=cache, use_cache=True).logits.float()  # (B, L, V)
+    logits = model(input_ids=input_ids, cache=cache, use_cache=True,
+                   **positions_after(past, L, B, device)).logits.float()  # (B, L, V)
     return [logits[b, :len(s)] for b, s in enumerate(seqs)]
 
 
@@ -99,4 +116,5 @@ def forward_logits_grad(model, ids: Sequence[int], past: KVCache | None) -> torc
     grad; the loss then back-propagates through the frozen model into them. This is
     how a cache fuser is trained.
     """
-    return model(input_ids=_input_ids(model, ids), cache=to_hf(model, past), use_cache=True).logits[0].float()
+    return model(input_ids=_input_ids(model, ids), cache=to_hf(model, past), use_cache=True,
+                 **positions_after(past, len(ids))).logits[0].float()

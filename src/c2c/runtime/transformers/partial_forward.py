@@ -13,7 +13,7 @@ import torch
 
 from c2c.errors import RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.transformers.forward import to_hf
+from c2c.runtime.transformers.forward import positions_after, to_hf
 
 
 @torch.inference_mode()
@@ -27,7 +27,7 @@ def forward_first_layers(model, ids: Sequence[int], past: KVCache,
     cache = to_hf(model, past)
     with _stop_after_attention(model, n_layers - 1):  # the later layers never run
         model(input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device), cache=cache,
-              use_cache=True, logits_to_keep=1)
+              use_cache=True, logits_to_keep=1, **positions_after(past, len(ids), device=device))
     T = len(ids)
     return [(cache.layers[i].keys[:, :, -T:], cache.layers[i].values[:, :, -T:]) for i in range(n_layers)]
 

@@ -220,6 +220,9 @@ class TransformersRuntime(ChatTurns):
         if new_start == cache.start:
             return cache
         self.check_cache(cache)
+        if cache.gaps:
+            raise RuntimeUnsupportedError("re-position a cache with open position gaps run by run "
+                                          "(c2c.runtime.edit.close_gaps)")
         return rope.reposition(self.model, cache, new_start)
 
     def rope_remove(self, layer: int, keys: torch.Tensor, start: int) -> torch.Tensor:

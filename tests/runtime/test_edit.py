@@ -1,0 +1,135 @@
+"""Cache edits: dropping spans, with and without closing the gaps, and the three repair levels."""
+
+import pytest
+import torch
+
+from c2c.errors import ConfigError, IncompatibleCacheError, RuntimeUnsupportedError
+from c2c.runtime.edit import Repair, close_gaps, drop
+
+
+def conversation(rt):
+    a = rt.encode("System: you are terse.")
+    b = rt.encode(" Tool output one: the vault code is 4471, filed by Ada.")
+    c = rt.encode(" Tool output two: the ferry leaves at noon from pier 9.")
+    d = rt.encode(" User: when does the ferry leave?")
+    return a, b, c, d
+
+
+@pytest.fixture(scope="module")
+def rt(tiny):
+    return tiny("qwen2")
+
+
+def test_drop_with_full_repair_equals_a_prefill_of_the_kept_tokens(rt):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b + c + d)
+    edited, step = drop(rt, cache, [(len(a), len(a) + len(b))], reposition=True, repair="ratio:1")
+    _, truth = rt.prefill(a + c + d)
+    assert edited.token_ids == truth.token_ids and edited.end == truth.end and not edited.gaps
+    assert edited.max_abs_diff(truth) < 1e-4
+    assert not edited.exact and edited.edits.dropped == len(b) == step.dropped_tokens
+    assert step.repositioned == len(c + d) and step.recomputed == len(c + d)
+    assert step.dropped == ((len(a), len(a) + len(b)),)
+
+
+def test_reposition_alone_is_approximate_and_first_k_repairs_the_first_tokens(rt):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b + c + d)
+    _, truth = rt.prefill(a + c + d)
+    plain, step = drop(rt, cache, [(len(a), len(a) + len(b))])
+    assert step.recomputed == 0 and plain.max_abs_diff(truth) > 1e-3        # the rest attended to the dropped
+    # the kept head is untouched; the moved tail differs from a prefill only by what it attended to
+    assert plain.take(0, len(a)).max_abs_diff(truth.take(0, len(a))) == 0.0
+    first, step = drop(rt, cache, [(len(a), len(a) + len(b))], repair="first:4")
+    assert step.recomputed == 4 and step.repair == "first:4"
+    g = len(a)
+    # the recomputed tokens see the same context as a prefill's (the head plus earlier recomputed ones)
+    assert first.take(g, g + 4).max_abs_diff(truth.take(g, g + 4)) < 1e-4
+    assert plain.take(g, g + 4).max_abs_diff(truth.take(g, g + 4)) > 1e-3
+
+
+def test_ratio_repair_recomputes_that_share_and_gets_closer(rt):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b + c + d)
+    _, truth = rt.prefill(a + c + d)
+    errs = []
+    for r in ("none", "ratio:0.5", "ratio:1"):
+        out, step = drop(rt, cache, [(len(a), len(a) + len(b))], repair=r)
+        errs.append(out.max_abs_diff(truth))
+    assert errs[2] < 1e-4 < errs[0] and errs[1] <= errs[0]
+
+
+def test_drop_without_reposition_leaves_a_gap_and_continues_after_the_last_position(rt):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b + c)
+    edited, step = drop(rt, cache, [(len(a), len(a) + len(b))], reposition=False)
+    assert edited.gaps == ((len(a), len(b)),) and edited.end == cache.end and step.repositioned == 0
+    assert edited.position_of(len(a)) == len(a) + len(b) and not edited.exact
+    # the kept K/V are exactly the original ones (nothing moved)
+    assert edited.take(len(a), edited.seq_len).keys[0].equal(cache.keys[0][:, :, len(a) + len(b):])
+    logits, grown = rt.prefill(d, edited)
+    assert grown.gaps == edited.gaps and grown.end == cache.end + len(d) and grown.edits == edited.edits
+    # a later drop with reposition closes the old gap too, and the positions are contiguous again
+    closed, _ = close_gaps(rt, grown)
+    assert not closed.gaps and closed.end == closed.seq_len
+    moved = rt.reposition(grown.take(len(a), grown.seq_len), len(a))
+    assert closed.take(len(a), closed.seq_len).max_abs_diff(moved) < 1e-5
+    # the new tokens went to positions cache.end... (layer 0's keys depend on token and position alone)
+    k0, _ = rt.probe_layer0(d, cache.end)                    # (1, H, len(d), D)
+    assert torch.allclose(grown.keys[0][:, :, -len(d):], k0, atol=1e-5)
+    k_wrong, _ = rt.probe_layer0(d, edited.seq_len)
+    assert not torch.allclose(k_wrong, k0, atol=1e-3)
+    # scoring after a gapped cache uses the same positions as prefilling after it
+    scored = rt.logits(d, edited)[-1]
+    assert torch.allclose(scored, logits, atol=1e-4)
+
+
+def test_two_drops_accumulate_their_record(rt):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b + c + d)
+    once, _ = drop(rt, cache, [(len(a), len(a) + len(b))])
+    twice, step = drop(rt, once, [(len(a), len(a) + len(c))])
+    assert twice.token_ids == tuple(a + d) and twice.edits.dropped == len(b) + len(c)
+    assert len(twice.edits.steps) == 2 and twice.edits.steps[1] == step
+    d_ = twice.edits.to_dict()
+    assert d_["dropped_tokens"] == len(b) + len(c) and d_["steps"][0]["dropped"] == [[len(a), len(a) + len(b)]]
+
+
+@pytest.mark.parametrize("spans, match", [
+    ([(0, 3)], "token 0"), ([(5, 999)], "outside"), ([(3, 8), (6, 9)], "overlap"), ([], "nothing to drop")])
+def test_bad_spans_are_refused_and_the_cache_is_unchanged(rt, spans, match):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b)
+    with pytest.raises(ConfigError, match=match):
+        drop(rt, cache, spans)
+    assert cache.exact and cache.seq_len == len(a + b)
+
+
+def test_repair_needs_reposition_and_a_known_level(rt):
+    _, cache = rt.prefill(rt.encode("one two three four five six"))
+    with pytest.raises(ConfigError, match="reposition"):
+        drop(rt, cache, [(2, 4)], reposition=False, repair="first:2")
+    for bad in ("first:0", "ratio:2", "some", "first:1.5"):
+        with pytest.raises(ConfigError, match="first:K"):
+            Repair.parse(bad)
+    assert str(Repair.parse("ratio:0.25")) == "ratio:0.25" and str(Repair.parse(None)) == "none"
+
+
+def test_a_gapped_cache_refuses_position_slicing_and_plain_reposition(rt):
+    _, cache = rt.prefill(rt.encode("one two three four five six"))
+    edited, _ = drop(rt, cache, [(2, 4)], reposition=False)
+    with pytest.raises(RuntimeUnsupportedError, match="take"):
+        edited.slice(0, 2)
+    with pytest.raises(RuntimeUnsupportedError, match="close_gaps"):
+        rt.reposition(edited, 3)
+    with pytest.raises(IncompatibleCacheError, match="re-position"):
+        edited.append(cache.take(0, 2))
+
+
+def test_sliding_window_models_refuse_edits(tiny):
+    rt = tiny("gemma3")
+    if all(w is None for w in rt.facts.windows):
+        pytest.skip("this tiny gemma3 has no sliding layer")
+    _, cache = rt.prefill(rt.encode("one two three four five six"))
+    with pytest.raises(RuntimeUnsupportedError, match="sliding"):
+        drop(rt, cache, [(2, 4)])
