@@ -57,6 +57,22 @@ class Context:
         span = Span(label=label, start=n, end=n + len(ids), private=is_private)
         return replace(self, token_ids=self.token_ids + tuple(ids), spans=self.spans + (span,))
 
+    def without(self, drop: Sequence[int]) -> "Context":
+        """This context without the spans at indices ``drop``: later spans move up to close the gaps."""
+        gone = set(drop)
+        ids, spans = list(self.token_ids[: self.prefix_len]), []
+        at = self.prefix_len
+        for i, s in enumerate(self.spans):
+            if s.start > at:  # tokens between spans (none in an agent's context) stay
+                ids += self.token_ids[at: s.start]
+            at = s.end
+            if i in gone:
+                continue
+            spans.append(replace(s, start=len(ids), end=len(ids) + s.length))
+            ids += self.token_ids[s.start: s.end]
+        ids += self.token_ids[at:]
+        return replace(self, token_ids=tuple(ids), spans=tuple(spans))
+
     def spans_labelled(self, *labels: str) -> tuple[Span, ...]:
         return tuple(s for s in self.spans if s.label in labels)
 

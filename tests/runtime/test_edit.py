@@ -100,9 +100,10 @@ def test_two_drops_accumulate_their_record(rt):
 def test_bad_spans_are_refused_and_the_cache_is_unchanged(rt, spans, match):
     a, b, c, d = conversation(rt)
     _, cache = rt.prefill(a + b)
+    keys = [k.clone() for k in cache.keys]
     with pytest.raises(ConfigError, match=match):
         drop(rt, cache, spans)
-    assert cache.exact and cache.seq_len == len(a + b)
+    assert cache.exact and all(k.equal(k0) for k, k0 in zip(cache.keys, keys))
 
 
 def test_repair_needs_reposition_and_a_known_level(rt):
@@ -133,3 +134,21 @@ def test_sliding_window_models_refuse_edits(tiny):
     _, cache = rt.prefill(rt.encode("one two three four five six"))
     with pytest.raises(RuntimeUnsupportedError, match="sliding"):
         drop(rt, cache, [(2, 4)])
+
+
+def test_a_long_edit_record_folds_its_oldest_steps_and_keeps_its_totals():
+    from c2c.runtime.kvcache import MAX_EDIT_STEPS, EditStep, Edits
+
+    e = Edits()
+    for i in range(MAX_EDIT_STEPS + 10):
+        e = e.plus(Edits(steps=(EditStep(dropped=((100 - i, 102 - i),), repositioned=3, recomputed=1),)))
+    assert len(e.steps) == MAX_EDIT_STEPS and e.steps[0].repair == "folded:11"
+    assert e.dropped == 2 * (MAX_EDIT_STEPS + 10) and e.repositioned == 3 * (MAX_EDIT_STEPS + 10)
+    assert e.exact_until == 100 - (MAX_EDIT_STEPS + 9) and Edits.from_dict(e.to_dict()).to_dict() == e.to_dict()
+
+
+def test_a_part_before_the_first_drop_is_exact_again(rt):
+    a, b, c, d = conversation(rt)
+    _, cache = rt.prefill(a + b + c)
+    edited, _ = drop(rt, cache, [(len(a), len(a) + len(b))])
+    assert edited.head(len(a)).exact and not edited.head(len(a) + 1).exact

@@ -181,3 +181,17 @@ def test_an_edited_cache_publishes_as_approximate(tiny_server):
     with pytest.raises(openai.UnprocessableEntityError) as err:
         chat(writer, question, c2c={"attach": [bad], "mode": "auto"})
     assert err.value.body["c2c_error"] == "BadSignatureError"
+
+
+def test_an_edited_commit_shared_with_another_domain_is_read_as_text_there(tiny_server):
+    analyst = tiny_server.client("analyst")
+    r1 = chat(analyst, HISTORY, c2c={"session": "edit-share"}, max_tokens=4)
+    r2 = chat(analyst, turn2(r1), max_tokens=4,
+              c2c={**edit("edit-share", [1, 2]), "publish": {"stream": "edited-shared", "share": ["other"]}})
+    commit = c2c_field(r2)["publish"]["commit"]
+    r = chat(tiny_server.client("outsider"), [SYSTEM, u("What did they find?")], c2c={"attach": [commit]})
+    [rec] = c2c_field(r)["attach"]
+    # past its first drop no K/V check covers it, so another domain reads its text; the record says only that
+    assert rec["path"] == "text" and rec["used"] == "text"
+    assert {c["name"]: c["ok"] for c in rec["checks"]}["exact"] is False
+    assert "tokens dropped" not in str(rec) and "edited without a prefill" in rec["reason"]

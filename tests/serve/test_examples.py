@@ -44,3 +44,32 @@ def test_framework_example_hands_over_the_cache(tiny_server, script, needs):
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert len(lines["commit"]) == 64
     assert lines["handoff"] == f"{lines['commit'][:12]}:full"
+
+
+def test_agent_context_example_drops_old_tool_results_from_the_cache(tiny_server):
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "C2C_MODEL": "tiny-qwen2",
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "agent_context.py")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
+    assert len(steps) == 6 and all("(messages [])" in s and "exact True" in s for s in steps[:3])
+    for s, newly in zip(steps[3:], ("[2]", "[4]", "[6]")):   # one more of the 6 tool results each step
+        assert f"(messages {newly})" in s and "exact False" in s and "dropped 0 tokens" not in s, s
+    assert "dropped: [2, 4, 6]" in proc.stdout and "answer:" in proc.stdout
+
+
+def test_agent_context_langgraph_example_drops_through_the_graph(tiny_server):
+    for module in ("langgraph", "langchain_openai"):
+        pytest.importorskip(module)
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",
+           "PATH": "/usr/bin:/bin", "HOME": str(tiny_server.home)}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "agent_context_langgraph.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
+    assert steps[0] == "step 1: dropped [], edit -, cached 0" and steps[-1].startswith("step 6: dropped [2, 4, 6]")
+    assert "exact=false" in steps[3] and "dropped=0," not in steps[3]   # step 4 drops the first tool result
+    cached = [int(s.rsplit(" ", 1)[1]) for s in steps]
+    assert all(c > 0 for c in cached[1:])       # every later step continues from the session's (edited) cache
+    assert "messages kept in the graph: 13" in proc.stdout and "dropped: [2, 4, 6]" in proc.stdout

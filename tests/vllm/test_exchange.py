@@ -165,3 +165,20 @@ def test_error_replies_take_c2c_serves_status_and_shape():
     assert error_response({"type": "UnknownSignerError", "message": ""})[0] == 422
     status, body = error_response({"type": "NotAClass", "message": "x"})
     assert status == 500 and body["error"]["c2c_error"] is None
+
+
+def test_an_edited_commit_is_refused_by_name_and_prefilled_in_auto(world):
+    """vLLM's prefix cache would hand an edited commit's approximate K/V to later requests as exact."""
+    from c2c.runtime.kvcache import EditStep, Edits
+
+    pub, attacher, _, _, root = world
+    edited = replace(cache_of(TOKENS), edits=Edits(steps=(EditStep(dropped=((16, 30),), repositioned=24),)))
+    cid = pub.publish(edited, ticket=tickets.new_ticket(), stream="edited")["commit"]
+    prompt = list(TOKENS) + [1]
+    v = attacher().check(cid, "auto", prompt)
+    assert v.error is None and v.load_tokens == 0 and v.record["path"] == "text"
+    assert "EditedCacheError" in v.record["reason"] and "prefix cache" in v.record["reason"]
+    v = attacher().check(cid, "full", prompt)
+    assert v.error["type"] == "EditedCacheError" and v.load_tokens == 0
+    exact = publish(pub, root, stream="exact")["commit"]        # the same tokens, unedited: loaded
+    assert attacher().check(exact, "auto", prompt).load_tokens == 40

@@ -75,28 +75,47 @@ def _fact(rng: random.Random) -> tuple[str, str, str]:
 
 def build(runtime, n: int, doc_tokens: int, *, seed: int = 0) -> list[Question]:
     """``n`` questions over documents of about ``doc_tokens`` tokens of ``runtime``'s tokenizer."""
-    text = corpus_text(2_000_000)
-    paragraphs = [p for p in text.split("\n\n") if len(p) > 200]
+    paragraphs = prose()
     rng = random.Random(seed * 1_000_003 + doc_tokens)
     out = []
     for i in range(n):
-        start = rng.randrange(len(paragraphs))
-        chunk, ids = "", []
-        j = start
-        while len(ids) < doc_tokens:  # whole paragraphs until long enough, then cut at a sentence end
-            chunk += ("\n\n" if chunk else "") + paragraphs[j % len(paragraphs)]
-            j += 1
-            ids = runtime.encode(chunk)
-        chunk = runtime.decode(ids[:doc_tokens])
-        sentences = re.split(r"(?<=[.!?])\s+", chunk)
-        if len(sentences) > 1:
-            sentences = sentences[:-1]  # drop the cut-off tail
+        sentences = window(runtime, paragraphs, rng, doc_tokens)
         sentence, question, answer = _fact(rng)
-        at = rng.randint(0, len(sentences))
-        document = " ".join(sentences[:at] + [sentence] + sentences[at:])
+        document = plant(sentences, [sentence], rng)
         out.append(Question(id=f"cqa-{doc_tokens}-{seed}-{i}", doc_tokens=doc_tokens, document=document,
                             fact=sentence, question=question, answer=answer))
     return out
+
+
+def prose() -> list[str]:
+    """The corpus's paragraphs of real prose (LIMA's outputs) that documents are cut from."""
+    return [p for p in corpus_text(2_000_000).split("\n\n") if len(p) > 200]
+
+
+def window(runtime, paragraphs: list[str], rng: random.Random, doc_tokens: int) -> list[str]:
+    """The sentences of a window of about ``doc_tokens`` tokens of ``paragraphs``, from a random one on:
+    whole paragraphs until long enough, then cut at a sentence end."""
+    j = rng.randrange(len(paragraphs))
+    chunk, ids = "", []
+    while len(ids) < doc_tokens:
+        chunk += ("\n\n" if chunk else "") + paragraphs[j % len(paragraphs)]
+        j += 1
+        ids = runtime.encode(chunk)
+    sentences = re.split(r"(?<=[.!?])\s+", runtime.decode(ids[:doc_tokens]))
+    return sentences[:-1] if len(sentences) > 1 else sentences  # without the cut-off tail
+
+
+def plant(sentences: list[str], facts: list[str], rng: random.Random) -> str:
+    """``sentences`` joined, with each of ``facts`` inserted between two of them at random."""
+    out = list(sentences)
+    for f in facts:
+        out.insert(rng.randint(0, len(out)), f)
+    return " ".join(out)
+
+
+def fact(rng: random.Random) -> tuple[str, str, str]:
+    """(sentence, question, answer) of one made-up fact with random values."""
+    return _fact(rng)
 
 
 def normalize(text: str) -> str:
@@ -105,6 +124,13 @@ def normalize(text: str) -> str:
     text = "".join(ch for ch in text if ch not in set(string.punctuation))
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
+
+
+def contains_answer(reply: str, answer: str) -> bool:
+    """The normalized answer appears, as whole words, in the reply's first line, normalized (a reply that
+    answers in a sentence, "Kaith's favorite color is amber.", counts)."""
+    first = reply.strip().split("\n", 1)[0] if reply.strip() else ""
+    return f" {normalize(answer)} " in f" {normalize(first)} "
 
 
 def exact_match(reply: str, answer: str) -> bool:

@@ -18,8 +18,10 @@ Every caller that moves context between agents (``hand_off``, ``Pipeline``,
 ``staleness``   the context is not built on a stale commit
 ``exact``       the cache is what a prefill of its tokens gives, not one edited
                 without a prefill (messages dropped: :mod:`c2c.runtime.edit`);
-                ``auto`` takes an edited one as approximate and says so, an
-                explicit ``full`` or ``slice`` refuses it
+                ``auto`` takes an edited one of the receiver's own domain as
+                approximate and says so (one shared by another domain: text,
+                since past its first drop no K/V check covers it), an explicit
+                ``full`` or ``slice`` refuses it
 ``advisor``     this machine's calibrated cost model predicts the cache to
                 be faster (only asked in ``auto``, when calibrated)
 ==============  ==========================================================
@@ -85,7 +87,8 @@ class Party:
         spans = agent.context.spans
         return cls(name=agent.name, domain=agent.team.domain, fingerprint=agent.fingerprint, prefix=agent.prefix,
                    private=tuple(sorted({s.label for s in spans if s.private})),
-                   exportable=agent.exportable_labels())
+                   exportable=agent.exportable_labels(),
+                   edited=agent.cache.edits.summary() if agent.cache.edits is not None else None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,8 +165,10 @@ def decide(sender: Party, receiver: Party, policy: HandoffPolicy = HandoffPolicy
             why += f" (includes private spans {list(sender.private)})"
         return _across_engines(Decision(path="cache", mode=mode, reason=why, checks=checks, labels=labels,
                                         advice=adv), cross)
-    # auto: an edited cache is taken as approximate (the reason says so), never blocked on that alone
-    blocking = [c for c in checks if c.ok is False and c.name != "exact"]
+    # auto: an edited cache of the receiver's own domain is taken as approximate (the reason says so); one
+    # shared by another domain is read as text (past its first drop no K/V check can cover it)
+    own = sender.domain == receiver.domain
+    blocking = [c for c in checks if c.ok is False and (c.name != "exact" or not own)]
     only_model = blocking and all(c.name in ("fingerprint", "prefix") for c in blocking)
     if blocking:
         offer, map_note = (_map_for(maps, sender, receiver) if [c.name for c in blocking] == ["fingerprint"]
@@ -265,10 +270,15 @@ def _checks(sender: Party, receiver: Party, policy: HandoffPolicy, hops: int, st
                      f"{hops} cache hops would exceed the hop limit {limit} (C2C_MAX_HOPS); text with reference ids"))
     out.append(Check(name="staleness", ok=stale is None, error=StaleCommitError,
                      detail="fresh context" if stale is None else f"built on stale context: {stale}"))
-    out.append(Check(name="exact", ok=sender.edited is None, error=EditedCacheError,
-                     detail="what a prefill of its tokens gives" if sender.edited is None else
-                     f"the cache was {sender.edited} without a prefill, so it is approximate; attach it in auto, "
-                     "or have its publisher re-prefill"))
+    if sender.edited is None:
+        exact = "what a prefill of its tokens gives"
+    elif sender.domain == receiver.domain:
+        exact = (f"the cache was {sender.edited} without a prefill, so it is approximate; attach it in auto, or "
+                 "have its publisher re-prefill")
+    else:
+        exact = ("the cache was edited without a prefill and comes from another trust domain: past its first drop no "
+                 "K/V check can cover it, so it is read as text")
+    out.append(Check(name="exact", ok=sender.edited is None, error=EditedCacheError, detail=exact))
     if policy.mode == "auto" and advice is not None:
         out.append(Check(name="advisor", ok=advice.cache_is_faster, detail=advice_note or advice.note))
     else:

@@ -98,7 +98,8 @@ def drop(runtime: Runtime, cache: KVCache, spans: Sequence[tuple[int, int]], *, 
         out, moved = close_gaps(runtime, out)
     if how.kind != "none" and spans[0][0] < out.seq_len:
         out, recomputed = _repair(runtime, out, spans, how, probe_layers)
-    step = EditStep(dropped=record, repositioned=moved, recomputed=recomputed, repair=str(how))
+    step = EditStep(dropped=record, repositioned=moved, recomputed=recomputed, repair=str(how),
+                    tokens=sum(b - a for a, b in spans))
     return replace(out, edits=(cache.edits or Edits()).plus(Edits(steps=(step,)))), step
 
 

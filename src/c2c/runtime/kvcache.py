@@ -29,6 +29,9 @@ import torch
 from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
 
 
+MAX_EDIT_STEPS = 32  # steps an edit record keeps one by one (older ones fold into one: Edits.plus)
+
+
 @dataclass(frozen=True, kw_only=True)
 class EditStep:
     """One edit of a cache: token spans dropped, what followed them re-positioned or not, some recomputed.
@@ -44,14 +47,15 @@ class EditStep:
     repositioned: int = 0
     recomputed: int = 0
     repair: str = "none"
+    tokens: int | None = None   # tokens dropped (the spans' widths count a gap left open inside one too)
 
     @property
     def dropped_tokens(self) -> int:
-        return sum(b - a for a, b in self.dropped)
+        return self.tokens if self.tokens is not None else sum(b - a for a, b in self.dropped)
 
     def to_dict(self) -> dict:
-        return {"dropped": [list(s) for s in self.dropped], "repositioned": self.repositioned,
-                "recomputed": self.recomputed, "repair": self.repair}
+        return {"dropped": [list(s) for s in self.dropped], "tokens": self.dropped_tokens,
+                "repositioned": self.repositioned, "recomputed": self.recomputed, "repair": self.repair}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +84,19 @@ class Edits:
         return min(starts) if starts else None
 
     def plus(self, other: "Edits | None") -> "Edits":
-        return self if other is None else Edits(steps=self.steps + other.steps)
+        """Both records, oldest first; past :data:`MAX_EDIT_STEPS` the oldest fold into one step (its counts
+        summed, its first span kept: :attr:`exact_until` and the totals stay right, the record bounded)."""
+        if other is None:
+            return self
+        steps = self.steps + other.steps
+        if len(steps) > MAX_EDIT_STEPS:
+            old, steps = steps[: len(steps) - MAX_EDIT_STEPS + 1], steps[len(steps) - MAX_EDIT_STEPS + 1:]
+            spans = [sp for s in old for sp in s.dropped]
+            folded = EditStep(dropped=(min(spans),) if spans else (), tokens=sum(s.dropped_tokens for s in old),
+                              repositioned=sum(s.repositioned for s in old),
+                              recomputed=sum(s.recomputed for s in old), repair=f"folded:{len(old)}")
+            steps = (folded,) + steps
+        return Edits(steps=steps)
 
     def to_dict(self) -> dict:
         return {"dropped_tokens": self.dropped, "repositioned_tokens": self.repositioned,
@@ -92,7 +108,8 @@ class Edits:
         try:
             steps = tuple(EditStep(dropped=tuple((int(a), int(b)) for a, b in s["dropped"]),
                                    repositioned=int(s["repositioned"]), recomputed=int(s["recomputed"]),
-                                   repair=str(s["repair"])[:32]) for s in d["steps"])
+                                   repair=str(s["repair"])[:32],
+                                   tokens=int(s["tokens"]) if "tokens" in s else None) for s in d["steps"])
         except (KeyError, TypeError, ValueError) as e:
             raise IncompatibleCacheError(f"malformed edit record: {type(e).__name__}") from None
         return cls(steps=steps)
@@ -239,7 +256,13 @@ class KVCache:
             keys.append(k[:, :, stop - keep : stop])
             values.append(v[:, :, stop - keep : stop])
         ids = self.token_ids[start - self.start : end - self.start]
-        return replace(self, keys=tuple(keys), values=tuple(values), token_ids=ids, start=start)
+        return replace(self, keys=tuple(keys), values=tuple(values), token_ids=ids, start=start,
+                       edits=self._edits_before(end))
+
+    def _edits_before(self, end: int) -> "Edits | None":
+        """The edit record a part of this cache ending at position ``end`` keeps: none if no edit reaches it."""
+        first = self.edits.exact_until if self.edits is not None else None
+        return None if first is not None and end <= first else self.edits
 
     def take(self, a: int, b: int) -> "KVCache":
         """Tokens ``a..b-1`` by index, at the positions they have (gaps inside the range are kept).
@@ -254,7 +277,8 @@ class KVCache:
             raise IncompatibleCacheError(f"tokens [{a}:{b}) are outside the cache's {self.seq_len}")
         return replace(self, keys=tuple(k[:, :, a:b] for k in self.keys),
                        values=tuple(v[:, :, a:b] for v in self.values), token_ids=self.token_ids[a:b],
-                       start=self.position_of(a), gaps=tuple((i - a, w) for i, w in self.gaps if a < i < b))
+                       start=self.position_of(a), gaps=tuple((i - a, w) for i, w in self.gaps if a < i < b),
+                       edits=self._edits_before(self.position_of(b - 1) + 1))
 
     def head(self, n: int) -> "KVCache":
         """The first ``n`` tokens (by index)."""

@@ -16,8 +16,10 @@ levels of :mod:`c2c.runtime.edit` are c2c's own.
 Refused with :class:`~c2c.errors.ContextEditError` (400), the session left as it was:
 an index out of range, the system message, a message whose text differs from the one
 the session holds at that index, an earlier drop left out, an edit without a session
-or together with ``attach``. A session without a cache (new, or evicted) renders the
-kept messages and prefills them: exact, and the record says so.
+or together with ``attach``, a malformed repair level or one without ``reposition``. A
+session without a cache (new, or evicted), or whose cache cannot be edited (a model with
+sliding-window layers; a first message at token 0, without BOS or system message), renders
+the kept messages and prefills them: exact, and the record says so.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
-from c2c.errors import ContextEditError
+from c2c.errors import ConfigError, ContextEditError, RuntimeUnsupportedError
 from c2c.runtime.edit import Repair, close_gaps, drop
 from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.runtime.protocol import Runtime
@@ -78,8 +80,8 @@ class Edited:
         step = self.step or EditStep()
         edits = cache.edits if cache is not None else None
         if self.rebuilt:
-            reason = ("the session held no cache (new or evicted): the kept messages were prefilled from text, "
-                      "exactly")
+            reason = ("the session held no cache it could edit (new, evicted, or a model whose sliding-window layers "
+                      "cannot be edited): the kept messages were prefilled from text, exactly")
         elif self.step is not None:
             reason = (f"dropped {step.dropped_tokens} tokens from the cache; "
                       + ("re-positioned what followed" if step.repositioned else "left the positions open")
@@ -114,7 +116,7 @@ def check(messages: Sequence[Message], spec: EditSpec, *, dropped_before: frozen
     missing = sorted(dropped_before - set(spec.drop))
     if missing:
         raise ContextEditError(f"message {missing[0]} was dropped on an earlier turn and is not listed now: drops "
-                               "are cumulative, list every dropped index each time (c2c.client.context does)")
+                               "are cumulative, list every dropped index each time (c2c.client.context_policy does)")
     by_index = {h.index: h for h in held}
     new = tuple(sorted(set(spec.drop) - dropped_before))
     for i in new:
@@ -133,7 +135,10 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
     Nothing of the session is changed here: the caller keeps the result once the turn succeeds.
     """
     new = check(messages, spec, dropped_before=dropped_before, held=held)
-    how = Repair.parse(spec.repair)  # ConfigError for a malformed level, before anything is done
+    try:
+        how = Repair.parse(spec.repair)  # refused before anything is done
+    except ConfigError as e:
+        raise ContextEditError(str(e)) from None
     if how.kind != "none" and not spec.reposition:
         raise ContextEditError("a repair recomputes tokens at their re-positioned places: send reposition: true, "
                                "or repair: none")
@@ -143,18 +148,23 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
     if cache is None:
         return Edited(cache=None, kept=kept, kept_index=kept_index, newly_dropped=new, rebuilt=True)
     spans = []
-    for h in held:
-        if h.index in new:
-            if h.b > cache.seq_len or cache.token_ids[h.a:h.b] != turn(runtime, messages[h.index]).token_ids:
-                cache = cache.head(h.a) if h.a > 0 else None  # not held as recorded: cut there, prefill the rest
-                break
-            spans.append((h.a, h.b))
-    spans = [(a, b) for a, b in spans if cache is not None and b <= cache.seq_len]
+    try:
+        for h in held:
+            if h.index in new:
+                if h.a == 0 or h.b > cache.seq_len or \
+                        cache.token_ids[h.a:h.b] != turn(runtime, messages[h.index]).token_ids:
+                    # token 0 (no BOS, no system message) or not held as recorded: cut there, prefill the rest
+                    cache = cache.head(h.a) if h.a > 0 else None
+                    break
+                spans.append((h.a, h.b))
+        spans = [(a, b) for a, b in spans if cache is not None and b <= cache.seq_len]
+        if cache is not None and spans:
+            cache, step = drop(runtime, cache, spans, reposition=spec.reposition, repair=how)
+            return Edited(cache=cache, kept=kept, kept_index=kept_index, newly_dropped=new, step=step)
+    except RuntimeUnsupportedError:  # sliding-window layers: they no longer hold what the edit needs
+        cache = None
     if cache is None:
         return Edited(cache=None, kept=kept, kept_index=kept_index, newly_dropped=new, rebuilt=True)
-    if spans:
-        cache, step = drop(runtime, cache, spans, reposition=spec.reposition, repair=how)
-        return Edited(cache=cache, kept=kept, kept_index=kept_index, newly_dropped=new, step=step)
     closed = 0
     if spec.reposition and cache.gaps:
         cache, closed = close_gaps(runtime, cache)

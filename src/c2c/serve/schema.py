@@ -15,7 +15,7 @@ reused, imported and prefilled tokens, one record per attached commit (the path
 used, the reason, every check of the :class:`~c2c.handoff.Decision`, bytes,
 timings), the published commit, and timings. A non-streamed response repeats the
 essentials as headers (:func:`c2c_headers`: ``x-c2c-commit``, ``x-c2c-handoffs``,
-``x-c2c-cached-tokens``, ``x-c2c-session-state``) for clients that drop unknown fields.
+``x-c2c-cached-tokens``, ``x-c2c-session-state``, ``x-c2c-edit``) for clients that drop unknown fields.
 
 Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 ``temperature: 0`` is greedy and deterministic.
@@ -297,6 +297,10 @@ def c2c_headers(c: Completion) -> dict[str, str]:
         h["x-c2c-session-state"] = f["session"]["state"]
     if f.get("publish"):
         h["x-c2c-commit"] = f["publish"]["commit"]
+    if f.get("edit"):
+        e = f["edit"]  # what the session's cache edit did (c2c.serve.context_edit)
+        h["x-c2c-edit"] = (f"dropped={e['dropped_tokens']},repositioned={e['repositioned_tokens']},"
+                           f"recomputed={e['recomputed_tokens']},exact={str(e['exact']).lower()}")
     if f.get("attach"):
         h["x-c2c-handoffs"] = ",".join(  # COMMIT:full|slice|text, or COMMIT:mapped (another model's, mapped)
             f"{a['commit'][:12]}:{'mapped' if a['path'] == 'mapped' else a['used']}" for a in f["attach"])

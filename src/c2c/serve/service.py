@@ -222,6 +222,11 @@ class ChatService:
             raise ContextLengthError(
                 f"the prompt is {n_prompt} tokens and {max_tokens} more were asked for, but {req.model} reads at "
                 f"most {window}; shorten the messages or lower max_tokens")
+        if held_cache is not None and held_cache.gaps and held_cache.end - held_cache.seq_len + n_prompt + \
+                max_tokens > window:  # open gaps use positions too: close them before they run past the context
+            held_cache, moved = close_gaps(rt, held_cache)
+            if edited is not None:
+                edited = replace(edited, cache=held_cache, closed=edited.closed + moved)
         vocab = rt.facts.vocab_size
         if any(not 0 <= i < vocab for i, _ in req.logit_bias):
             raise ConfigError(f"logit_bias names a token id outside {req.model}'s vocabulary [0, {vocab})")

@@ -21,9 +21,10 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
 from c2c.context import Context
-from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError
+from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, RuntimeUnsupportedError
+from c2c.runtime import edit
 from c2c.runtime.protocol import Generation, Runtime
-from c2c.runtime.kvcache import KVCache
+from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.team.roles import AdapterPolicy, admit
 from c2c.trust.isolation import ISOLATIONS, cut_slice
 from c2c.trust.keys import check_domain
@@ -138,6 +139,31 @@ class Agent:
         last_private = max((i for i, s in enumerate(spans) if s.private), default=-1)
         return tuple(dict.fromkeys(s.label for s in spans[last_private + 1:]))
 
+    # ------------------------------------------------------------- editing
+    def drop(self, *labels: str, reposition: bool = True, repair: str | None = None) -> EditStep:
+        """Take the spans labelled ``labels`` out of the context and its cache, without a prefill
+        (:func:`c2c.runtime.edit.drop`: the tokens after them are re-positioned, or the gaps left open, and
+        ``repair`` recomputes some). The cache is then approximate (:attr:`KVCache.exact` is False), and so is
+        what :meth:`export` publishes from it: its header records the edit.
+
+        Raises:
+            ConfigError: no span has these labels, or one is the shared prefix's.
+        """
+        chosen = [i for i, s in enumerate(self.context.spans) if s.label in labels]
+        if not chosen:
+            raise ConfigError(f"no span labelled {list(labels)}; this context has "
+                              f"{[s.label for s in self.context.spans]}")
+        if len(self.messages) != len(self.context.spans) + 1:
+            raise RuntimeUnsupportedError(
+                f"{self.name}'s messages no longer line up with its spans (an attached cache adds a span, not a "
+                "message), so dropping spans would leave its text history wrong; drop before attaching")
+        spans = [(self.context.spans[i].start, self.context.spans[i].end) for i in chosen]
+        self.cache, step = edit.drop(self.runtime, self.cache, spans, reposition=reposition, repair=repair)
+        self.context = self.context.without(chosen)
+        # one message per span after the system message (a reply's instruction and answer are two of each)
+        self.messages = [m for j, m in enumerate(self.messages) if j - 1 not in set(chosen)]
+        return step
+
     # ------------------------------------------------------------ exporting
     def export_cache(self, *, labels: tuple[str, ...] | None = None,
                      isolation: str | None = None) -> tuple[KVCache, dict[str, str]]:
@@ -147,7 +173,7 @@ class Agent:
         """
         if isolation is not None and isolation not in ISOLATIONS:
             raise ConfigError(f"isolation={isolation!r}: use 'recompute' or 'positions'")
-        cache = self.cache
+        cache, _ = edit.close_gaps(self.runtime, self.cache)  # positions left open by drop(reposition=False)
         span_labels = {}
         if labels is not None:
             t0 = time.perf_counter()

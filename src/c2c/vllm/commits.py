@@ -37,7 +37,8 @@ from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import C2CError, CommitNotVisibleError, ConfigError, HandoffError, StoreError, TrustError, ArtifactError
+from c2c.errors import (ArtifactError, C2CError, CommitNotVisibleError, ConfigError, EditedCacheError, HandoffError,
+                        StoreError, TrustError)
 from c2c.handoff.decide import Party
 from c2c.handoff.gate import SHARED_PARENTS, Gate
 from c2c.handoff.policy import HandoffPolicy
@@ -196,6 +197,12 @@ class Attacher(_Scope):
                     if h.kind != "full":
                         raise HandoffError(f"commit {adm.commit[:12]} is a slice (positions {h.start}..{h.end}); "
                                            "vLLM attaches whole caches only")
+                    if h.edit is not None:
+                        raise EditedCacheError(
+                            f"commit {adm.commit[:12]} was edited without a prefill (messages dropped), so its K/V are "
+                            "approximate, and vLLM's prefix cache would hand them to later requests of the same "
+                            "tokens as exact; the connector loads exact commits only: attach it through c2c serve, "
+                            "or send its text")
                     self.gate.require_kv(adm, why="vLLM's connector (it holds no second copy of the model to "
                                                   "re-compute K/V with)")
                 except C2CError as e:

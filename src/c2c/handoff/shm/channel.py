@@ -25,7 +25,7 @@ import numpy as np
 
 from c2c import errors
 from c2c.artifact.codec import max_artifact_bytes
-from c2c.errors import ArtifactTooLargeError, ChannelError, ConfigError, RuntimeUnsupportedError
+from c2c.errors import ArtifactTooLargeError, ChannelError, ConfigError, EditedCacheError, RuntimeUnsupportedError
 from c2c.handoff.record import Handoff
 from c2c.handoff.shm import admit, arena
 from c2c.handoff.shm.offer import PROTOCOL, ShmOffer, peer_error, sign_offer
@@ -155,6 +155,10 @@ class ShmChannel:
         """
         t0 = time.perf_counter()
         cache, span = agent.export_cache(labels=labels, isolation=isolation)
+        if not cache.exact:  # the arena carries tensors and token ids, not an edit record
+            raise EditedCacheError(f"{agent.name}'s cache was edited without a prefill (messages dropped), so it is "
+                                   "approximate; the shared-memory channel carries exact caches only: publish it "
+                                   "through the store (its header records the edit), or send the text")
         layout = arena.Layout.of(agent.fingerprint, cache.seq_len)
         t1 = time.perf_counter()
         digest = layout.write(self._arena(layout.size), cache)
