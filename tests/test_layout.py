@@ -270,9 +270,9 @@ def test_every_dotted_c2c_name_in_docs_and_docstrings_resolves():
 
 def test_tests_mirror_the_package():
     """``tests/`` follows ``src/c2c/`` package by package: each folder of tests is named for a package of c2c
-    (``benchmarks``: the scripts of ``benchmarks/``), and only tests of the package as a whole sit at the top."""
+    (``benchmarks``: the scripts of ``benchmarks/``; ``docs``: the README and ``docs/``), and only tests of the package as a whole sit at the top."""
     tests = SRC.parents[1] / "tests"
     packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
     folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders - packages == {"benchmarks"}, folders - packages
+    assert folders - packages == {"benchmarks", "docs"}, folders - packages
     assert {p.name for p in tests.glob("test_*.py")} == {"test_io.py", "test_layout.py", "test_public_api.py"}

@@ -70,7 +70,18 @@ from __future__ import annotations
 
 
 class C2CError(Exception):
-    """Base class of every error c2c raises on purpose."""
+    """Base class of every error c2c raises on purpose.
+
+    ``doc`` names the docs section on a common refusal and its fix (``docs/trust.md#stale``); its
+    message then ends with a pointer to it."""
+
+    doc: str | None = None
+
+    def __str__(self) -> str:
+        msg = super().__str__()
+        if self.doc is None or msg.endswith(f"(see docs/{self.doc})"):
+            return msg
+        return f"{msg} (see docs/{self.doc})"
 
 
 class ConfigError(C2CError):
@@ -93,13 +104,19 @@ class UnknownModelError(ModelError):
 class RuntimeUnsupportedError(C2CError):
     """The runtime cannot do this exactly for this model, so it refuses."""
 
+    doc = "trust.md#engine"
+
 
 class IncompatibleCacheError(C2CError):
     """A cache does not fit the model or context that would use it."""
 
+    doc = "trust.md#layout"
+
 
 class FingerprintMismatchError(IncompatibleCacheError):
     """The cache was produced by a model whose fingerprint differs."""
+
+    doc = "trust.md#fingerprint"
 
     def __init__(self, message: str, differences: dict | None = None):
         super().__init__(message)
@@ -109,9 +126,13 @@ class FingerprintMismatchError(IncompatibleCacheError):
 class PrefixMismatchError(IncompatibleCacheError):
     """The receiver's shared-prefix hashes differ from the artifact's."""
 
+    doc = "trust.md#prefix"
+
 
 class MapMismatchError(IncompatibleCacheError):
     """A cross-model map (:mod:`c2c.xmodel`) was fitted for another source or target model."""
+
+    doc = "trust.md#map-not-earned"
 
     def __init__(self, message: str, differences: dict | None = None):
         super().__init__(message)
@@ -165,6 +186,8 @@ class RevokedSignerError(TrustError):
 class DomainMismatchError(TrustError):
     """The artifact belongs to another trust domain."""
 
+    doc = "trust.md#domain"
+
 
 class VerificationFailedError(TrustError):
     """The KV-cache does not encode the tokens its header claims."""
@@ -172,6 +195,8 @@ class VerificationFailedError(TrustError):
 
 class UnverifiableError(TrustError):
     """The policy asks for a KV check this artifact cannot get (tokens withheld, slice without context)."""
+
+    doc = "trust.md#unverifiable"
 
 
 class KeyringError(TrustError):
@@ -194,9 +219,13 @@ class CommitNotVisibleError(CommitNotFoundError):
     """No commit with that id is visible to the caller's trust domain: none exists, or its
     owner did not share it. Both get this one answer, so a caller learns nothing of other domains."""
 
+    doc = "trust.md#not-visible"
+
 
 class StaleCommitError(StoreError):
     """A commit is stale and the caller asked for fresh context only."""
+
+    doc = "trust.md#stale"
 
 
 class StoreWriteError(StoreError):
@@ -205,6 +234,8 @@ class StoreWriteError(StoreError):
 
 class QuotaExceededError(StoreError):
     """A put would take its trust domain past the domain's byte quota; nothing was written."""
+
+    doc = "trust.md#quota"
 
     def __init__(self, message: str, *, domain: str = "", quota_bytes: int = 0, stored_bytes: int = 0,
                  adding_bytes: int = 0):
