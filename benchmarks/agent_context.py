@@ -130,10 +130,10 @@ def summarize(records: list[dict], conditions: list[str], keep: int) -> dict:
         if not recs:
             continue
         row = {"episodes": len(recs)}
-        for kind, keep in (("kept", lambda a: a["kind"] == "kept"),
+        for kind, pick in (("kept", lambda a: a["kind"] == "kept"),
                            ("kept_after_drops", lambda a: a["kind"] == "kept" and a["step"] > keep),
                            ("dropped", lambda a: a["kind"] == "dropped")):
-            ans = [a for r in recs for a in r["answers"] if keep(a)]
+            ans = [a for r in recs for a in r["answers"] if pick(a)]
             k = sum(a["correct"] for a in ans)
             row[kind] = {"n": len(ans), "correct": k, "acc": k / len(ans) if ans else None,
                          "ci95": wilson(k, len(ans))}

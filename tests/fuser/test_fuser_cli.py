@@ -59,7 +59,7 @@ def test_cli_train_then_eval_end_to_end(make_link, tiny_rt, data_root, tmp_path,
     assert out["sharers"] == ["tiny-gemma3", "self"] and len(out["artifact"]["id"]) == 64
 
 
-def test_fuser_eval_recomputes_the_readmes_pair_b_figures_from_the_committed_records(capsys, monkeypatch):
+def test_fuser_eval_recomputes_the_docs_pair_b_figures_from_the_committed_records(capsys, monkeypatch):
     """`c2c fuser eval --records` over the committed records of general pair (b) gives the README's numbers
     (ARC-Easy test, and the pooled row of the four reported splits) without loading a model."""
     from pathlib import Path
@@ -79,7 +79,7 @@ def test_fuser_eval_recomputes_the_readmes_pair_b_figures_from_the_committed_rec
         raise AssertionError("every record is committed: no model may be loaded")
 
     monkeypatch.setattr(FusedReceiver, "load", no_model)
-    readme = (root / "README.md").read_text()
+    readme = (root / "docs" / "cross_model.md").read_text()   # the docs page that quotes these figures
     common = ["fuser", "eval", "--checkpoint", str(root / "checkpoints/fuser/general_pair_b"),
               "--control-checkpoint", str(root / "checkpoints/fuser/general_control"), "--limit", "200",
               "--records", str(root / "benchmarks/results/fuser_records/pair_b"), "--kind", "general", "--json"]

@@ -46,7 +46,21 @@ def test_framework_example_hands_over_the_cache(tiny_server, script, needs):
     assert lines["handoff"] == f"{lines['commit'][:12]}:full"
 
 
-def test_agent_context_example_drops_old_tool_results_from_the_cache(tiny_server):
+@pytest.fixture(scope="module")
+def roomy_server(tmp_path_factory):
+    """tiny-qwen2 with room for a session of ~400 byte-level tokens (the shared tiny_server keeps 0.25 MB per
+    tenant: 1 KiB of K/V per token, so the agent examples' sessions would be evicted, and rebuilt)."""
+    from serve_helpers import ServeProcess, make_home, write_tokens
+
+    root = tmp_path_factory.mktemp("serve-roomy")
+    server = ServeProcess(make_home(root), "--model", "tiny-qwen2", "--tokens", str(write_tokens(root / "t.json")),
+                          "--session-budget-mb", "16").start()
+    yield server
+    server.stop()
+
+
+def test_agent_context_example_drops_old_tool_results_from_the_cache(roomy_server):
+    tiny_server = roomy_server
     env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "C2C_MODEL": "tiny-qwen2",
            "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, str(EXAMPLES / "agent_context.py")], env=env, capture_output=True,
@@ -59,7 +73,8 @@ def test_agent_context_example_drops_old_tool_results_from_the_cache(tiny_server
     assert "dropped: [2, 4, 6]" in proc.stdout and "answer:" in proc.stdout
 
 
-def test_agent_context_langgraph_example_drops_through_the_graph(tiny_server):
+def test_agent_context_langgraph_example_drops_through_the_graph(roomy_server):
+    tiny_server = roomy_server
     for module in ("langgraph", "langchain_openai"):
         pytest.importorskip(module)
     env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",

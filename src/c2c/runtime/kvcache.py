@@ -94,7 +94,8 @@ class Edits:
             spans = [sp for s in old for sp in s.dropped]
             folded = EditStep(dropped=(min(spans),) if spans else (), tokens=sum(s.dropped_tokens for s in old),
                               repositioned=sum(s.repositioned for s in old),
-                              recomputed=sum(s.recomputed for s in old), repair=f"folded:{len(old)}")
+                              recomputed=sum(s.recomputed for s in old),
+                              repair=f"folded:{sum(_steps_in(s) for s in old)}")
             steps = (folded,) + steps
         return Edits(steps=steps)
 
@@ -117,6 +118,12 @@ class Edits:
     def summary(self) -> str:
         return (f"edited: {self.dropped} tokens dropped in {len(self.steps)} edit(s), {self.repositioned} "
                 f"re-positioned, {self.recomputed} recomputed")
+
+
+def _steps_in(step: EditStep) -> int:
+    """How many edits ``step`` stands for (a folded one: those it folded)."""
+    kind, _, n = step.repair.partition(":")
+    return int(n) if kind == "folded" and n.isdigit() else 1
 
 
 def _merge(a: Edits | None, b: Edits | None) -> Edits | None:
