@@ -152,3 +152,11 @@ def test_a_part_before_the_first_drop_is_exact_again(rt):
     _, cache = rt.prefill(a + b + c)
     edited, _ = drop(rt, cache, [(len(a), len(a) + len(b))])
     assert edited.head(len(a)).exact and not edited.head(len(a) + 1).exact
+
+
+def test_an_unreadable_record_still_marks_a_cache_edited():
+    from c2c.runtime.kvcache import Edits
+
+    for junk in ("edited", [1, 2], {"steps": [{"dropped": "x"}]}, {"no": "steps"}):
+        e = Edits.read(junk)
+        assert e == Edits() and "does not read" in e.summary()

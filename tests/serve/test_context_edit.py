@@ -29,6 +29,11 @@ def turn2(r1):
     return HISTORY + [a(r1.choices[0].message.content), u("When does the ferry leave?")]
 
 
+def first_turn(client, session):
+    """HISTORY's turn in ``session``, then the second turn's full history (what a client sends next)."""
+    return turn2(chat(client, HISTORY, c2c={"session": session}, max_tokens=4))
+
+
 def kept(messages, drop):
     return [m for i, m in enumerate(messages) if i not in drop]
 
@@ -43,8 +48,7 @@ def edit(session, drop, **kw):
 
 def test_drop_prefills_only_the_new_messages_and_counts_add_up(tiny_server):
     client = tiny_server.client("analyst")
-    r1 = chat(client, HISTORY, c2c={"session": "edit-counts"}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(client, "edit-counts")
     r2 = chat(client, msgs, c2c=edit("edit-counts", [1, 2]), max_tokens=4)
     e = c2c_field(r2)["edit"]
     # dropped + kept = before: the full history's prompt less the kept one's is what was dropped
@@ -68,8 +72,7 @@ def test_drop_prefills_only_the_new_messages_and_counts_add_up(tiny_server):
 
 def test_a_full_repair_answers_as_the_text_drop_does(tiny_server):
     client = tiny_server.client("analyst")
-    r1 = chat(client, HISTORY, c2c={"session": "edit-repair"}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(client, "edit-repair")
     r2 = chat(client, msgs, c2c=edit("edit-repair", [3, 4], repair="ratio:1"), max_tokens=6)
     e = c2c_field(r2)["edit"]
     assert e["recomputed_tokens"] == e["repositioned_tokens"] > 0 and e["repair"] == "ratio:1"
@@ -79,8 +82,7 @@ def test_a_full_repair_answers_as_the_text_drop_does(tiny_server):
 
 def test_drop_without_reposition_leaves_gaps_that_a_later_request_closes(tiny_server):
     client = tiny_server.client("analyst")
-    r1 = chat(client, HISTORY, c2c={"session": "edit-gaps"}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(client, "edit-gaps")
     r2 = chat(client, msgs, c2c=edit("edit-gaps", [1, 2], reposition=False), max_tokens=3)
     e = c2c_field(r2)["edit"]
     assert e["open_gaps"] == 1 and e["repositioned_tokens"] == 0 and e["dropped_tokens"] > 0
@@ -100,8 +102,7 @@ def test_drop_without_reposition_leaves_gaps_that_a_later_request_closes(tiny_se
 def test_bad_instructions_get_a_400_and_leave_the_session_as_it_was(tiny_server, messages, drop, match):
     client = tiny_server.client("analyst")
     name = "edit-bad-" + match.split()[0]
-    r1 = chat(client, HISTORY, c2c={"session": name}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(client, name)
     bad = msgs
     if messages == "contradict":
         bad = [dict(m) for m in msgs]
@@ -123,8 +124,7 @@ def test_bad_instructions_get_a_400_and_leave_the_session_as_it_was(tiny_server,
 
 def test_drops_are_cumulative_and_need_a_session(tiny_server):
     client = tiny_server.client("analyst")
-    r1 = chat(client, HISTORY, c2c={"session": "edit-cumul"}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(client, "edit-cumul")
     chat(client, msgs, c2c=edit("edit-cumul", [1, 2]), max_tokens=2)
     with pytest.raises(openai.BadRequestError) as err:
         chat(client, msgs, c2c=edit("edit-cumul", [2]), max_tokens=2)
@@ -136,8 +136,7 @@ def test_drops_are_cumulative_and_need_a_session(tiny_server):
 
 def test_a_session_without_a_cache_rebuilds_from_text_exactly_and_says_so(tiny_server):
     client = tiny_server.client("analyst")
-    r1 = chat(client, HISTORY, c2c={"session": "edit-fresh-src"}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(client, "edit-fresh-src")
     r = chat(client, msgs, c2c=edit("edit-never-seen", [1, 2]), max_tokens=4)
     e = c2c_field(r)["edit"]
     assert e["rebuilt"] is True and e["exact"] is True and e["dropped_tokens"] == 0 and "exactly" in e["reason"]
@@ -157,8 +156,7 @@ def test_a_session_without_a_cache_rebuilds_from_text_exactly_and_says_so(tiny_s
 
 def test_an_edited_cache_publishes_as_approximate(tiny_server):
     analyst, writer = tiny_server.client("analyst"), tiny_server.client("writer")
-    r1 = chat(analyst, HISTORY, c2c={"session": "edit-pub"}, max_tokens=4)
-    msgs = turn2(r1)
+    msgs = first_turn(analyst, "edit-pub")
     r2 = chat(analyst, msgs, max_tokens=4, c2c={**edit("edit-pub", [1, 2]), "publish": {"stream": "edited"}})
     pub = c2c_field(r2)["publish"]
     with open_store(tiny_server.store_url() + "?domain=research") as store:
@@ -185,8 +183,7 @@ def test_an_edited_cache_publishes_as_approximate(tiny_server):
 
 def test_an_edited_commit_shared_with_another_domain_is_read_as_text_there(tiny_server):
     analyst = tiny_server.client("analyst")
-    r1 = chat(analyst, HISTORY, c2c={"session": "edit-share"}, max_tokens=4)
-    r2 = chat(analyst, turn2(r1), max_tokens=4,
+    r2 = chat(analyst, first_turn(analyst, "edit-share"), max_tokens=4,
               c2c={**edit("edit-share", [1, 2]), "publish": {"stream": "edited-shared", "share": ["other"]}})
     commit = c2c_field(r2)["publish"]["commit"]
     r = chat(tiny_server.client("outsider"), [SYSTEM, u("What did they find?")], c2c={"attach": [commit]})

@@ -40,8 +40,7 @@ from c2c.artifact.header import EDIT_KEY, ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json, token_digest, utc_now
 from c2c.config import settings
-from c2c.errors import (ArtifactTooLargeError, ConfigError, CorruptArtifactError, IncompatibleCacheError,
-                        TruncatedArtifactError)
+from c2c.errors import ArtifactTooLargeError, ConfigError, CorruptArtifactError, TruncatedArtifactError
 from c2c.runtime.kvcache import Edits, KVCache
 
 # NOTE: a header of 1M tokens is ~8 MB of JSON; 16 MiB bounds what rejecting a garbage header costs.
@@ -459,18 +458,9 @@ def _tensors(header: ArtifactHeader, layout: _Layout, data: memoryview, *,
         return None
     tensors = [flat[a:b].view(torch_dtype).view(*shape) for (a, b), shape in zip(spans, layout.shapes)]
     tokens = header.tokens if header.tokens is not None else (0,) * header.seq_len
-    edit = header.edit
-    edits = None if edit is None else (Edits() if "malformed" in edit else _edits_or_empty(edit))
+    edits = None if header.edit is None else Edits.read(header.edit)
     return KVCache(keys=tuple(tensors[0::2]), values=tuple(tensors[1::2]), token_ids=tuple(tokens),
                    start=header.start, windows=layout.windows, edits=edits)
-
-
-def _edits_or_empty(record: dict) -> Edits:
-    """A signed edit record as :class:`Edits` (an empty one, still not exact, if it does not parse)."""
-    try:
-        return Edits.from_dict(record)
-    except IncompatibleCacheError:
-        return Edits()
 
 
 def check_chunks(header: ArtifactHeader, geometry: ChunkGeometry, data: memoryview, which,

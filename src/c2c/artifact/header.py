@@ -85,14 +85,11 @@ class ArtifactHeader:
         return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
 
     @property
-    def edit(self) -> dict | None:
-        """The publisher's record of how the cache was edited (:class:`~c2c.runtime.kvcache.Edits`), or None
-        when it is what a prefill of its tokens gives. Signed with the header. A malformed record still
-        marks the cache edited (it is never taken for exact)."""
-        raw = self.extra.get(EDIT_KEY)
-        if raw is None:
-            return None
-        return raw if isinstance(raw, dict) else {"malformed": True}
+    def edit(self) -> Any:
+        """The publisher's record of how the cache was edited (read by :meth:`c2c.runtime.kvcache.Edits.read`),
+        or None when it is what a prefill of its tokens gives. Signed with the header; any value, a malformed
+        one too, marks the cache edited."""
+        return self.extra.get(EDIT_KEY)
 
     def to_dict(self) -> dict[str, Any]:
         return {

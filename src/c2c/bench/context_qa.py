@@ -51,8 +51,8 @@ def _name(rng: random.Random) -> str:
     return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
 
 
-def _fact(rng: random.Random) -> tuple[str, str, str]:
-    """(sentence, question, answer) of one made-up fact."""
+def fact(rng: random.Random) -> tuple[str, str, str]:
+    """(sentence, question, answer) of one made-up fact with random values."""
     kind = rng.randrange(6)
     if kind == 0:
         place, code = rng.choice(_PLACES), str(rng.randint(1000, 9999))
@@ -80,7 +80,7 @@ def build(runtime, n: int, doc_tokens: int, *, seed: int = 0) -> list[Question]:
     out = []
     for i in range(n):
         sentences = window(runtime, paragraphs, rng, doc_tokens)
-        sentence, question, answer = _fact(rng)
+        sentence, question, answer = fact(rng)
         document = plant(sentences, [sentence], rng)
         out.append(Question(id=f"cqa-{doc_tokens}-{seed}-{i}", doc_tokens=doc_tokens, document=document,
                             fact=sentence, question=question, answer=answer))
@@ -111,11 +111,6 @@ def plant(sentences: list[str], facts: list[str], rng: random.Random) -> str:
     for f in facts:
         out.insert(rng.randint(0, len(out)), f)
     return " ".join(out)
-
-
-def fact(rng: random.Random) -> tuple[str, str, str]:
-    """(sentence, question, answer) of one made-up fact with random values."""
-    return _fact(rng)
 
 
 def normalize(text: str) -> str:

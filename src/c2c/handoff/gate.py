@@ -48,8 +48,8 @@ from c2c.artifact.codec import Artifact
 from c2c.artifact.header import ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
-                        IncompatibleCacheError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError,
-                        StoreError, StoreWriteError, UnsignedArtifactError, UnverifiableError)
+                        KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
+                        StoreWriteError, UnsignedArtifactError, UnverifiableError)
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import Edits, KVCache
@@ -95,17 +95,6 @@ _VERDICTS = {"prefix": ("same shared prefix", "shared prefixes differ"),
              "staleness": ("fresh context", "built on stale context (invalidated or superseded)"),
              "hops": ("within the hop limit", "would exceed the hop limit (C2C_MAX_HOPS)"),
              "exact": ("what a prefill of its tokens gives", "edited without a prefill, so approximate")}
-
-
-def _edited(h: ArtifactHeader) -> str | None:
-    """How the header says its cache was edited (:data:`c2c.artifact.header.EDIT_KEY`), or None."""
-    rec = h.edit
-    if rec is None:
-        return None
-    try:
-        return Edits.from_dict(rec).summary()
-    except IncompatibleCacheError:
-        return "edited (a record this build does not read)"
 
 
 def redact(decision: Decision) -> Decision:
@@ -326,7 +315,8 @@ class Gate:
             sender_prefix, mine = match(h)
             receiver = replace(receiver, prefix=mine)
         sender = Party(name=str(h.producer.get("agent", "?")), domain=sender_domain, fingerprint=h.fingerprint,
-                       prefix=sender_prefix, shared_with=h.shared_with, edited=_edited(h))
+                       prefix=sender_prefix, shared_with=h.shared_with,
+                       edited=None if h.edit is None else Edits.read(h.edit).summary())
         decision = decide(sender, receiver, policy, hops=hops.depth + 1,
                           stale=rec.stale_reason if rec.stale and not allow_stale else None, advice_note=advice_note,
                           maps=self.maps)

@@ -111,11 +111,22 @@ class Edits:
                                    repositioned=int(s["repositioned"]), recomputed=int(s["recomputed"]),
                                    repair=str(s["repair"])[:32],
                                    tokens=int(s["tokens"]) if "tokens" in s else None) for s in d["steps"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise IncompatibleCacheError(f"malformed edit record: {type(e).__name__}") from None
         return cls(steps=steps)
 
+    @classmethod
+    def read(cls, record) -> "Edits":
+        """A signed header's record as :class:`Edits`; one that does not parse reads as an empty record, which
+        still marks its cache edited (it is never taken for exact)."""
+        try:
+            return cls.from_dict(record)
+        except IncompatibleCacheError:
+            return cls()
+
     def summary(self) -> str:
+        if not self.steps:
+            return "edited (a record this build does not read)"
         return (f"edited: {self.dropped} tokens dropped in {len(self.steps)} edit(s), {self.repositioned} "
                 f"re-positioned, {self.recomputed} recomputed")
 

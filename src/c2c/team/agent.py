@@ -161,7 +161,8 @@ class Agent:
         self.cache, step = edit.drop(self.runtime, self.cache, spans, reposition=reposition, repair=repair)
         self.context = self.context.without(chosen)
         # one message per span after the system message (a reply's instruction and answer are two of each)
-        self.messages = [m for j, m in enumerate(self.messages) if j - 1 not in set(chosen)]
+        gone = set(chosen)
+        self.messages = [m for j, m in enumerate(self.messages) if j - 1 not in gone]
         return step
 
     # ------------------------------------------------------------ exporting
