@@ -11,6 +11,15 @@ measured under the same machine load. With ``--text-engine llama.cpp`` every poi
 also runs the text pipeline on llama.cpp (the zoo's GGUF as shipped; see
 ``llama_text.py``): the honest comparison, c2c's cache pipeline against the text
 pipeline on the fastest engine we have here.
+
+The compute bound. Every point also computes the least time the cache pipeline could take on this
+machine (:mod:`c2c.bench.limits`): for each forward pass it cannot avoid (the analyst's reads after
+the shared prefix, the writer's own tokens after the received cache, the answer's decode steps), the
+larger of its FLOPs at the best matrix-product rate measured in this run (a 512x896 by 896x4864
+product, bf16 packed where the CPU packs) and its bytes (weights as the runtime stores them, plus the
+K/V it reads) at the read bandwidth measured in this run; the bound is their sum (the handoff's own
+bytes are left out: tens of milliseconds). ``of bound`` is that bound over the measured cache
+pipeline: 100% would be a pipeline with no overhead, at the hardware's limit in every pass.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from c2c import advise
-from c2c.bench import handoff, results
+from c2c.bench import handoff, limits, results
 from c2c.bench.calibrate import calibrate
 from c2c.runtime import alloc, zoo
 
@@ -39,7 +48,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="run each point this many times and report the "
                                                           "median of every timing (pipelines are single runs "
                                                           "otherwise; cache handoffs are always median of 5)")
-    ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],
+    ap.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "int8"],
                     help="c2c's runtime dtype (default $C2C_DTYPE, else auto: bf16 where the CPU has it)")
     ap.add_argument("--text-engine", choices=["transformers", "llama.cpp"], action="append", default=None,
                     help="also run the text pipeline on llama.cpp (repeatable; transformers always runs)")
@@ -50,6 +59,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     models = args.model or ["Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct"]
+    machine_limits = limits.Limits.measure()  # in this run, on these threads (see "The compute bound" above)
     lengths = [int(x) for x in args.lengths.split(",")]
     rows = []
     for name in models:
@@ -66,11 +76,24 @@ def main() -> int:
                 r[f"predicted_{key}"] = getattr(a, key)
                 r[f"prediction_error_{key}"] = getattr(a, key) / r[key] - 1
             r["advisor_decision"] = "cache" if a.cache_is_faster else "text"
+            r.update(_bound(rt, machine_limits, r))
             r["calibration"] = cal.__dict__
             rows.append(r)
     cmd = "python benchmarks/handoff_sweep.py " + " ".join(sys.argv[1:])
     return results.write(args.out, {"command": cmd.strip(), "results": rows}, table(rows, cmd.strip()),
                          plot=lambda path: plot(rows, path))
+
+
+def _bound(rt, machine_limits: limits.Limits, r: dict) -> dict:
+    """The cache pipeline's compute bound (see the module doc) and how close the measured pipeline runs to it."""
+    p = r["cache_passes"]
+    b = limits.passes_bound(rt, machine_limits, [tuple(x) for x in p["prefill"]], p["decode_steps"],
+                            p["decode_context"])
+    out = {"limits": machine_limits.__dict__, "cache_bound_s": b.seconds, "cache_bound_prefill_s": b.prefill_s,
+           "cache_bound_decode_s": b.decode_s, "cache_of_bound": b.seconds / r["cache_pipeline_s"]}
+    if "llama_text_pipeline_s" in r:
+        out["speedup_bound_vs_llama_text"] = r["llama_text_pipeline_s"] / b.seconds
+    return out
 
 
 def _llama(name: str, threads: int):
@@ -153,6 +176,21 @@ def table(rows: list[dict], cmd: str) -> str:
                          f"{r['llama_text_pipeline_s']:.2f} | {r['llama_analyst_read_s']:.2f} / "
                          f"{r['llama_message_s']:.2f} / {r['llama_writer_read_s']:.2f} / {r['llama_answer_s']:.2f} | "
                          f"**{r['speedup_vs_llama_text']:.1f}x** |")
+    bounded = [r for r in rows if "cache_bound_s" in r]
+    if bounded:
+        lim = bounded[0]["limits"]
+        lines += ["", "## The compute bound", "",
+                  f"Measured in this run: matrix products at **{lim['gemm_gflops']:.0f} GFLOPS** (the best kind), "
+                  f"memory read at **{lim['read_gb_s']:.1f} GB/s**. The bound of each forward pass is the larger of "
+                  "its FLOPs and its bytes at those rates (module doc of `benchmarks/handoff_sweep.py`).", "",
+                  "| model | dtype | message tokens | cache pipeline s | bound s (prefill + decode) | of bound | "
+                  "llama.cpp text / bound |",
+                  "|---|---|---:|---:|---|---:|---:|"]
+        for r in bounded:
+            vs = f"{r['speedup_bound_vs_llama_text']:.1f}x" if "speedup_bound_vs_llama_text" in r else "—"
+            lines.append(f"| {r['model']} | {r['machine']['dtype']} | {r['message_tokens']} | "
+                         f"{r['cache_pipeline_s']:.2f} | {r['cache_bound_s']:.2f} ({r['cache_bound_prefill_s']:.2f} + "
+                         f"{r['cache_bound_decode_s']:.2f}) | {100 * r['cache_of_bound']:.0f}% | {vs} |")
     keys = ("text_pipeline_s", "cache_pipeline_s", "text_handoff_s", "cache_handoff_s")
     lines += ["", "## Advisor: predicted vs measured (calibrated in the same run)", "",
               "| model | message tokens | " + " | ".join(f"{k} pred / meas (err)" for k in keys) + " | decision |",

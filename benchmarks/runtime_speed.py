@@ -42,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+from c2c.bench.limits import decode_bytes, gemm_gflops, memory_bandwidth
+
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = "Qwen2.5-Coder-0.5B-Instruct,SmolLM2-135M-Instruct,Gemma-3-270M"
 
@@ -53,55 +55,6 @@ def prompt_ids(encode, n: int) -> list[int]:
     while len(ids) < n:
         ids = ids + ids
     return ids[:n]
-
-
-def memory_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict:
-    """GB/s of a read (a sum over ``gib`` GiB of fp32) and a copy (read plus write), best of ``repeats``, on
-    torch's threads: what a decode step, which reads every weight once, can draw at most."""
-    import torch
-
-    n = int(gib * (1 << 30) // 4)
-    a, b = torch.ones(n), torch.empty(n)
-    best = {"read_gb_s": 0.0, "copy_gb_s": 0.0}
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a.sum()
-        best["read_gb_s"] = max(best["read_gb_s"], 4 * n / (time.perf_counter() - t0) / 1e9)
-        t0 = time.perf_counter()
-        b.copy_(a)
-        best["copy_gb_s"] = max(best["copy_gb_s"], 8 * n / (time.perf_counter() - t0) / 1e9)
-    del a, b
-    return {**best, "gib": gib}
-
-
-def decode_bytes(rt, context: int) -> int:
-    """Bytes one decode step reads, from the weights' storage: every linear layer as the step reads it (the
-    int8 copy, the packed bf16 or the dense weight), the norms, one embedding row, and the K/V of ``context``
-    positions. (The embedding table is read one row per token; a tied LM head is counted as its linear.)"""
-    import torch
-
-    from c2c.runtime.transformers import int8, packing
-
-    total = 0
-    seen: set[int] = set()
-    for m in rt.model.modules():
-        if isinstance(m, int8.Int8DecodeLinear):
-            total += m.in_features * m.out_features + 4 * m.out_features   # int8 weights, fp32 scales
-            seen.update(id(x) for x in m.modules())
-        elif id(m) in seen:
-            continue
-        elif isinstance(m, packing.PackedLinear):
-            total += m.in_features * m.out_features * 2 + (m.bias.numel() * m.bias.element_size() if m.bias
-                                                          is not None else 0)
-        elif isinstance(m, torch.nn.Linear):
-            total += sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
-        elif isinstance(m, torch.nn.Embedding):
-            total += m.embedding_dim * m.weight.element_size()
-        elif "norm" in type(m).__name__.lower():
-            total += sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
-    f = rt.facts
-    kv = 2 * f.num_layers * f.kv_heads * f.head_dim * context * torch.empty((), dtype=rt.dtype).element_size()
-    return total + kv
 
 
 def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode: int, repeats: int) -> dict:
@@ -138,32 +91,6 @@ def time_transformers(name: str, dtype: str, pack: bool, n_prompt: int, n_decode
     return row
 
 
-def gemm_gflops(m: int = 512, k: int = 896, n: int = 4864, repeats: int = 10) -> dict:
-    """Throughput of one prefill-sized matrix product: fp32, bf16, and bf16 packed for oneDNN."""
-    import torch
-
-    from c2c.runtime.transformers import packing
-
-    x, w = torch.randn(m, k), torch.randn(n, k)
-    lin = torch.nn.Linear(k, n, bias=False)
-    lin.weight.data = w.bfloat16()
-    packed = packing.PackedLinear(lin) if packing.can_pack(torch.nn.Sequential(lin)) else None
-    cases = {"float32": lambda: torch.nn.functional.linear(x, w),
-             "bfloat16": lambda: torch.nn.functional.linear(x.bfloat16(), lin.weight)}
-    if packed is not None:
-        xb = x.bfloat16()
-        cases["bfloat16_packed"] = lambda: packed(xb)
-    out = {}
-    with torch.inference_mode():
-        for name, f in cases.items():
-            f()
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                f()
-            out[name] = 2 * m * k * n * repeats / (time.perf_counter() - t0) / 1e9
-    return out
-
-
 def time_c2c_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeats: int) -> dict | None:
     """c2c's llama.cpp backend (``LlamaCppRuntime.generate``), timed like llama-cpp-python's own generate."""
     try:
@@ -190,14 +117,16 @@ def time_c2c_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, re
     return row
 
 
-def time_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeats: int) -> dict | None:
+def time_llama_cpp(name: str, threads: int, n_prompt: int, n_decode: int, repeats: int, *,
+                   path: Path | None = None) -> dict | None:
+    """llama-cpp-python's own ``generate`` on the zoo's GGUF file (or ``path``)."""
     try:
         import llama_cpp
     except ImportError:
         return None
     from c2c.runtime import zoo
 
-    path = zoo.gguf(name)
+    path = path or zoo.gguf(name)
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(2048, n_prompt + n_decode + 16), n_threads=threads,
                           n_threads_batch=threads, n_batch=512, verbose=False, logits_all=False)
     ids = prompt_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False), n_prompt)

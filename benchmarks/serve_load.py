@@ -149,6 +149,8 @@ def main() -> int:
                     help="--two-tenant: the flood sends long prompts of about W words (a new session each: all "
                          "prefilled) instead of long answers; its max_tokens is then 8 unless --flood-max-tokens")
     ap.add_argument("--flood-max-tokens", type=int, default=None, help="--two-tenant: the flood's max_tokens")
+    ap.add_argument("--backend", default=None, choices=["transformers", "llama.cpp"],
+                    help="--two-tenant: the server's --backend (default: the server's default, transformers)")
     ap.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
                     help="--two-tenant: the server's --prefill-chunk (default: the server's default)")
     args = ap.parse_args()
@@ -418,7 +420,8 @@ def two_tenant(args) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="c2c-two-tenant-"))
     tokens = _serve.write_tokens(root / "tokens.json", TENANT_TOKENS)
-    extra = () if args.prefill_chunk is None else ("--prefill-chunk", str(args.prefill_chunk))
+    extra = (() if args.prefill_chunk is None else ("--prefill-chunk", str(args.prefill_chunk))) + \
+        (() if args.backend is None else ("--backend", args.backend))
     server = _serve.ServeProcess(make_home(root), "--model", args.model, "--tokens", str(tokens), *extra,
                                  log_dir=root)
     server.start()
@@ -476,6 +479,7 @@ def two_tenant(args) -> int:
                    "long_max_tokens": args.flood_max_tokens or (SHORT_TOKENS if args.flood_prompt_words
                                                                 else LONG_TOKENS),
                    "flood_prompt_words": args.flood_prompt_words, "prefill_chunk": args.prefill_chunk,
+                   "backend": args.backend or "transformers",
                    "flood_prompt_tokens_p50": pct([r["prompt_tokens"] for r in rec.rows if r["tenant"] == "flood"
                                                    and r.get("prompt_tokens")], 0.5) if any(
                        r.get("prompt_tokens") for r in rec.rows if r["tenant"] == "flood") else None,
@@ -508,7 +512,7 @@ def two_tenant(args) -> int:
 
 def two_tenant_markdown(r: dict) -> str:
     c, m = r["config"], r["machine"]
-    lines = [f"# `c2c serve`, two tenants on one server ({c['model']})", "",
+    lines = [f"# `c2c serve`, two tenants on one server ({c['model']}, {c.get('backend', 'transformers')} backend)", "",
              f"`{r['command']}` — {r['created']}. CPU: {m.get('model_name')}, {m['cpus']} CPUs, amx_bf16 "
              f"{'yes' if m.get('amx_bf16') else 'no'}. Load average (1, 5, 15 min) before "
              f"{_load(r['load_avg']['before'])}, after the alone phase {_load(r['load_avg']['after_alone'])}, "

@@ -123,6 +123,14 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     fed = b.context.token_ids[: len(b.context.token_ids) - (len(g_full.token_ids) - 1)]
     ref = runtime.generate(fed, max_new_tokens=K, min_new_tokens=K)
     out["exact_vs_one_prefill"] = ref.token_ids == g_full.token_ids
+    # the forward passes the cache pipeline cannot avoid, for its compute bound (c2c.bench.limits): the
+    # analyst's reads after the shared prefix, the writer's own tokens after the received cache, and the
+    # answer's decode steps (its first token comes from the prefill's logits)
+    prefix = team.prefix_cache(runtime).seq_len
+    out["cache_passes"] = {"prefill": [[a.cache.seq_len - prefix, prefix],
+                                       [len(fed) - a.cache.seq_len, a.cache.seq_len]],
+                           "decode_steps": len(g_full.token_ids) - 1,
+                           "decode_context": len(fed) + len(g_full.token_ids) // 2}
     # --- slice ---------------------------------------------------------------
     a, read_s = analyst()
     b = Agent("writer", runtime, team, role=WRITER_ROLE)

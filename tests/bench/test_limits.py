@@ -1,0 +1,49 @@
+"""c2c.bench.limits: a forward pass's FLOPs and bytes, counted from the model as the runtime holds it."""
+
+from __future__ import annotations
+
+import pytest
+
+from c2c.bench import limits
+
+
+def _by_config(rt, n: int, past: int) -> float:
+    """The same count from the config alone (qwen2: q/k/v/o projections, a gated MLP, a tied LM head)."""
+    c = rt.model.config
+    hd = c.hidden_size // c.num_attention_heads
+    q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
+    per_layer = c.hidden_size * q + 2 * c.hidden_size * kv + q * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+    attended = n * past + n * (n + 1) / 2
+    return (2.0 * n * c.num_hidden_layers * per_layer + 2.0 * c.hidden_size * c.vocab_size
+            + 4.0 * c.num_hidden_layers * c.num_attention_heads * hd * attended)
+
+
+@pytest.mark.parametrize("n,past", [(1, 0), (1, 37), (16, 0), (16, 5)])
+def test_prefill_flops_match_a_count_from_the_config(tiny, n, past):
+    rt = tiny("qwen2")
+    assert limits.prefill_flops(rt, n, past) == pytest.approx(_by_config(rt, n, past), rel=1e-12)
+
+
+def test_decode_bytes_count_each_weight_once_plus_the_cache_it_reads(tiny):
+    rt = tiny("qwen2")
+    f = rt.facts
+    per_position = 2 * f.num_layers * f.kv_heads * f.head_dim * rt.model.dtype.itemsize
+    assert limits.decode_bytes(rt, 11) - limits.decode_bytes(rt, 10) == per_position
+    weights = limits.decode_bytes(rt, 0)
+    everything = sum(p.numel() * p.element_size() for p in rt.model.parameters())
+    row = rt.model.config.hidden_size * rt.model.dtype.itemsize
+    table = rt.model.get_input_embeddings().weight.numel() * rt.model.dtype.itemsize
+    # one embedding row, not the table; a tied head reads the table as the head (parameters() yields it once)
+    expected = everything + row if rt.model.config.tie_word_embeddings else everything - table + row
+    assert weights == expected
+
+
+def test_a_pass_is_bound_by_its_flops_or_its_bytes_whichever_is_slower(tiny):
+    rt = tiny("qwen2")
+    slow_math = limits.Limits(gemm_gflops=1e-3, read_gb_s=1e6)
+    slow_memory = limits.Limits(gemm_gflops=1e6, read_gb_s=1e-3)
+    assert limits.pass_bound(rt, slow_math, 4, 2) == pytest.approx(limits.prefill_flops(rt, 4, 2) / 1e6)
+    assert limits.pass_bound(rt, slow_memory, 4, 2) == pytest.approx(limits.decode_bytes(rt, 6) / 1e6)
+    b = limits.passes_bound(rt, slow_memory, [(4, 0), (3, 4)], decode_steps=5, decode_context=9)
+    assert b.decode_s == pytest.approx(5 * limits.decode_bytes(rt, 10) / 1e6)
+    assert b.seconds == pytest.approx(b.prefill_s + b.decode_s) and b.prefill_s > 0
