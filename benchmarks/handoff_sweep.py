@@ -15,9 +15,10 @@ pipeline on the fastest engine we have here.
 The compute bound. Every point also computes the least time the cache pipeline could take on this
 machine (:mod:`c2c.bench.limits`): for each forward pass it cannot avoid (the analyst's reads after
 the shared prefix, the writer's own tokens after the received cache, the answer's decode steps), the
-larger of its FLOPs at the best matrix-product rate measured in this run (a 512x896 by 896x4864
-product, bf16 packed where the CPU packs) and its bytes (weights as the runtime stores them, plus the
-K/V it reads) at the read bandwidth measured in this run; the bound is their sum (the handoff's own
+larger of its FLOPs at the best matrix-product rate (a 512x896 by 896x4864 product, bf16 packed
+where the CPU packs) and its bytes (weights as the runtime stores them, plus the K/V it reads) at
+the best read bandwidth, each the best of the measurements taken in this run before every point and
+at the end (a shared machine reads low at times); the bound is their sum (the handoff's own
 bytes are left out: tens of milliseconds). ``of bound`` is that bound over the measured cache
 pipeline: 100% would be a pipeline with no overhead, at the hardware's limit in every pass.
 """
@@ -59,14 +60,16 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     models = args.model or ["Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct"]
-    machine_limits = limits.Limits.measure()  # in this run, on these threads (see "The compute bound" above)
+    measured = [limits.Limits.measure()]  # in this run, on these threads, before every point and at the end
     lengths = [int(x) for x in args.lengths.split(",")]
     rows = []
     for name in models:
         rt = zoo.load(name, dtype=args.dtype)
         llm = _llama(name, args.threads) if "llama.cpp" in (args.text_engine or ()) else None
         cal = calibrate(rt)  # the advisor's inputs, measured in this same run
+        label = "int8" if args.dtype == "int8" else str(rt.dtype).replace("torch.", "")
         for n in tqdm(lengths, desc=name, file=sys.stderr):
+            measured.append(limits.Limits.measure())
             cfg = handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens)
             r = median_run([_point(rt, llm, cfg) for _ in range(args.repeats)])
             a = advise.advise(cal, message_tokens=n, context_tokens=args.context_tokens,
@@ -76,20 +79,32 @@ def main() -> int:
                 r[f"predicted_{key}"] = getattr(a, key)
                 r[f"prediction_error_{key}"] = getattr(a, key) / r[key] - 1
             r["advisor_decision"] = "cache" if a.cache_is_faster else "text"
-            r.update(_bound(rt, machine_limits, r))
+            r["dtype"] = label
+            r["cache_pass_costs"] = _costs(rt, r["cache_passes"])
             r["calibration"] = cal.__dict__
             rows.append(r)
+    measured.append(limits.Limits.measure())
+    best = limits.Limits.best(measured)
+    for r in rows:
+        r.update(_bound(best, r))
     cmd = "python benchmarks/handoff_sweep.py " + " ".join(sys.argv[1:])
     return results.write(args.out, {"command": cmd.strip(), "results": rows}, table(rows, cmd.strip()),
                          plot=lambda path: plot(rows, path))
 
 
-def _bound(rt, machine_limits: limits.Limits, r: dict) -> dict:
-    """The cache pipeline's compute bound (see the module doc) and how close the measured pipeline runs to it."""
-    p = r["cache_passes"]
-    b = limits.passes_bound(rt, machine_limits, [tuple(x) for x in p["prefill"]], p["decode_steps"],
-                            p["decode_context"])
-    out = {"limits": machine_limits.__dict__, "cache_bound_s": b.seconds, "cache_bound_prefill_s": b.prefill_s,
+def _costs(rt, passes: dict) -> dict:
+    """The FLOPs and bytes of the cache pipeline's unavoidable passes (``handoff.run``'s ``cache_passes``)."""
+    step = limits.pass_cost(rt, 1, passes["decode_context"])
+    return {"prefill": [limits.pass_cost(rt, n, past).__dict__ for n, past in passes["prefill"]],
+            "decode": [step.__dict__] * passes["decode_steps"]}
+
+
+def _bound(best: limits.Limits, r: dict) -> dict:
+    """The cache pipeline's compute bound at the run's best limits, and how close the measured pipeline runs."""
+    c = r["cache_pass_costs"]
+    b = limits.Bound.of([limits.PassCost(**x) for x in c["prefill"]], [limits.PassCost(**x) for x in c["decode"]],
+                        best)
+    out = {"limits": best.__dict__, "cache_bound_s": b.seconds, "cache_bound_prefill_s": b.prefill_s,
            "cache_bound_decode_s": b.decode_s, "cache_of_bound": b.seconds / r["cache_pipeline_s"]}
     if "llama_text_pipeline_s" in r:
         out["speedup_bound_vs_llama_text"] = r["llama_text_pipeline_s"] / b.seconds
@@ -106,7 +121,7 @@ def _llama(name: str, threads: int):
 def _point(rt, llm, cfg) -> dict:
     """One run of the three c2c pipelines, then (with ``llm``) the text pipeline on llama.cpp."""
     r = handoff.run(rt, cfg)
-    r["backend"], r["dtype"] = "transformers", r["machine"]["dtype"]
+    r["backend"] = "transformers"
     if llm is not None:
         import llama_cpp
         from llama_text import text_pipeline
@@ -152,7 +167,7 @@ def table(rows: list[dict], cmd: str) -> str:
              "= one prefill |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r.get('backend', 'transformers')} | {r['machine']['dtype']} | "
+        lines.append(f"| {r['model']} | {r.get('backend', 'transformers')} | {r.get('dtype', r['machine']['dtype'])} | "
                      f"{r['message_tokens']} | {r['text_pipeline_s']:.2f} | "
                      f"{r['cache_pipeline_s']:.2f} | {r['slice_pipeline_s']:.2f} | {r['speedup_full']:.1f}x | "
                      f"{r['text_handoff_s']:.2f} | {r['cache_handoff_s']:.3f} | {100 * r['handoff_ratio']:.2f}% | "
@@ -172,7 +187,7 @@ def table(rows: list[dict], cmd: str) -> str:
                   "|---|---:|---:|---:|---|---:|"]
         for r in honest:
             lines.append(f"| {r['model']} | {r['message_tokens']} | {r['cache_pipeline_s']:.2f} "
-                         f"({r.get('backend', 'transformers')}, {r['machine']['dtype']}) | "
+                         f"({r.get('backend', 'transformers')}, {r.get('dtype', r['machine']['dtype'])}) | "
                          f"{r['llama_text_pipeline_s']:.2f} | {r['llama_analyst_read_s']:.2f} / "
                          f"{r['llama_message_s']:.2f} / {r['llama_writer_read_s']:.2f} / {r['llama_answer_s']:.2f} | "
                          f"**{r['speedup_vs_llama_text']:.1f}x** |")
@@ -180,15 +195,16 @@ def table(rows: list[dict], cmd: str) -> str:
     if bounded:
         lim = bounded[0]["limits"]
         lines += ["", "## The compute bound", "",
-                  f"Measured in this run: matrix products at **{lim['gemm_gflops']:.0f} GFLOPS** (the best kind), "
-                  f"memory read at **{lim['read_gb_s']:.1f} GB/s**. The bound of each forward pass is the larger of "
-                  "its FLOPs and its bytes at those rates (module doc of `benchmarks/handoff_sweep.py`).", "",
+                  f"Measured in this run, before every point and at the end, the best of each: matrix products at "
+                  f"**{lim['gemm_gflops']:.0f} GFLOPS**, memory read at **{lim['read_gb_s']:.1f} GB/s**. The bound of "
+                  "each forward pass is the larger of its FLOPs and its bytes at those rates (module doc of "
+                  "`benchmarks/handoff_sweep.py`).", "",
                   "| model | dtype | message tokens | cache pipeline s | bound s (prefill + decode) | of bound | "
                   "llama.cpp text / bound |",
                   "|---|---|---:|---:|---|---:|---:|"]
         for r in bounded:
             vs = f"{r['speedup_bound_vs_llama_text']:.1f}x" if "speedup_bound_vs_llama_text" in r else "—"
-            lines.append(f"| {r['model']} | {r['machine']['dtype']} | {r['message_tokens']} | "
+            lines.append(f"| {r['model']} | {r.get('dtype', r['machine']['dtype'])} | {r['message_tokens']} | "
                          f"{r['cache_pipeline_s']:.2f} | {r['cache_bound_s']:.2f} ({r['cache_bound_prefill_s']:.2f} + "
                          f"{r['cache_bound_decode_s']:.2f}) | {100 * r['cache_of_bound']:.0f}% | {vs} |")
     keys = ("text_pipeline_s", "cache_pipeline_s", "text_handoff_s", "cache_handoff_s")

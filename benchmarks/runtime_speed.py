@@ -18,7 +18,8 @@ is installed, ``llama.cpp`` on the zoo's own GGUF file as shipped (its ``Llama.g
 ``c2c-llama.cpp`` (c2c's llama.cpp backend on the same file).
 
 The limit: this machine's memory bandwidth, measured in the same process on the same threads
-(a STREAM-like read, a sum over 1 GiB, and copy), and for every row the bytes one decode step
+(a STREAM-like read, the best of three reductions over 1 GiB, and copy: :mod:`c2c.bench.limits`; runs
+before 2026-12-04 used one fp32 sum), and for every row the bytes one decode step
 reads, from the weights' actual storage (each linear layer as the step reads it: int8, packed
 bf16 or dense; the K/V the step attends to; for llama.cpp the GGUF's tensors), so every row
 says what fraction of the read bandwidth its decode draws.

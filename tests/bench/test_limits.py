@@ -42,8 +42,16 @@ def test_a_pass_is_bound_by_its_flops_or_its_bytes_whichever_is_slower(tiny):
     rt = tiny("qwen2")
     slow_math = limits.Limits(gemm_gflops=1e-3, read_gb_s=1e6)
     slow_memory = limits.Limits(gemm_gflops=1e6, read_gb_s=1e-3)
-    assert limits.pass_bound(rt, slow_math, 4, 2) == pytest.approx(limits.prefill_flops(rt, 4, 2) / 1e6)
-    assert limits.pass_bound(rt, slow_memory, 4, 2) == pytest.approx(limits.decode_bytes(rt, 6) / 1e6)
-    b = limits.passes_bound(rt, slow_memory, [(4, 0), (3, 4)], decode_steps=5, decode_context=9)
+    cost = limits.pass_cost(rt, 4, 2)
+    assert cost.seconds(slow_math) == pytest.approx(limits.prefill_flops(rt, 4, 2) / 1e6)
+    assert cost.seconds(slow_memory) == pytest.approx(limits.decode_bytes(rt, 6) / 1e6)
+    step = limits.pass_cost(rt, 1, 9)
+    b = limits.Bound.of([limits.pass_cost(rt, 4, 0), limits.pass_cost(rt, 3, 4)], [step] * 5, slow_memory)
     assert b.decode_s == pytest.approx(5 * limits.decode_bytes(rt, 10) / 1e6)
     assert b.seconds == pytest.approx(b.prefill_s + b.decode_s) and b.prefill_s > 0
+
+
+def test_the_best_of_several_measurements_is_each_limits_maximum():
+    best = limits.Limits.best([limits.Limits(gemm_gflops=300, read_gb_s=50), limits.Limits(gemm_gflops=400,
+                                                                                           read_gb_s=30)])
+    assert best == limits.Limits(gemm_gflops=400, read_gb_s=50)

@@ -14,10 +14,10 @@ Counted from the model as the runtime holds it (transformers runtimes only):
   ``past`` cached ones (every linear layer on every token, the LM head on the last token only, and
   causal attention's two products).
 
-:func:`pass_bound` is the least time one forward pass can take on this machine: the larger of its
-FLOPs at the best measured GEMM rate and its bytes at the measured read bandwidth. A pipeline's
-compute bound is the sum over its passes (:class:`Bound`); measured time over it says how far the
-pipeline runs from the hardware.
+:meth:`PassCost.seconds` is the least time one forward pass can take on this machine: the larger
+of its FLOPs at the best measured GEMM rate and its bytes at the measured read bandwidth. A
+pipeline's compute bound is the sum over its passes (:class:`Bound`); measured time over it says
+how far the pipeline runs from the hardware.
 """
 
 from __future__ import annotations
@@ -150,14 +150,30 @@ class Limits:
     def measure(cls) -> Limits:
         return cls(gemm_gflops=max(gemm_gflops().values()), read_gb_s=memory_bandwidth()["read_gb_s"])
 
+    @classmethod
+    def best(cls, measured: list[Limits]) -> Limits:
+        """The best of several measurements of each limit: on a shared machine a single one can read low, which
+        would make the bound loose (too slow) and a pipeline look closer to it than it is."""
+        return cls(gemm_gflops=max(m.gemm_gflops for m in measured), read_gb_s=max(m.read_gb_s for m in measured))
 
-def pass_bound(rt, limits: Limits, n: int, past: int) -> float:
-    """Least seconds a forward pass of ``n`` tokens after ``past`` can take: its FLOPs at the GEMM rate or its
-    bytes (the weights and the K/V it reads, :func:`decode_bytes`) at the read bandwidth, whichever is
-    larger."""
-    flops = prefill_flops(rt, n, past) / (limits.gemm_gflops * 1e9)
-    reads = decode_bytes(rt, past + n) / (limits.read_gb_s * 1e9)
-    return max(flops, reads)
+
+@dataclass(frozen=True, kw_only=True)
+class PassCost:
+    """What one forward pass must do: ``flops`` (:func:`prefill_flops`) and ``bytes`` read (:func:`decode_bytes`
+    of the positions it ends with)."""
+
+    flops: float
+    bytes: int
+
+    def seconds(self, limits: Limits) -> float:
+        """The least time the pass can take: its FLOPs at the GEMM rate or its bytes at the read bandwidth,
+        whichever is larger."""
+        return max(self.flops / (limits.gemm_gflops * 1e9), self.bytes / (limits.read_gb_s * 1e9))
+
+
+def pass_cost(rt, n: int, past: int) -> PassCost:
+    """The cost of a forward pass of ``n`` tokens after ``past`` cached ones."""
+    return PassCost(flops=prefill_flops(rt, n, past), bytes=decode_bytes(rt, past + n))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,10 +187,7 @@ class Bound:
     def seconds(self) -> float:
         return self.prefill_s + self.decode_s
 
-
-def passes_bound(rt, limits: Limits, prefills: list[tuple[int, int]], decode_steps: int,
-                 decode_context: int) -> Bound:
-    """The bound of ``prefills`` (``(n, past)`` each) then ``decode_steps`` one-token passes after about
-    ``decode_context`` positions."""
-    return Bound(prefill_s=sum(pass_bound(rt, limits, n, past) for n, past in prefills),
-                 decode_s=decode_steps * pass_bound(rt, limits, 1, decode_context))
+    @classmethod
+    def of(cls, prefills: list[PassCost], decodes: list[PassCost], limits: Limits) -> Bound:
+        return cls(prefill_s=sum(c.seconds(limits) for c in prefills),
+                   decode_s=sum(c.seconds(limits) for c in decodes))
