@@ -34,8 +34,8 @@ from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
 from c2c.handoff import SharedTransport, hand_off
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Offsets, Probes, RopeCodec, Runtime,
-                                  Scoring, require)
+from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Offsets, Probes, Resident,
+                                  RopeCodec, Runtime, Scoring, require, stepper)
 from c2c.team.agent import Agent, Team
 
 LLAMA = [pytest.mark.zoo, pytest.mark.llama_cpp]
@@ -297,3 +297,22 @@ def test_a_full_handoff_through_artifact_bytes_is_exact(real):
     if backend == "transformers:float32":
         fed = b.context.token_ids[: len(b.context.token_ids) - (len(g.token_ids) - 1)]
         assert g.token_ids == rt.generate(fed, max_new_tokens=10, min_new_tokens=10).token_ids
+
+
+def test_a_stepper_grows_a_sequence_as_prefill_does(rt):
+    """``c2c.runtime.protocol.stepper``: chunks then one-token steps give ``prefill``'s logits and cache, whether
+    the engine exports after every pass (transformers) or once at the end (llama.cpp, :class:`Resident`)."""
+    ids = (list(rt.bos_ids) + rt.encode(DOC))[:24]
+    _, head = rt.prefill(ids[:8])
+    s = stepper(rt, head)
+    got = [s.feed(ids[8:16]), s.feed([ids[16]]), s.feed(ids[17:])]
+    cache = s.cache()
+    want, grown = [], head
+    for part in (ids[8:16], [ids[16]], ids[17:]):
+        logits, grown = rt.prefill(part, grown)
+        want.append(logits)
+    assert cache.token_ids == grown.token_ids == tuple(ids)
+    assert cache.max_abs_diff(grown) == 0
+    assert all(torch.equal(x, y) for x, y in zip(got, want))
+    assert s.cache() is cache                                   # exported once
+    assert isinstance(rt, Resident) == (rt.engine_id.kind == "llama.cpp")

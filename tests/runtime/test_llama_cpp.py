@@ -228,3 +228,35 @@ def test_export_and_import_slot_agree_on_the_shared_prefix_of_one_system_prompt(
     capsys.readouterr()
     a, b = Artifact.read(exported).header.prefix, Artifact.read(imported).header.prefix
     assert a == b == PrefixRef.of(verbatim(system)) != PrefixRef.of(verbatim(system.strip()))
+
+
+def test_steppers_interleaved_on_one_context_keep_their_own_sequences(zoo_model):
+    """A served turn grows its sequence inside llama.cpp and exports it once (``LlamaCppRuntime.stepper``). When
+    another sequence takes the context between two passes (the model's turn passed to another tenant, or a plain
+    prefill), the holder is exported first and restored after: each stepper ends as it would alone."""
+    rt = zoo_model("SmolLM2-135M-Instruct", backend="llama.cpp")
+    a, b = prompt(rt), list(rt.bos_ids) + rt.encode("Another conversation entirely, about ships and the sea.")
+
+    def alone(ids):
+        s = rt.stepper(None)
+        logits = [s.feed(ids[:-3]), s.feed(ids[-3:-1]), s.feed(ids[-1:])]
+        return logits, s.cache()
+
+    (la, ca), (lb, cb) = alone(a), alone(b)
+    sa, sb = rt.stepper(None), rt.stepper(None)
+    got_a, got_b = [sa.feed(a[:-3])], [sb.feed(b[:-3])]
+    rt.prefill(rt.encode("A third sequence."))          # a plain prefill takes the context too
+    got_a.append(sa.feed(a[-3:-1]))
+    got_b.append(sb.feed(b[-3:-1]))
+    got_b.append(sb.feed(b[-1:]))                         # sb holds the context: no export between these two
+    got_a.append(sa.feed(a[-1:]))
+    for got, ref, cache, ref_cache in ((got_a, la, sa.cache(), ca), (got_b, lb, sb.cache(), cb)):
+        assert cache.token_ids == ref_cache.token_ids
+        assert cache.max_abs_diff(ref_cache) < 1e-2     # f16 K/V, restored from bytes between passes
+        for x, y in zip(got, ref):
+            assert int(x.argmax()) == int(y.argmax())
+            assert (x.float() - y.float()).abs().max() < 1e-3 * y.float().abs().max()
+    with pytest.raises(RuntimeUnsupportedError, match="at least one token"):
+        rt.stepper(None).cache()
+    with pytest.raises(RuntimeUnsupportedError, match="at least one token"):
+        rt.stepper(None).feed([])

@@ -130,7 +130,7 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     out["cache_passes"] = {"prefill": [[a.cache.seq_len - prefix, prefix],
                                        [len(fed) - a.cache.seq_len, a.cache.seq_len]],
                            "decode_steps": len(g_full.token_ids) - 1,
-                           "decode_context": len(fed) + len(g_full.token_ids) // 2}
+                           "decode_context": len(fed) + (len(g_full.token_ids) - 2) // 2}   # the mean step's past
     # --- slice ---------------------------------------------------------------
     a, read_s = analyst()
     b = Agent("writer", runtime, team, role=WRITER_ROLE)

@@ -30,9 +30,9 @@ def memory_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict:
     """GB/s of a read and a copy (read plus write) over ``gib`` GiB, best of ``repeats``, on torch's threads: what
     a decode step, which reads every weight once, can draw at most. The read is the best of three reductions
     (one fp32 sum, fp32 row sums, one bf16 sum): on a shared VM a single kind under-reads by up to 2x."""
-    import torch
+    import torch  # lazy: the module imports without torch until it measures
 
-    n = int(gib * (1 << 30) // 4)
+    n = int(gib * (1 << 30) // 4) // (1 << 20) * (1 << 20)   # whole rows of 1 Mi floats
     a, b = torch.ones(n), torch.empty(n)
     rows, half = a.view(-1, 1 << 20), torch.ones(2 * n, dtype=torch.bfloat16)
     reads = {"fp32_sum": a.sum, "fp32_row_sums": lambda: rows.sum(1), "bf16_sum": half.sum}
@@ -51,9 +51,9 @@ def memory_bandwidth(gib: float = 1.0, repeats: int = 5) -> dict:
 
 def gemm_gflops(m: int = 512, k: int = 896, n: int = 4864, repeats: int = 10) -> dict:
     """Throughput of one prefill-sized matrix product: fp32, bf16, and bf16 packed for oneDNN."""
-    import torch
+    import torch  # lazy: the module imports without torch until it measures
 
-    from c2c.runtime.transformers import packing
+    from c2c.runtime.transformers import packing  # lazy: transformers loads only when measuring
 
     x, w = torch.randn(m, k), torch.randn(n, k)
     lin = torch.nn.Linear(k, n, bias=False)
@@ -77,9 +77,9 @@ def gemm_gflops(m: int = 512, k: int = 896, n: int = 4864, repeats: int = 10) ->
 
 def _linears(rt) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
     """``(in, out)`` of every linear layer a forward pass runs, and the LM head's apart (``None`` if not found)."""
-    import torch
+    import torch  # lazy: the module imports without torch until it counts
 
-    from c2c.runtime.transformers import int8, packing
+    from c2c.runtime.transformers import int8, packing  # lazy: transformers loads only when counting
 
     head = getattr(rt.model, "lm_head", None)
     body, head_shape, seen = [], None, set()
@@ -100,9 +100,9 @@ def decode_bytes(rt, context: int) -> int:
     """Bytes one decode step reads, from the weights' storage: every linear layer as the step reads it (the
     int8 copy, the packed bf16 or the dense weight), the norms, one embedding row, and the K/V of ``context``
     positions. (The embedding table is read one row per token; a tied LM head is counted as its linear.)"""
-    import torch
+    import torch  # lazy: the module imports without torch until it counts
 
-    from c2c.runtime.transformers import int8, packing
+    from c2c.runtime.transformers import int8, packing  # lazy: transformers loads only when counting
 
     total = 0
     seen: set[int] = set()
@@ -160,7 +160,8 @@ class Limits:
 @dataclass(frozen=True, kw_only=True)
 class PassCost:
     """What one forward pass must do: ``flops`` (:func:`prefill_flops`) and ``bytes`` read (:func:`decode_bytes`
-    of the positions it ends with)."""
+    of the positions it ends with). For the int8 runtime the bytes are the int8 copies' even for a prefill,
+    which reads the bf16 weights: a prefill is bound by its FLOPs there, so the bound does not change."""
 
     flops: float
     bytes: int

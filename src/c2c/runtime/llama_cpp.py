@@ -89,6 +89,7 @@ class LlamaCppRuntime(ChatTurns):
         self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
         self._resident: tuple[int, ...] = ()      # the tokens the context holds, at positions 0...
         self._ours: list[weakref.ref] = []        # caches this runtime exported (held by the context as a prefix)
+        self._holder: _Stepper | None = None      # the stepper whose sequence the context holds, unexported
         self.facts: ModelFacts = self._facts()
         self.eos_ids = frozenset(self.facts.eos_token_ids)
         self.v_trans = self._probe_v_trans()
@@ -243,7 +244,11 @@ class LlamaCppRuntime(ChatTurns):
         return cache
 
     def _hold(self, past: KVCache | None) -> None:
-        """Make the context hold exactly ``past`` (nothing for None) at positions 0..."""
+        """Make the context hold exactly ``past`` (nothing for None) at positions 0... A stepper whose
+        sequence the context holds unexported exports it first (the context is about to change hands)."""
+        if self._holder is not None:
+            holder, self._holder = self._holder, None
+            holder.save()
         if past is None or past.seq_len == 0:
             self.llm.reset()
             self._resident = ()
@@ -291,6 +296,12 @@ class LlamaCppRuntime(ChatTurns):
         logits = self._eval(ids)
         return logits, self._export()
 
+    def stepper(self, past: KVCache | None) -> "_Stepper":
+        """Grow ``past`` pass by pass inside llama.cpp, exported once when asked (:class:`~c2c.runtime.protocol.
+        Resident`): a served turn's chunks and decode steps copy the sequence's state out once, not per pass."""
+        self.check_cache(past)
+        return _Stepper(self, past)
+
     def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,
                  min_new_tokens: int = 0, temperature: float = 0.0, top_p: float = 1.0,
                  generator: torch.Generator | None = None) -> Generation:
@@ -330,3 +341,34 @@ class LlamaCppRuntime(ChatTurns):
             raise RuntimeUnsupportedError("the llama.cpp backend continues only from exact caches; an edited one "
                                           "(messages dropped: c2c.runtime.edit) needs the transformers backend")
 
+
+class _Stepper:
+    """A sequence in a :class:`LlamaCppRuntime`'s context (:meth:`LlamaCppRuntime.stepper`). ``_saved`` is the
+    cache of what it held when last exported; ``_ahead`` says the context has grown it since. Whoever takes the
+    context next makes it :meth:`save` first (``LlamaCppRuntime._hold``), so no pass is lost when turns
+    interleave."""
+
+    def __init__(self, rt: LlamaCppRuntime, past: KVCache | None):
+        self._rt, self._saved, self._ahead = rt, past, False
+
+    def feed(self, ids: Sequence[int]) -> torch.Tensor:
+        if not ids:
+            raise RuntimeUnsupportedError("prefill needs at least one token")
+        rt = self._rt
+        if rt._holder is not self:
+            rt._hold(self._saved)
+            rt._holder = self
+        logits = rt._eval(ids)  # (vocab,)
+        self._ahead = True
+        return logits
+
+    def save(self) -> None:
+        """Export what the context holds for this sequence (before the context changes hands)."""
+        if self._ahead:
+            self._saved, self._ahead = self._rt._export(), False
+
+    def cache(self) -> KVCache:
+        self.save()  # ahead means the context is still this sequence's: _hold saves a holder before it changes
+        if self._saved is None:
+            raise RuntimeUnsupportedError("nothing was fed: a stepper's cache needs at least one token")
+        return self._saved

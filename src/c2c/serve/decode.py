@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import torch
 
 from c2c.errors import ConfigError
-from c2c.runtime.protocol import Runtime
+from c2c.runtime.protocol import Runtime, Stepper, stepper
 from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 
@@ -59,24 +59,32 @@ class Decoded:
 def prefill_chunked(runtime: Runtime, pending: Sequence[int], cache: KVCache | None, *, chunk: int,
                     check: Callable[[], None]) -> tuple[torch.Tensor, KVCache]:
     """Feed ``pending`` after ``cache`` in forward passes of at most ``chunk`` tokens (0: one pass), calling
-    ``check`` before each: the model's turn may pass to another tenant between two chunks, so one long
-    prompt does not hold the model for its whole prefill. Returns the last position's logits ``(vocab,)``
-    and the cache. A chunk rounds as any split prefill does (a session's turns are split prefills too):
-    CPU matrix products block by rows, so even in fp32 the K/V are within rounding of one pass's (1e-5 on
-    the tiny test model), not bit-equal; greedy tokens agree."""
+    ``check`` before each (:func:`feed_chunked`). Returns the last position's logits ``(vocab,)`` and the cache."""
+    s = stepper(runtime, cache)
+    logits = feed_chunked(s, pending, chunk=chunk, check=check)
+    return logits, s.cache()
+
+
+def feed_chunked(s: Stepper, pending: Sequence[int], *, chunk: int, check: Callable[[], None]) -> torch.Tensor:
+    """Feed ``pending`` to ``s`` in passes of at most ``chunk`` tokens (0: one pass), calling ``check`` before
+    each: the model's turn may pass to another tenant between two chunks, so one long prompt does not hold the
+    model for its whole prefill. Returns the last position's logits ``(vocab,)``. A chunk rounds as any split
+    prefill does (a session's turns are split prefills too): CPU matrix products block by rows, so even in fp32
+    the K/V are within rounding of one pass's (1e-5 on the tiny test model), not bit-equal; greedy tokens
+    agree."""
     ids = list(pending)
     step = chunk if chunk > 0 else max(len(ids), 1)
     logits = None
     for at in range(0, max(len(ids), 1), step):
         check()
-        logits, cache = runtime.prefill(ids[at:at + step], cache)
-    return logits, cache
+        logits = s.feed(ids[at:at + step])
+    return logits
 
 
 def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sampling: Sampling, *,
              on_delta: Callable[[str], None] = lambda text: None,
              check: Callable[[], None] = lambda: None, prefill_chunk: int = 0) -> Decoded:
-    """Feed ``pending`` after ``cache`` (in chunks of ``prefill_chunk`` tokens: :func:`prefill_chunked`), then
+    """Feed ``pending`` after ``cache`` (in chunks of ``prefill_chunk`` tokens: :func:`feed_chunked`), then
     sample up to ``sampling.max_tokens`` tokens.
 
     ``on_delta`` receives the reply's text as it grows (never a part of a stop string,
@@ -85,7 +93,8 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
     gen = torch.Generator(device=runtime.device)
     gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
     t0 = time.perf_counter()
-    logits, cache = prefill_chunked(runtime, pending, cache, chunk=prefill_chunk, check=check)
+    seq = stepper(runtime, cache)  # an engine that holds the sequence (llama.cpp) exports it once, at the end
+    logits = feed_chunked(seq, pending, chunk=prefill_chunk, check=check)
     t1 = time.perf_counter()
     hold = max((len(s) for s in sampling.stop), default=1) - 1
     bias_ids = torch.tensor([i for i, _ in sampling.logit_bias], dtype=torch.long, device=logits.device)
@@ -116,10 +125,11 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
         if step == sampling.max_tokens - 1:
             break
         check()
-        logits, cache = runtime.prefill([tok], cache)
+        logits = seq.feed([tok])
     if len(text) > emitted:
         on_delta(text[emitted:])
-    return Decoded(token_ids=tuple(out), text=text, finish_reason=finish, completion_tokens=sampled, cache=cache,
+    return Decoded(token_ids=tuple(out), text=text, finish_reason=finish, completion_tokens=sampled,
+                   cache=seq.cache(),
                    prefill_s=t1 - t0, decode_s=time.perf_counter() - t1)
 
 
