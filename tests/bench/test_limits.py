@@ -55,3 +55,28 @@ def test_the_best_of_several_measurements_is_each_limits_maximum():
     best = limits.Limits.best([limits.Limits(gemm_gflops=300, read_gb_s=50), limits.Limits(gemm_gflops=400,
                                                                                            read_gb_s=30)])
     assert best == limits.Limits(gemm_gflops=400, read_gb_s=50)
+
+
+def test_packed_bf16_reads_what_dense_bf16_reads_and_int8_reads_a_byte_per_weight():
+    """The two storage kinds the published rows run on: oneDNN-packed bf16 (two bytes a weight, as dense) and
+    int8 decode copies (one byte a weight plus a scale per output channel)."""
+    import torch
+
+    from c2c.runtime import zoo
+    from c2c.runtime.transformers import int8, packing
+
+    packed = zoo.load("tiny-qwen2", dtype="bfloat16")
+    if not any(isinstance(m, packing.PackedLinear) for m in packed.model.modules()):
+        pytest.skip("this CPU does not pack bf16 linear layers for oneDNN (no AVX512-BF16 or AMX)")
+    dense = zoo.load("tiny-qwen2", dtype="bfloat16")
+    dense.ensure_dense()
+    assert limits.decode_bytes(packed, 7) == limits.decode_bytes(dense, 7)
+    try:
+        q = zoo.load("tiny-qwen2", dtype="int8")
+    except Exception as e:  # noqa: BLE001 - int8 decode needs x86's quantized engine
+        pytest.skip(f"no int8 runtime here: {e}")
+    lins = [m for m in q.model.modules() if isinstance(m, int8.Int8DecodeLinear)]
+    assert lins and q.dtype == torch.bfloat16
+    saved = sum(m.in_features * m.out_features * 2 - (m.in_features * m.out_features + 4 * m.out_features)
+                for m in lins)
+    assert limits.decode_bytes(dense, 7) - limits.decode_bytes(q, 7) == saved

@@ -108,7 +108,9 @@ def decode_bytes(rt, context: int) -> int:
     seen: set[int] = set()
     for m in rt.model.modules():
         if isinstance(m, int8.Int8DecodeLinear):
+            bias = getattr(m.full, "bias", None)
             total += m.in_features * m.out_features + 4 * m.out_features   # int8 weights, fp32 scales
+            total += bias.numel() * bias.element_size() if bias is not None else 0
             seen.update(id(x) for x in m.modules())
         elif id(m) in seen:
             continue
