@@ -8,7 +8,8 @@ others from the model's own weights and measures them against each other:
 
 1. **A lossless GGUF.** The zoo's transformers weights (bf16) are written as a GGUF with bf16
    matrices and f32 norms and biases, its metadata (tokenizer, chat template, hyper-parameters)
-   copied from the zoo's own GGUF file, the tensors named as llama.cpp names them. Only models
+   copied from the zoo's own GGUF file, the tensors named as llama.cpp names them (the ``gguf``
+   package: ``pip install -e '.[gguf]'``). Only models
    whose GGUF keeps transformers' Q/K layout are converted (``qwen2``: NEOX RoPE, no permutation).
 2. **Each quantization** (``--types``) made from it with llama.cpp's own quantizer
    (``llama_model_quantize``, no importance matrix), and the zoo's shipped file beside them.
@@ -73,7 +74,11 @@ def gguf_name(hf: str) -> str | None:
 def write_bf16_gguf(model: str, out: Path) -> Path:
     """The zoo model's transformers weights as a GGUF (bf16 matrices, f32 vectors), its metadata copied from the
     zoo's GGUF file. Refuses an architecture whose GGUF stores Q/K in another layout than transformers'."""
-    import gguf
+    try:
+        import gguf
+    except ImportError:
+        raise SystemExit("benchmarks/gguf_quant.py writes GGUF files with the gguf package: "
+                         ".venv/bin/pip install -e '.[gguf]'") from None
     import numpy as np
     import torch
     from safetensors import safe_open
