@@ -20,7 +20,8 @@ where the CPU packs) and its bytes (weights as the runtime stores them, plus the
 the best read bandwidth, each the best of the measurements taken in this run before every point and
 at the end (a shared machine reads low at times); the bound is their sum (the handoff's own
 bytes are left out: tens of milliseconds). ``of bound`` is that bound over the measured cache
-pipeline: 100% would be a pipeline with no overhead, at the hardware's limit in every pass.
+pipeline: 100% would be a pipeline with no overhead, every pass at the measured kernel and
+bandwidth rates (the best of one GEMM shape and of torch's reductions, not the hardware's peak).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main() -> int:
         rt = zoo.load(name, dtype=args.dtype)
         llm = _llama(name, args.threads) if "llama.cpp" in (args.text_engine or ()) else None
         cal = calibrate(rt)  # the advisor's inputs, measured in this same run
-        label = "int8" if args.dtype == "int8" else str(rt.dtype).replace("torch.", "")
+        label = "int8" if getattr(rt, "int8", 0) else str(rt.dtype).replace("torch.", "")  # int8: bf16 activations
         for n in tqdm(lengths, desc=name, file=sys.stderr):
             measured.append(limits.Limits.measure())
             cfg = handoff.HandoffBenchConfig(message_tokens=n, context_tokens=args.context_tokens)
