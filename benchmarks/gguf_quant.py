@@ -38,8 +38,6 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TYPES = "Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0"
-SYSTEM = "You are a helpful assistant."   # as int8_quality.py asks
-MAX_INSTRUCTION_CHARS = 1500
 
 # transformers' tensor names -> llama.cpp's (qwen2; the layer index replaces {i})
 _NAMES = {
@@ -171,7 +169,7 @@ def main() -> int:
     from tqdm import tqdm
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from int8_quality import ratio_interval
+    from int8_quality import MAX_INSTRUCTION_CHARS, SYSTEM, ratio_interval  # its prompts, asked as it asks
     from runtime_speed import time_llama_cpp
 
     from c2c.bench import results

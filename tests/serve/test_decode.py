@@ -7,7 +7,8 @@ import torch
 
 from c2c.errors import ConfigError
 from c2c.runtime import zoo
-from c2c.serve.decode import Sampling, generate, prefill_chunked
+from c2c.runtime.protocol import stepper
+from c2c.serve.decode import Sampling, feed_chunked, generate
 from c2c.serve.serve_config import PREFILL_CHUNK, ServeConfig
 
 
@@ -18,7 +19,9 @@ def test_a_chunked_prefill_is_the_one_pass_prefill_within_rounding_in_fp32(chunk
     _, head = rt.prefill(ids[:5])
     whole_logits, whole = rt.prefill(ids[5:], head)
     checks = []
-    logits, cache = prefill_chunked(rt, ids[5:], head, chunk=chunk, check=lambda: checks.append(1))
+    s = stepper(rt, head)
+    logits = feed_chunked(s, ids[5:], chunk=chunk, check=lambda: checks.append(1))
+    cache = s.cache()
     assert len(checks) == (1 if chunk == 0 else -(-45 // chunk))  # one turn check before every pass
     # a matrix product of fewer rows may round otherwise (CPU GEMM kernels block by rows): as any split prefill
     assert cache.token_ids == whole.token_ids and cache.max_abs_diff(whole) < 1e-4

@@ -286,15 +286,13 @@ class LlamaCppRuntime(ChatTurns):
     # ------------------------------------------------------------- compute
     def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
                 start: int = 0) -> tuple[torch.Tensor, KVCache]:
-        """Run ``ids`` after ``past``: (next-token logits ``(vocab,)``, the grown cache)."""
-        if not ids:
-            raise RuntimeUnsupportedError("prefill needs at least one token")
+        """Run ``ids`` after ``past``: (next-token logits ``(vocab,)``, the grown cache). One pass of a
+        :meth:`stepper`, exported at once."""
         if start:
             raise RuntimeUnsupportedError("the llama.cpp backend places a fresh sequence at position 0 only")
-        self.check_cache(past)
-        self._hold(past)
-        logits = self._eval(ids)
-        return logits, self._export()
+        s = self.stepper(past)
+        logits = s.feed(ids)
+        return logits, s.cache()
 
     def stepper(self, past: KVCache | None) -> "_Stepper":
         """Grow ``past`` pass by pass inside llama.cpp, exported once when asked (:class:`~c2c.runtime.protocol.

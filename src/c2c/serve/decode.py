@@ -56,15 +56,6 @@ class Decoded:
     decode_s: float
 
 
-def prefill_chunked(runtime: Runtime, pending: Sequence[int], cache: KVCache | None, *, chunk: int,
-                    check: Callable[[], None]) -> tuple[torch.Tensor, KVCache]:
-    """Feed ``pending`` after ``cache`` in forward passes of at most ``chunk`` tokens (0: one pass), calling
-    ``check`` before each (:func:`feed_chunked`). Returns the last position's logits ``(vocab,)`` and the cache."""
-    s = stepper(runtime, cache)
-    logits = feed_chunked(s, pending, chunk=chunk, check=check)
-    return logits, s.cache()
-
-
 def feed_chunked(s: Stepper, pending: Sequence[int], *, chunk: int, check: Callable[[], None]) -> torch.Tensor:
     """Feed ``pending`` to ``s`` in passes of at most ``chunk`` tokens (0: one pass), calling ``check`` before
     each: the model's turn may pass to another tenant between two chunks, so one long prompt does not hold the
