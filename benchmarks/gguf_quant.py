@@ -69,9 +69,11 @@ def gguf_name(hf: str) -> str | None:
     return _NAMES.get(hf)
 
 
-def write_bf16_gguf(model: str, out: Path) -> Path:
+def write_bf16_gguf(model: str, out: Path, *, metadata: Path | None = None) -> Path:
     """The zoo model's transformers weights as a GGUF (bf16 matrices, f32 vectors), its metadata copied from the
-    zoo's GGUF file. Refuses an architecture whose GGUF stores Q/K in another layout than transformers'."""
+    zoo's GGUF file (or from ``metadata``, a GGUF of the same model: ``random_zoo.py``'s holds no tensors, and then
+    the tensor names are not compared). Refuses an architecture whose GGUF stores Q/K in another layout than
+    transformers'."""
     try:
         import gguf
     except ImportError:
@@ -83,22 +85,13 @@ def write_bf16_gguf(model: str, out: Path) -> Path:
 
     from c2c.runtime import zoo
 
-    src = gguf.GGUFReader(str(zoo.gguf(model)))
+    src = gguf.GGUFReader(str(metadata or zoo.gguf(model)))
     arch = src.get_field("general.architecture").contents()
     if arch not in _CONVERTIBLE:
         raise SystemExit(f"{model}: its GGUF architecture {arch!r} is not converted here (only {_CONVERTIBLE}: "
                          "llama-arch files permute Q/K for interleaved RoPE)")
     w = gguf.GGUFWriter(str(out), arch)
-    for field in src.fields.values():
-        name = field.name
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type",
-                                                 "general.quantization_version"):
-            continue
-        kind = field.types[0]
-        if kind == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(name, field.contents(), kind, sub_type=field.types[-1])
-        else:
-            w.add_key_value(name, field.contents(), kind)
+    copy_metadata(src, w)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     expected = {t.name for t in src.tensors}
     written = set()
@@ -115,7 +108,7 @@ def write_bf16_gguf(model: str, out: Path) -> Path:
                     raw = t.bfloat16().contiguous().view(torch.int16).numpy().view(np.uint8)  # (rows, 2·cols)
                     w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType.BF16)     # bf16 matrices
                 written.add(name)
-    if written != expected:
+    if expected and written != expected:
         raise SystemExit(f"{model}: tensors differ from the zoo's GGUF: missing {sorted(expected - written)[:5]}, "
                          f"extra {sorted(written - expected)[:5]}")
     w.write_header_to_file()
@@ -123,6 +116,23 @@ def write_bf16_gguf(model: str, out: Path) -> Path:
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def copy_metadata(src, w) -> None:
+    """Every key of GGUF reader ``src`` (tokenizer, chat template, hyper-parameters) into writer ``w``, except the
+    file's own bookkeeping and its file type (the writer's tensors decide that)."""
+    import gguf
+
+    for field in src.fields.values():
+        name = field.name
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type",
+                                                 "general.quantization_version"):
+            continue
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, field.contents(), kind, sub_type=field.types[-1])
+        else:
+            w.add_key_value(name, field.contents(), kind)
 
 
 def quantize(src: Path, kind: str, out: Path, threads: int) -> Path:

@@ -19,7 +19,10 @@ at a time unless said otherwise:
 - **the connector unused**: decode throughput of one stream (a 16-token prompt, 128
   tokens) with the connector and its middleware loaded and no c2c fields, against a server
   without either: one server at a time, with both, without, the connector alone, the
-  middleware alone, with both again (``--unused-only`` reruns just this into the results).
+  middleware alone, with both again (``--unused-only`` reruns just this into the results);
+  every leg with the same ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (``--reserved-cpus``), because vLLM
+  reserves one more core for its engine when any KV connector is configured, and the cores
+  vLLM bound its worker to, from each leg's log.
 
 Outputs benchmarks/results/vllm.{json,md,png} (or --out PREFIX), with the CPU, whether it
 has AMX, and the CPU attention kernel vLLM used (from the published commit's fingerprint).
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -152,9 +156,13 @@ def unused_cost(model: Path, root: Path, store: str, args, repeats: int = 9) -> 
     which of the two a difference comes from."""
     legs = []
     for i, (connector, middleware) in enumerate(LEGS):
+        # like for like: vLLM reserves one more core for the engine when any KV connector is configured (a NIXL
+        # P/D provision); on 2 cores that reserves none, and the worker runs 2 threads instead of 1. So every leg
+        # gets the same reservation, and its log's thread binding is recorded.
         srv = VllmProcess(model, root / f"home-unused-{i}", store=store, domain="bench", name="m", dtype=args.dtype,
                           kv_cache_gb=2, max_model_len=4096, connector=connector, middleware=middleware,
-                          extra_args=block_args(args)).start()
+                          extra_args=block_args(args),
+                          env={"VLLM_CPU_NUM_OF_RESERVED_CPU": str(args.reserved_cpus)}).start()
         try:
             p = Pipelines(srv, "", args.answer_tokens)
             p.ask([{"role": "user", "content": "Say hi."}], 4)
@@ -162,16 +170,23 @@ def unused_cost(model: Path, root: Path, store: str, args, repeats: int = 9) -> 
             load = os.getloadavg()[0]
             runs = [p.decode_once() for _ in range(repeats)]
             legs.append({"connector": connector, "middleware": middleware, "tokens_per_s": statistics.median(runs),
-                         "runs": runs, "load_avg": [load, os.getloadavg()[0]]})
+                         "runs": runs, "load_avg": [load, os.getloadavg()[0]], "worker_cores": worker_cores(srv)})
         finally:
             srv.stop()
         print(f"unused: connector={connector} middleware={middleware} {legs[-1]['tokens_per_s']:.2f} tokens/s",
               file=sys.stderr, flush=True)
     with_rate = (legs[0]["tokens_per_s"] + legs[-1]["tokens_per_s"]) / 2
-    return {"legs": legs, "with_connector_tokens_per_s": with_rate, "without_tokens_per_s": legs[1]["tokens_per_s"],
+    return {"legs": legs, "reserved_cpus": args.reserved_cpus,
+            "same_worker_cores": len({str(x["worker_cores"]) for x in legs}) == 1, "with_connector_tokens_per_s": with_rate, "without_tokens_per_s": legs[1]["tokens_per_s"],
             "connector_only_tokens_per_s": legs[2]["tokens_per_s"], "middleware_only_tokens_per_s": legs[3]["tokens_per_s"],
             "drift": legs[-1]["tokens_per_s"] / legs[0]["tokens_per_s"] - 1,
             "cost": 1 - with_rate / legs[1]["tokens_per_s"]}
+
+
+def worker_cores(server: VllmProcess) -> list[int] | None:
+    """The cores vLLM bound its CPU worker's OpenMP threads to, from the server's log (``core ids=[...]``)."""
+    found = re.findall(r"local_rank=0, core ids=\[([0-9, ]*)\]", server.log())
+    return [int(x) for x in found[-1].split(",") if x.strip()] if found else None
 
 
 def portable(cmd: list[str], model: Path, root: Path, name: str) -> list[str]:
@@ -207,6 +222,9 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--load-length", type=int, default=256, help="message tokens of the text pipelines under load")
     ap.add_argument("--out", default=str(RESULTS / "vllm"))
+    ap.add_argument("--reserved-cpus", type=int, default=1,
+                    help="VLLM_CPU_NUM_OF_RESERVED_CPU for every leg of the unused cost (default 1: vLLM's own "
+                         "reservation without a connector; with one it reserves a core more)")
     ap.add_argument("--unused-only", action="store_true",
                     help="measure only the connector's unused cost, into the existing results file")
     ap.add_argument("--render", action="store_true", help="rewrite the .md and .png from the .json, measuring nothing")
@@ -290,19 +308,26 @@ def markdown(out: dict) -> str:
     lines += ["", f"Cache / text under load: {ld['ratio']:.2f}x.", "",
               "The connector unused (one stream decoding 128 tokens, no c2c fields; one server at a time, in the "
               f"order below; median of {len(u['legs'][0]['runs'])} runs each):", "",
-              "| leg | KV connector | API middleware | decode tokens/s | load average |", "|---|---|---|---|---|",
+              "| leg | KV connector | API middleware | decode tokens/s | load average | worker cores |",
+              "|---|---|---|---|---|---|",
               *(f"| {i + 1} | {'yes' if x['connector'] else 'no'} | {'yes' if x['middleware'] else 'no'} | "
-                f"{x['tokens_per_s']:.2f} | {x['load_avg'][0]:.1f} |" for i, x in enumerate(u["legs"])), "",
+                f"{x['tokens_per_s']:.2f} | {x['load_avg'][0]:.1f} | {x.get('worker_cores', 'not recorded')} |"
+                for i, x in enumerate(u["legs"])), "",
+              *([f"Every leg ran with `VLLM_CPU_NUM_OF_RESERVED_CPU={u['reserved_cpus']}`"
+                 f"{', and vLLM bound its worker to the same cores in each' if u.get('same_worker_cores') else ''}"
+                 ". Without it the legs differ in more than c2c: vLLM 0.32 reserves one more core for its engine "
+                 "when any KV connector is configured (`vllm/utils/ompmultiprocessing.py`, a provision for NIXL's "
+                 "prefill/decode split); on 2 cores that reservation covers every core, so vLLM reserves none and "
+                 "its worker runs 2 threads where it runs 1 without a connector. Runs before this flag compared "
+                 "those two layouts, and their 'cost' was negative.", ""] if "reserved_cpus" in u else []),
               f"With both loaded: {u['with_connector_tokens_per_s']:.2f} tokens/s (the mean of the first and last "
               f"legs; drift between them {100 * u['drift']:+.1f}%), {u['without_tokens_per_s']:.2f} without: cost "
               f"**{100 * u['cost']:.1f}%**. The middle legs load one part alone: the connector alone "
               f"{u['connector_only_tokens_per_s']:.2f}, the middleware alone {u['middleware_only_tokens_per_s']:.2f}.",
               "",
-              *(["A negative cost: this vLLM decoded faster with c2c loaded than without it. The servers' flags "
-                 "differ only in `--kv-transfer-config` and `--middleware`; the middle legs say which of the two "
-                 "goes with the difference. Its cause inside vLLM was not established here. What the figure shows "
-                 "is that loading c2c costs no decode throughput; it does not show that c2c speeds decoding up.",
-                 ""] if u["cost"] < -0.05 else []),
+              *(["A negative cost: this vLLM decoded faster with c2c loaded than without it, in legs whose worker "
+                 "threads were not pinned alike (see above).", ""] if u["cost"] < -0.05 and "reserved_cpus" not in u
+                else []),
               "Acceptance: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["acceptance"].items()), ""]
     return "\n".join(lines)
 

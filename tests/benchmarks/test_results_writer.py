@@ -8,7 +8,8 @@ from c2c.bench import results
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPERS = {"llama_text.py", "fuser_plan.py",  # a text engine the sweeps import; the runner of the fuser runs
-           "store_sharing.py"}  # sections of store_bench.py, which writes their results
+           "store_sharing.py",  # sections of store_bench.py, which writes their results
+           "random_zoo.py"}  # builds a model folder for the others to time; it measures nothing
 
 
 def test_the_writer_leaves_json_md_records_and_plot_and_its_status_follows_the_acceptance(tmp_path, capsys):

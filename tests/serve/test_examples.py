@@ -14,9 +14,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_openai_client_example(tiny_server):
-    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "C2C_MODEL": "tiny-qwen2",
-           "PATH": "/usr/bin:/bin"}
-    for run in range(2):  # a rerun imports the commit too: it never continues the last run's sessions
+    """Run as a user runs it: only the base URL (and a token) set; the model is the one the server serves. The same
+    script against vLLM: tests/vllm/test_examples.py."""
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "PATH": "/usr/bin:/bin"}
+    for run in range(2):  # a rerun publishes a new version and imports its commit
         proc = subprocess.run([sys.executable, str(EXAMPLES / "openai_client.py")], env=env, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -36,14 +37,14 @@ def test_openai_client_example(tiny_server):
 def test_framework_example_hands_over_the_cache(tiny_server, script, needs):
     for module in needs:
         pytest.importorskip(module)
-    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "C2C_MODEL": "tiny-qwen2",
-           "PATH": "/usr/bin:/bin", "HOME": str(tiny_server.home)}
+    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "PATH": "/usr/bin:/bin",
+           "HOME": str(tiny_server.home)}
     proc = subprocess.run([sys.executable, str(EXAMPLES / script)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert len(lines["commit"]) == 64
-    assert lines["handoff"] == f"{lines['commit'][:12]}:full"
+    assert lines["handoff"] == f"{lines['commit'][:12]}:full"   # the writer went on from the analyst's cache
 
 
 @pytest.fixture(scope="module")

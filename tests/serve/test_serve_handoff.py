@@ -49,6 +49,38 @@ def test_publish_then_attach_hands_over_the_cache_exactly(tiny_server):
     assert r3.usage.prompt_tokens_details.cached_tokens >= r2.usage.prompt_tokens
 
 
+def test_a_request_that_continues_the_commits_conversation_carries_its_cache(tiny_server):
+    """The shape a vLLM server takes too: the writer's messages begin with the analyst's conversation (its messages
+    and reply). The commit's K/V then lie on those messages (not a second copy after the prefix): nothing is
+    prefilled of it, and the answer is the one of reading them all."""
+    r1, pub = publish(tiny_server, stream="analyst-continued")
+    conversation = [SYSTEM, EVIDENCE, {"role": "assistant", "content": r1.choices[0].message.content}]
+    writer = tiny_server.client("writer")
+    cold = chat(writer, conversation + [QUESTION])
+    r = chat(writer, conversation + [QUESTION], c2c={"attach": [pub["commit"]], "mode": "full"})
+    c = c2c_field(r)
+    [rec] = c["attach"]
+    assert rec["path"] == "cache" and rec["used"] == "full" and rec["tokens"] == pub["tokens"]
+    assert (rec["imported_tokens"], rec["reused_tokens"], rec["prefilled_tokens"]) == (pub["tokens"], 0, 0)
+    assert r.usage.prompt_tokens == cold.usage.prompt_tokens          # no second copy of the conversation
+    assert r.usage.prompt_tokens_details.cached_tokens == pub["tokens"]
+    assert r.choices[0].message.content == cold.choices[0].message.content
+    # a reply sent back otherwise than it was given is no continuation: the commit is placed as a block
+    other = [SYSTEM, EVIDENCE, {"role": "assistant", "content": "something else"}, QUESTION]
+    r2 = chat(writer, other, c2c={"attach": [pub["commit"]], "mode": "full"})
+    [rec2] = c2c_field(r2)["attach"]
+    assert rec2["imported_tokens"] == pub["tokens"]
+    assert r2.usage.prompt_tokens > chat(writer, other).usage.prompt_tokens       # the block, besides the messages
+    # on the text path (a stale commit in auto) nothing is inserted: the conversation is prefilled as sent
+    httpx.post(tiny_server.url(f"/v1/c2c/commits/{pub['commit']}/invalidate"), headers=tiny_server.headers("analyst"),
+               json={"reason": "superseded"}).raise_for_status()
+    r3 = chat(writer, conversation + [QUESTION], c2c={"attach": [pub["commit"]], "mode": "auto"})
+    [rec3] = c2c_field(r3)["attach"]
+    assert rec3["used"] == "text" and "prefilled as sent, nothing inserted" in rec3["reason"]
+    assert r3.usage.prompt_tokens == cold.usage.prompt_tokens and rec3["imported_tokens"] == 0
+    assert r3.choices[0].message.content == cold.choices[0].message.content
+
+
 def test_a_labelled_slice_is_published_and_attached(tiny_server):
     messages = [SYSTEM, {"role": "user", "name": "scratch", "content": "my private notes"}, EVIDENCE]
     _, pub = publish(tiny_server, stream="analyst-slice", labels=["evidence"], messages=messages)

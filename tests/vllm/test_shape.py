@@ -61,8 +61,11 @@ def test_what_vllm_cannot_honour_is_refused_by_name(c2c, says):
 
 
 def test_the_reply_is_in_c2c_serves_fields():
-    rec = {"commit": ID, "path": "cache", "imported_tokens": 40, "reused_tokens": 2, "prefilled_tokens": 5}
-    field, value = shapes.reply({"attach": rec, "publish": None}, shapes.Shape(name=shapes.SERVE, ask=None))
+    # the record counts the commit's tokens (as c2c serve's does); the reply's top level the whole prompt's
+    rec = {"commit": ID, "path": "cache", "used": "full", "tokens": 42, "imported_tokens": 40, "reused_tokens": 2,
+           "prefilled_tokens": 0}
+    out = {"attach": rec, "publish": None, "imported_tokens": 40, "reused_tokens": 2, "prefilled_tokens": 5}
+    field, value = shapes.reply(out, shapes.Shape(name=shapes.SERVE, ask=None))
     assert field == "c2c" and value["attach"] == [rec] and value["attached"] == [ID]
     assert (value["cached_tokens"], value["imported_tokens"], value["prefilled_tokens"]) == (42, 40, 5)
     field, value = shapes.reply({}, shapes.Shape(name=shapes.SERVE, ask=None),

@@ -80,6 +80,9 @@ class Attachment:
             check), imported when the caller's session holds nothing yet.
         record: for the response's ``c2c.attach`` list.
         metric_reason: ``ok``, or the first failed check, or the error type.
+        tokens: a full commit's token ids, its shared prefix included (None for a slice, or where the commit
+            withholds them): what a request that continues the commit's conversation begins with
+            (:func:`c2c.serve.render.continuation`).
     """
 
     commit: str
@@ -89,6 +92,7 @@ class Attachment:
     nbytes: int
     record: dict
     metric_reason: str
+    tokens: tuple[int, ...] | None = None
 
 
 class Exchange:
@@ -257,7 +261,7 @@ class Exchange:
         if used == "mapped":
             record["map"] = served.to_dict()
         return Attachment(commit=cid, path=used, parts=parts, prefix_kv=prefix_kv, nbytes=nbytes, record=record,
-                          metric_reason=metric)
+                          metric_reason=metric, tokens=tuple(h.tokens) if h.kind == "full" and h.tokens else None)
 
     def _check_mapped(self, adm: Admission, served: ServedMap, prefix_ids: Sequence[int]):
         """A commit's checks before it is mapped: signature, prefix and the source model's fingerprint.

@@ -17,9 +17,10 @@ NOTE: a request without a system message gets no template default (Qwen's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
+from c2c.errors import C2CError
 from c2c.artifact.prefix import prefix_token_ids
 from c2c.context import Context
 from c2c.runtime.protocol import Runtime
@@ -128,3 +129,32 @@ def text_turn(runtime: Runtime, label: str, text: str) -> Part:
     """A user turn holding ``text`` (how a text handoff is read)."""
     return Part(label=label, token_ids=tuple(runtime.encode(runtime.render_turn("user", text))), private=False,
                 text=text)
+
+
+def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -> tuple[Rendering, int] | None:
+    """A request that continues a commit's conversation: its messages begin with exactly the commit's tokens.
+
+    ``own`` is the request rendered without attachments, ``commit`` the commit's token ids (its shared
+    prefix included) and ``attached`` its part on the cache path (``kv`` at the positions after the
+    prefix), or None on the text path. Returns ``own`` with the commit's K/V laid on the messages it
+    covers, each message its own slice (none on the text path: they are prefilled as sent), and how many
+    messages those are; None where the messages do not begin with the commit's tokens, ending on a
+    message's boundary (the commit is then placed after the prefix as a block of its own).
+    """
+    P = len(own.prefix_ids)
+    if len(commit) <= P or tuple(commit[:P]) != own.prefix_ids:
+        return None
+    parts, at, n = list(own.parts), P, 0
+    for i, part in enumerate(own.parts[1:-1], start=1):   # never the generation prompt
+        if at == len(commit):
+            break
+        end = at + len(part.token_ids)
+        if end > len(commit) or tuple(commit[at:end]) != part.token_ids:
+            return None
+        if attached is not None and attached.kv is not None:
+            try:
+                parts[i] = replace(part, kv=attached.kv.slice(at, end))   # (1, H, end - at, D) per layer
+            except C2CError:  # a sliding-window layer no longer holds this span: place the commit as a block
+                return None
+        at, n = end, n + 1
+    return (Rendering(parts=tuple(parts)), n) if at == len(commit) else None

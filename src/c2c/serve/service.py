@@ -35,8 +35,8 @@ from c2c.serve.context_edit import EditSpec
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
-from c2c.serve.render import Message, Part, prefix_ids, render, split_system
-from c2c.serve.reuse import extend, prepare
+from c2c.serve.render import Message, Part, continuation, prefix_ids, render, split_system
+from c2c.serve.reuse import extend, prepare, truncate
 from c2c.serve.sessions import Session, SessionKey, SessionPool
 from c2c.serve.worker import Channel, Job, ModelWorker
 
@@ -210,10 +210,22 @@ class ChatService:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
                                         [m.label for m in rest] + ["assistant"], req.publish.share)
         prefix = prefix_ids(rt, system)
-        attachments, attached, via_text, records, prefix_kv = self._attachments(principal, req, rt, session, prefix)
-        parts_of = tuple(n for _, n in records) if records else session.parts_of
+        attachments, attached, via_text, records, prefix_kv, continues = self._attachments(principal, req, rt,
+                                                                                            session, prefix)
         t_attach = time.perf_counter()
         rendering = render(rt, messages, attachments=attachments)
+        if continues is not None:  # the messages may begin with the commit's own conversation: then they carry it
+            cont = continuation(render(rt, messages), continues, attachments[0] if attachments else None)
+            if cont is not None:
+                rendering, n = cont
+                rec = records[0][0]
+                rec = {**rec, "tokens": sum(len(p.token_ids) for p in rendering.parts[1:n + 1])
+                       + (len(prefix) if prefix_kv is not None else 0)}
+                if rec["path"] == "text":  # nothing to insert; and the session's K/V of it are not trusted either
+                    rec["reason"] += "; the messages continue its conversation: prefilled as sent, nothing inserted"
+                    held_cache = truncate(held_cache, len(prefix))
+                records, attachments = [(rec, n)], ()
+        parts_of = tuple(n for _, n in records) if records else session.parts_of
         if prefix_kv is not None:  # a full cache brings its own (identical) prefix K/V
             rendering = replace(rendering, parts=(replace(rendering.parts[0], kv=prefix_kv),) + rendering.parts[1:])
         n_prompt, window = len(rendering), self.context[req.model]
@@ -297,9 +309,10 @@ class ChatService:
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
                      prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], tuple[str, ...],
                                                        list[tuple[dict, int]],
-                                                       Any]:
+                                                       Any, tuple[int, ...] | None]:
         """(parts after the prefix, their commits, those read as text, (record, number of parts) of each
-        commit attached now, a full cache's prefix K/V)
+        commit attached now, a full cache's prefix K/V, the token ids of the one full commit attached now:
+        the request may continue its conversation, :func:`~c2c.serve.render.continuation`)
         for this request: the commits it attaches, else the session's own attachments.
 
         A session's cache attachment whose commit has gone stale since is not reused: the
@@ -318,7 +331,7 @@ class ChatService:
                     "same system message, attach again, or use a new session")
             state = {c: self.exchange.freshness(principal, c) for c in session.attached if c not in session.via_text}
             if "stale" not in state.values():
-                return session.attachments, session.attached, session.via_text, [], None
+                return session.attachments, session.attached, session.via_text, [], None, None
             attach, mode = session.attached, session.attach_mode
             at = 0
             for c, n in zip(session.attached, session.parts_of):
@@ -346,8 +359,10 @@ class ChatService:
             records.append((a.record, len(a.parts)))
             if a.path == "text":
                 via_text.append(cid)
+        first = found[0] if found and found[0].commit == attach[0] else None
         return (tuple(p for ps in parts for p in ps), tuple(attach), tuple(via_text), records,
-                found[0].prefix_kv if found and found[0].commit == attach[0] else None)
+                first.prefix_kv if first is not None else None,
+                first.tokens if first is not None and len(attach) == 1 and first.path in ("cache", "text") else None)
 
     def close(self) -> None:
         """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""

@@ -30,7 +30,8 @@ For ``/v1/chat/completions`` and ``/v1/completions`` it
 
 It also names them in headers of a whole reply, for clients that keep no unknown reply
 fields (LangChain's ``ChatOpenAI(include_response_headers=True)``): ``x-c2c-commit`` (the
-published commit) and ``x-c2c-attach`` (``<commit id, 12 chars>:<path>``, the path ``cache``
+published commit), ``x-c2c-handoffs`` (``<commit id, 12 chars>:<used>``, ``full`` or ``text``, as
+``c2c serve`` names it) and ``x-c2c-attach`` (``<commit id, 12 chars>:<path>``, the path ``cache``
 or ``text``).
 
 Without it, a reply carries ``publish.ticket`` and ``c2c.error`` as the connector wrote
@@ -113,6 +114,8 @@ class C2CMiddleware:
         att = out.get("attach")
         if isinstance(att, dict) and isinstance(att.get("commit"), str):
             headers.append((b"x-c2c-attach", f"{att['commit'][:12]}:{att.get('path')}".encode("ascii", "replace")))
+            headers.append((b"x-c2c-handoffs", f"{att['commit'][:12]}:{att.get('used', att.get('path'))}"
+                            .encode("ascii", "replace")))   # as c2c serve names it: <id>:full or <id>:text
         pub = out.get("publish")
         if not (isinstance(pub, dict) and pub.get("ticket")):
             return headers

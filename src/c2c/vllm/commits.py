@@ -207,7 +207,8 @@ class Attacher(_Scope):
                                                   "re-compute K/V with)")
                 except C2CError as e:
                     adm = adm.fall_back(e)  # raises in full
-            record.update(adm.record(), commit_tokens=h.seq_len, matched_tokens=matched)
+            record.update(adm.record(), used="full" if adm.path == "cache" else "text", tokens=matched,
+                          commit_tokens=h.seq_len, matched_tokens=matched)
             staged = None
             if adm.path == "cache":  # only what the request may load, verified: no hashing on the forward path
                 staged = str(self.staging / f"{request_id or adm.commit}.{time.monotonic_ns()}.kv")
@@ -217,7 +218,7 @@ class Attacher(_Scope):
         except C2CError as e:
             if mode == "auto" and not isinstance(e, FATAL) and isinstance(e, (StoreError, HandoffError)):
                 log.warning("c2c attach %s: %s; prefilling instead", commit_id[:12], e)
-                record.update(path="text", reason=f"fell back to prefill: {type(e).__name__}: {e}")
+                record.update(path="text", used="text", reason=f"fell back to prefill: {type(e).__name__}: {e}")
                 return Verdict(commit=commit_id, record=record)
             record.update(path="error", reason=f"{type(e).__name__}: {e}")
             return Verdict(commit=commit_id, record=record, error=error_dict(e))

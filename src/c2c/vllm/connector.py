@@ -251,9 +251,14 @@ class C2CConnector(KVConnectorBase_V1):
             if rec.get("path") == "cache" and not t.imported:
                 rec["reason"] = rec.get("reason", "") + "; nothing to import (vLLM already held those tokens)"
             prompt = request.num_prompt_tokens
-            rec.update(imported_tokens=t.imported, reused_tokens=t.reused,
+            # as c2c serve counts them: the commit's tokens the prompt holds, split into imported, reused (vLLM's
+            # prefix cache) and prefilled; the reply's top-level counts are the whole prompt's
+            held = min(int(rec.get("tokens") or 0), prompt)
+            reused = min(t.reused, held - t.imported)
+            rec.update(tokens=held, imported_tokens=t.imported, reused_tokens=reused,
+                       prefilled_tokens=held - t.imported - reused)
+            out.update(attach=rec, imported_tokens=t.imported, reused_tokens=t.reused,
                        prefilled_tokens=max(0, prompt - t.imported - t.reused))
-            out["attach"] = rec
         if t.error is not None:
             out["error"] = t.error
             return False, {"c2c": out}

@@ -13,9 +13,11 @@ answers a request in the shape it came in. In ``c2c serve``'s shape:
   own prefix cache (``--enable-prefix-caching``), so the client sends the whole
   conversation each time, as it does to ``c2c serve``; ``timeout_s`` is refused (vLLM has
   no per-request deadline to give it to);
-- the reply's ``c2c`` has ``c2c serve``'s fields: ``attach`` (a list of records),
-  ``attached``, ``publish``, ``cached_tokens``, ``imported_tokens``, ``reused_tokens``,
-  ``prefilled_tokens`` and ``session`` (null).
+- the reply's ``c2c`` has ``c2c serve``'s fields: ``attach`` (a list of records, each with
+  ``path``, ``used`` (``full`` or ``text``) and the commit's ``tokens`` the prompt holds, split
+  into ``imported_tokens``, ``reused_tokens`` and ``prefilled_tokens``), ``attached``,
+  ``publish``, ``cached_tokens``, ``imported_tokens``, ``reused_tokens``, ``prefilled_tokens``
+  (those three of the whole prompt) and ``session`` (null).
 
 One difference stays, and it is the engine's: vLLM loads a commit's K/V only where the
 prompt **begins with** the commit's tokens (the attaching request continues the published
@@ -134,9 +136,9 @@ def reply(out: dict[str, Any], shape: Shape, usage: dict[str, Any] | None = None
     res: dict[str, Any] = {"session": None, "attach": [rec] if isinstance(rec, dict) else [],
                            "attached": [rec["commit"]] if isinstance(rec, dict) and rec.get("path") == "cache"
                            else [], "publish": out.get("publish")}
-    if isinstance(rec, dict):
-        res.update(imported_tokens=rec.get("imported_tokens", 0), reused_tokens=rec.get("reused_tokens", 0),
-                   prefilled_tokens=rec.get("prefilled_tokens"))
+    if "imported_tokens" in out:  # the connector's counts of the whole prompt (an attach's record has its own)
+        res.update(imported_tokens=out["imported_tokens"], reused_tokens=out["reused_tokens"],
+                   prefilled_tokens=out["prefilled_tokens"])
         res["cached_tokens"] = res["imported_tokens"] + res["reused_tokens"]
     elif isinstance(usage, dict):
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
