@@ -15,7 +15,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def test_openai_client_example(tiny_server):
     """Run as a user runs it: only the base URL (and a token) set; the model is the one the server serves. The same
-    script against vLLM: tests/vllm/test_examples.py."""
+    script against vLLM: tests/vllm/test_examples_vllm.py."""
     env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "PATH": "/usr/bin:/bin"}
     for run in range(2):  # a rerun publishes a new version and imports its commit
         proc = subprocess.run([sys.executable, str(EXAMPLES / "openai_client.py")], env=env, capture_output=True,

@@ -131,30 +131,47 @@ def text_turn(runtime: Runtime, label: str, text: str) -> Part:
                 text=text)
 
 
-def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -> tuple[Rendering, int] | None:
+@dataclass(frozen=True)
+class Continuation:
+    """A request whose messages continue a commit's conversation (:func:`continuation`)."""
+
+    rendering: Rendering     # the request's own, the commit's K/V (if carried) on the messages it covers
+    messages: int            # how many messages (parts after the prefix) the commit covers
+    carried: bool            # False: prefilled as sent (the text path, or K/V the model cannot cut per message)
+
+
+def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -> Continuation | None:
     """A request that continues a commit's conversation: its messages begin with exactly the commit's tokens.
 
     ``own`` is the request rendered without attachments, ``commit`` the commit's token ids (its shared
     prefix included) and ``attached`` its part on the cache path (``kv`` at the positions after the
     prefix), or None on the text path. Returns ``own`` with the commit's K/V laid on the messages it
-    covers, each message its own slice (none on the text path: they are prefilled as sent), and how many
-    messages those are; None where the messages do not begin with the commit's tokens, ending on a
-    message's boundary (the commit is then placed after the prefix as a block of its own).
+    covers, each message its own slice (none on the text path, or where a sliding-window layer no
+    longer holds a message's span: they are then prefilled as sent), and how many messages those are;
+    None where the messages do not begin with the commit's tokens, ending on a message's boundary (the
+    commit is then placed after the prefix as a block of its own).
     """
     P = len(own.prefix_ids)
     if len(commit) <= P or tuple(commit[:P]) != own.prefix_ids:
         return None
     parts, at, n = list(own.parts), P, 0
-    for i, part in enumerate(own.parts[1:-1], start=1):   # never the generation prompt
+    for part in own.parts[1:-1]:   # never the generation prompt
         if at == len(commit):
             break
         end = at + len(part.token_ids)
         if end > len(commit) or tuple(commit[at:end]) != part.token_ids:
             return None
-        if attached is not None and attached.kv is not None:
-            try:
-                parts[i] = replace(part, kv=attached.kv.slice(at, end))   # (1, H, end - at, D) per layer
-            except C2CError:  # a sliding-window layer no longer holds this span: place the commit as a block
-                return None
         at, n = end, n + 1
-    return (Rendering(parts=tuple(parts)), n) if at == len(commit) else None
+    if at != len(commit):
+        return None
+    if attached is None or attached.kv is None:
+        return Continuation(rendering=own, messages=n, carried=False)
+    at = P
+    for i in range(1, n + 1):
+        end = at + len(own.parts[i].token_ids)
+        try:
+            parts[i] = replace(own.parts[i], kv=attached.kv.slice(at, end))   # (1, H, end - at, D) per layer
+        except C2CError:   # a sliding-window layer no longer holds this span
+            return Continuation(rendering=own, messages=n, carried=False)
+        at = end
+    return Continuation(rendering=Rendering(parts=tuple(parts)), messages=n, carried=True)

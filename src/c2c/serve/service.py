@@ -214,18 +214,24 @@ class ChatService:
                                                                                             session, prefix)
         t_attach = time.perf_counter()
         rendering = render(rt, messages, attachments=attachments)
+        parts_of = tuple(n for _, n in records) if records else session.parts_of
         if continues is not None:  # the messages may begin with the commit's own conversation: then they carry it
             cont = continuation(render(rt, messages), continues, attachments[0] if attachments else None)
             if cont is not None:
-                rendering, n = cont
-                rec = records[0][0]
-                rec = {**rec, "tokens": sum(len(p.token_ids) for p in rendering.parts[1:n + 1])
-                       + (len(prefix) if prefix_kv is not None else 0)}
-                if rec["path"] == "text":  # nothing to insert; and the session's K/V of it are not trusted either
-                    rec["reason"] += "; the messages continue its conversation: prefilled as sent, nothing inserted"
-                    held_cache = truncate(held_cache, len(prefix))
-                records, attachments = [(rec, n)], ()
-        parts_of = tuple(n for _, n in records) if records else session.parts_of
+                rendering, n, rec = cont.rendering, cont.messages, dict(records[0][0])
+                carried = cont.carried and prefix_kv is not None
+                rec["tokens"] = sum(len(p.token_ids) for p in rendering.parts[1:n + 1]) + (len(prefix) if carried
+                                                                                          else 0)
+                if not cont.carried:
+                    rec["reason"] += ("; the messages continue its conversation: prefilled as sent, nothing inserted"
+                                      if rec["path"] == "text" else "; the messages continue its conversation, and "
+                                      "the model's sliding-window layers no longer hold all of it: prefilled as sent")
+                    rec["used"] = "text"
+                    cid = rec["commit"]
+                    if cid in session.attached and cid not in session.via_text:  # K/V the session holds of it
+                        held_cache = truncate(held_cache, len(prefix))
+                    prefix_kv = None
+                records, attachments, parts_of = [(rec, n)], (), (0,)
         if prefix_kv is not None:  # a full cache brings its own (identical) prefix K/V
             rendering = replace(rendering, parts=(replace(rendering.parts[0], kv=prefix_kv),) + rendering.parts[1:])
         n_prompt, window = len(rendering), self.context[req.model]

@@ -207,7 +207,11 @@ class Attacher(_Scope):
                                                   "re-compute K/V with)")
                 except C2CError as e:
                     adm = adm.fall_back(e)  # raises in full
-            record.update(adm.record(), used="full" if adm.path == "cache" else "text", tokens=matched,
+            # ``tokens``: the commit's tokens the request holds (as c2c serve counts them): those it loads on the
+            # cache path; on the text path the whole commit where the prompt continues it, else none
+            held = list(prompt_ids[:h.seq_len]) == list(h.tokens or ())
+            record.update(adm.record(), used="full" if adm.path == "cache" else "text",
+                          tokens=matched if adm.path == "cache" else h.seq_len if held else 0,
                           commit_tokens=h.seq_len, matched_tokens=matched)
             staged = None
             if adm.path == "cache":  # only what the request may load, verified: no hashing on the forward path
@@ -220,7 +224,7 @@ class Attacher(_Scope):
                 log.warning("c2c attach %s: %s; prefilling instead", commit_id[:12], e)
                 record.update(path="text", used="text", reason=f"fell back to prefill: {type(e).__name__}: {e}")
                 return Verdict(commit=commit_id, record=record)
-            record.update(path="error", reason=f"{type(e).__name__}: {e}")
+            record.update(path="error", used="error", reason=f"{type(e).__name__}: {e}")
             return Verdict(commit=commit_id, record=record, error=error_dict(e))
 
     # ----------------------------------------------------------------- helpers
