@@ -141,13 +141,17 @@ def _point(rt, llm, cfg) -> dict:
 
 
 def median_run(runs: list[dict]) -> dict:
-    """The first run, with every ``*_s`` timing replaced by its median over ``runs`` (ratios recomputed)."""
+    """The first run, with every ``*_s`` timing replaced by its median over ``runs`` (ratios recomputed) and
+    every run's kept in ``each_run``."""
     import statistics
 
     r = dict(runs[0])
+    each = {}
     for k, v in r.items():
         if k.endswith("_s") and isinstance(v, float):
-            r[k] = statistics.median(x[k] for x in runs)
+            each[k] = [x[k] for x in runs]      # every run's, so a noisy machine shows as the spread
+            r[k] = statistics.median(each[k])
+    r["each_run"] = each
     if "llama_text_pipeline_s" in r:
         r["speedup_vs_llama_text"] = r["llama_text_pipeline_s"] / r["cache_pipeline_s"]
     r.update(speedup_full=r["text_pipeline_s"] / r["cache_pipeline_s"],
