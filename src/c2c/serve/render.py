@@ -81,6 +81,10 @@ class Rendering:
     def __len__(self) -> int:
         return sum(len(p.token_ids) for p in self.parts)
 
+    def after_prefix(self, attachments: Sequence[Part]) -> "Rendering":
+        """This rendering with ``attachments`` placed right after the shared prefix."""
+        return Rendering(parts=self.parts[:1] + tuple(attachments) + self.parts[1:]) if attachments else self
+
     def context(self) -> Context:
         """The tokens as a :class:`~c2c.context.Context`: one span per part after the prefix, labelled."""
         ctx = Context(token_ids=self.prefix_ids, prefix_len=len(self.prefix_ids))
@@ -117,12 +121,11 @@ def render(runtime: Runtime, messages: Sequence[Message], *, attachments: Sequen
     """
     system, rest = split_system(messages)
     parts = [Part(label="prefix", token_ids=prefix_ids(runtime, system))]
-    parts += attachments
     parts += [turn(runtime, m) for m in rest]
     if generation_prompt:
         parts.append(Part(label="prompt", token_ids=tuple(runtime.encode(runtime.generation_prompt())),
                           private=False))
-    return Rendering(parts=tuple(parts))
+    return Rendering(parts=tuple(parts)).after_prefix(attachments)
 
 
 def text_turn(runtime: Runtime, label: str, text: str) -> Part:

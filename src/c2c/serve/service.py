@@ -213,10 +213,11 @@ class ChatService:
         attachments, attached, via_text, records, prefix_kv, continues = self._attachments(principal, req, rt,
                                                                                             session, prefix)
         t_attach = time.perf_counter()
-        rendering = render(rt, messages, attachments=attachments)
+        own = render(rt, messages)   # the request's own messages; the attachments go after its prefix
+        rendering = own.after_prefix(attachments)
         parts_of = tuple(n for _, n in records) if records else session.parts_of
         if continues is not None:  # the messages may begin with the commit's own conversation: then they carry it
-            cont = continuation(render(rt, messages), continues, attachments[0] if attachments else None)
+            cont = continuation(own, continues, attachments[0] if attachments else None)
             if cont is not None:
                 rendering, n, rec = cont.rendering, cont.messages, dict(records[0][0])
                 carried = cont.carried and prefix_kv is not None
