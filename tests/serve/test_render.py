@@ -9,8 +9,8 @@ from c2c.serve.render import Part, Rendering, continuation
 class KV:
     """Stands for a KVCache: records the absolute positions it is cut at (or refuses, as a sliding layer does)."""
 
-    def __init__(self, refuse: bool = False):
-        self.refuse = refuse
+    def __init__(self, token_ids: tuple[int, ...], start: int = 2, refuse: bool = False):
+        self.token_ids, self.start, self.refuse = token_ids, start, refuse
 
     def slice(self, start: int, end: int):
         if self.refuse:
@@ -26,7 +26,7 @@ def own(*messages: tuple[int, ...]) -> Rendering:
 
 def test_the_commits_kv_lie_on_the_messages_it_covers_at_their_positions():
     r = own((3, 4), (5,), (6, 7, 8))
-    c = continuation(r, (1, 2, 3, 4, 5), Part(label="from:a", token_ids=(3, 4, 5), kv=KV()))
+    c = continuation(r, (1, 2, 3, 4, 5), Part(label="from:a", token_ids=(3, 4, 5), kv=KV((3, 4, 5))))
     assert c.messages == 2 and c.carried
     assert [p.kv for p in c.rendering.parts] == [None, (2, 4), (4, 5), None, None]
     assert c.rendering.token_ids == r.token_ids
@@ -34,7 +34,7 @@ def test_the_commits_kv_lie_on_the_messages_it_covers_at_their_positions():
 
 def test_no_continuation_unless_the_messages_begin_with_the_commit_on_a_boundary():
     r = own((3, 4), (5,))
-    part = Part(label="from:a", token_ids=(3,), kv=KV())
+    part = Part(label="from:a", token_ids=(3,), kv=KV((3,)))
     assert continuation(r, (1, 2, 3), part) is None            # ends inside a message
     assert continuation(r, (1, 2, 4, 4), part) is None         # another first message
     assert continuation(r, (1, 7, 3, 4), part) is None         # another prefix
@@ -45,6 +45,6 @@ def test_no_continuation_unless_the_messages_begin_with_the_commit_on_a_boundary
 def test_on_the_text_path_or_where_the_kv_cannot_be_cut_the_messages_are_prefilled_as_sent():
     r = own((3, 4), (5,))
     for attached in (None, Part(label="from:a", token_ids=(3, 4)), Part(label="from:a", token_ids=(3, 4),
-                                                                         kv=KV(refuse=True))):
+                                                                         kv=KV((3, 4), refuse=True))):
         c = continuation(r, (1, 2, 3, 4), attached)
         assert c.messages == 1 and not c.carried and c.rendering is r

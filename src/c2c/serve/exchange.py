@@ -50,6 +50,7 @@ from c2c.handoff.forecast import forecast
 from c2c.handoff.gate import SHARED_PARENTS, Admission, Gate, not_visible as _not_visible, store_errors
 from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
+from c2c.runtime import placement
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
@@ -362,15 +363,11 @@ def _cache_parts(artifact: Artifact, label: str, text: str) -> tuple[tuple[Part,
     h = artifact.header
     if h.tokens is None:
         raise HandoffError("the commit withholds its token ids, so the server cannot track what the cache holds")
-    cache = artifact.cache
-    if h.kind == "slice":
-        return (Part(label=label, token_ids=tuple(h.tokens), private=False, kv=cache, text=text),), None
-    P = h.prefix.length
-    prefix_kv = cache.slice(0, P) if P else None
-    if cache.end == P:
-        return (), prefix_kv
-    return (Part(label=label, token_ids=tuple(h.tokens[P:]), private=False, kv=cache.slice(P, cache.end),
-                 text=text),), prefix_kv
+    got = placement.split(artifact.cache, full=h.kind == "full", prefix_ids=h.tokens[:h.prefix.length])
+    if got.body is None:
+        return (), got.prefix
+    return (Part(label=label, token_ids=tuple(got.body.token_ids), private=False, kv=got.body, text=text),), \
+        got.prefix
 
 
 def _kept_text(artifact: Artifact, cid: str, *, required: bool = True) -> str:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from c2c.errors import C2CError
 from c2c.artifact.prefix import prefix_token_ids
 from c2c.context import Context
+from c2c.runtime import placement
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 
@@ -167,14 +167,10 @@ def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -
         at, n = end, n + 1
     if at != len(commit):
         return None
-    if attached is None or attached.kv is None:
+    laid = placement.lay(attached.kv, [p.token_ids for p in own.parts[1:n + 1]]) \
+        if attached is not None and attached.kv is not None else None
+    if laid is None:   # the text path, or a sliding-window layer no longer holds a message's span
         return Continuation(rendering=own, messages=n, carried=False)
-    at = P
-    for i in range(1, n + 1):
-        end = at + len(own.parts[i].token_ids)
-        try:
-            parts[i] = replace(own.parts[i], kv=attached.kv.slice(at, end))   # (1, H, end - at, D) per layer
-        except C2CError:   # a sliding-window layer no longer holds this span
-            return Continuation(rendering=own, messages=n, carried=False)
-        at = end
+    for i, kv in enumerate(laid, start=1):
+        parts[i] = replace(own.parts[i], kv=kv)   # (1, H, tokens of message i, D) per layer, at its own positions
     return Continuation(rendering=Rendering(parts=tuple(parts)), messages=n, carried=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime import placement
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.render import Rendering
@@ -97,8 +98,7 @@ def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering) -> Pre
                 _, cache = runtime.prefill(pending, cache)
                 prefilled += len(pending)
                 pending = []
-            kv = runtime.reposition(part.kv, a)  # (1, H, T, D) per layer, at positions [a, b)
-            cache = kv if cache is None else cache.append(kv)
+            cache = placement.append(runtime, cache, part.kv, at=a)  # the part's K/V at positions [a, b)
             imported += b - a
             per_part.append((0, b - a, 0))
         else:

@@ -22,7 +22,7 @@ from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
 from c2c.context import Context
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, RuntimeUnsupportedError
-from c2c.runtime import edit
+from c2c.runtime import edit, placement
 from c2c.runtime.protocol import Generation, Runtime
 from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.team.roles import AdapterPolicy, admit
@@ -226,8 +226,10 @@ class Agent:
         """
         P = self.context.prefix_len
         prefix = self.context.token_ids[:P]
-        if cache.start != 0 or tuple(cache.token_ids[:P]) != tuple(prefix):
-            raise HandoffError(f"{self.name} cannot adopt a cache that does not start with its shared prefix")
+        try:
+            placement.require_continues(cache, prefix)   # the one rule (c2c.runtime.placement): K/V kept whole
+        except HandoffError as e:
+            raise HandoffError(f"{self.name} cannot adopt this cache: {e}") from None
         self.cache = cache
         self.context = Context(token_ids=prefix, prefix_len=P).extend(cache.token_ids[P:], label, private=False)
         self._role_done = not self.role
@@ -278,6 +280,5 @@ class Agent:
         if full:
             self.adopt(cache, label=f"from:{source}")
         else:
-            moved = self.runtime.reposition(cache, self.cache.end)
-            self.cache = self.cache.append(moved)
-            self.context = self.context.extend(moved.token_ids, f"from:{source}", private=False)
+            self.cache = placement.append(self.runtime, self.cache, cache, at=self.cache.end)
+            self.context = self.context.extend(cache.token_ids, f"from:{source}", private=False)
