@@ -23,13 +23,18 @@ def test_int8_prefills_as_bf16_and_decodes_on_int8_weights(arch):
     assert q.int8 > 0 and q.dtype == full.dtype
     wrapped = {id(m.full) for m in q.model.modules() if isinstance(m, int8.Int8DecodeLinear)}
     linears = [m for m in q.model.modules() if isinstance(m, (torch.nn.Linear, packing.PackedLinear))]
-    # every linear layer but the LM head (which picks the token, and keeps its full weights) has an int8 copy
-    assert [m for m in linears if id(m) not in wrapped] == [q.model.lm_head]
+    # every linear layer has an int8 copy; the LM head keeps its full weights beside it, to re-score its best
+    assert linears and all(id(m) in wrapped for m in linears)
+    assert isinstance(q.model.lm_head, int8.Int8DecodeHead) and q.int8 == len(linears)
     ids = list(range(3, 60))
     logits, cache = q.prefill(ids)
     ref_logits, ref_cache = full.prefill(ids)
     assert cache.max_abs_diff(ref_cache) == 0  # prefill's K/V: the full weights, bit for bit
-    assert torch.equal(logits, ref_logits)  # prefill's logits too (the LM head keeps its full weights)
+    # its last row's logits go through the head as a decode step's do: the int8 copy's best, re-scored on the
+    # full weights (in fp32 sums, so within a few bf16 roundings of bf16's), pick bf16's token
+    best = logits.float().topk(int8.TOP_K).indices
+    assert int(logits.argmax()) == int(ref_logits.argmax())
+    assert (logits[best].float() - ref_logits[best].float()).abs().max() <= 2 ** -6 * ref_logits.float().abs().max()
     step, after = q.prefill([7], cache)
     ref_step, ref_after = full.prefill([7], ref_cache)
     assert not torch.equal(step, ref_step)  # the one-token step ran on int8 weights
@@ -62,3 +67,22 @@ def test_int8_refuses_where_it_cannot_run_naming_the_way_out(monkeypatch):
         zoo.load("tiny-qwen2", dtype="int8")
     assert dt.torch_dtype("int8") in (torch.bfloat16, torch.float32)
     assert dt.resolve("int8") == "int8"
+
+
+@needs_int8
+def test_the_heads_one_token_step_picks_among_logits_of_the_full_weights():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 500)
+    head = int8.Int8DecodeHead(lin, lin.weight.detach())
+    x = torch.randn(1, 1, 64)
+    y, exact = head(x)[0, 0], lin(x)[0, 0]                       # (500,) each
+    rough = torch.ops.quantized.linear_dynamic(x.reshape(1, -1), head.int8, head.reduce_range)[0]
+    best = rough.topk(int8.TOP_K).indices
+    assert torch.allclose(y[best], exact[best], atol=1e-5)        # the int8 copy's best, re-scored on full weights
+    rest = torch.ones(500, dtype=torch.bool)
+    rest[best] = False
+    assert torch.equal(y[rest], rough[rest])                      # the rest stay int8's
+    assert not torch.allclose(y[rest], exact[rest], atol=1e-5)    # (which differ from the full weights')
+    assert int(y.argmax()) == int(exact.argmax())
+    rows = torch.randn(1, 3, 64)
+    assert torch.equal(head(rows), lin(rows))                      # more than one row: the full weights alone
