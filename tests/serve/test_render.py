@@ -45,6 +45,7 @@ def test_no_continuation_unless_the_messages_begin_with_the_commit_on_a_boundary
 def test_on_the_text_path_or_where_the_kv_cannot_be_cut_the_messages_are_prefilled_as_sent():
     r = own((3, 4), (5,))
     for attached in (None, Part(label="from:a", token_ids=(3, 4)), Part(label="from:a", token_ids=(3, 4),
-                                                                         kv=KV((3, 4), refuse=True))):
+                                                                         kv=KV((3, 4), refuse=True)),
+                     Part(label="from:a", token_ids=(3, 4), kv=KV((8, 8)))):   # K/V of other tokens (mapped)
         c = continuation(r, (1, 2, 3, 4), attached)
         assert c.messages == 1 and not c.carried and c.rendering is r

@@ -167,9 +167,10 @@ def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -
         at, n = end, n + 1
     if at != len(commit):
         return None
-    laid = placement.lay(attached.kv, [p.token_ids for p in own.parts[1:n + 1]]) \
-        if attached is not None and attached.kv is not None else None
-    if laid is None:   # the text path, or a sliding-window layer no longer holds a message's span
+    kv = attached.kv if attached is not None else None
+    laid = placement.lay(kv, [p.token_ids for p in own.parts[1:n + 1]]) \
+        if kv is not None and tuple(kv.token_ids) == tuple(commit[P:]) else None
+    if laid is None:   # text, K/V of other tokens (mapped), or a sliding-window layer lost a message's span
         return Continuation(rendering=own, messages=n, carried=False)
     for i, kv in enumerate(laid, start=1):
         parts[i] = replace(own.parts[i], kv=kv)   # (1, H, tokens of message i, D) per layer, at its own positions

@@ -225,8 +225,9 @@ class ChatService:
                                                                                           else 0)
                 if not cont.carried:
                     rec["reason"] += ("; the messages continue its conversation: prefilled as sent, nothing inserted"
-                                      if rec["path"] == "text" else "; the messages continue its conversation, and "
-                                      "the model's sliding-window layers no longer hold all of it: prefilled as sent")
+                                      if rec["path"] == "text" else "; the messages continue its conversation, but its "
+                                      "K/V cannot lie on them (the model's sliding-window layers no longer hold all "
+                                      "of it, or a map gave them on other tokens): prefilled as sent")
                     rec["used"] = "text"
                     cid = rec["commit"]
                     if cid in session.attached and cid not in session.via_text:  # K/V the session holds of it
