@@ -86,3 +86,32 @@ def test_the_heads_one_token_step_picks_among_logits_of_the_full_weights():
     assert int(y.argmax()) == int(exact.argmax())
     rows = torch.randn(1, 3, 64)
     assert torch.equal(head(rows), lin(rows))                      # more than one row: the full weights alone
+
+
+@needs_int8
+def test_siblings_share_one_product_and_each_gets_its_own_layers_bits():
+    torch.manual_seed(1)
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (torch.nn.Linear(32, n, bias=b) for n, b in
+                                                     ((32, True), (8, False), (8, True)))
+
+    ref = Attn()
+    alone = {name: int8.Int8DecodeLinear(getattr(ref, name)) for name in ("q_proj", "k_proj", "v_proj")}
+    shared = Attn()
+    shared.load_state_dict(ref.state_dict())
+    packing.replace_modules(shared, lambda m: type(m) is torch.nn.Linear, int8.Int8DecodeLinear)
+    assert int8.share_siblings(shared) == 1 and shared.q_proj.int8 is None   # one int8 matrix for the three
+    x, other = torch.randn(1, 1, 32), torch.randn(1, 1, 32)
+    for order in (("q_proj", "k_proj", "v_proj"), ("v_proj", "q_proj", "k_proj")):
+        for name in order:                                 # bit for bit the separate layers' products
+            assert torch.equal(getattr(shared, name)(x), alone[name](x))
+    assert torch.equal(shared.q_proj(x), alone["q_proj"](x))
+    assert torch.equal(shared.k_proj(other), alone["k_proj"](other))   # another row mid-round: computed anew
+    assert torch.equal(shared.q_proj(x), alone["q_proj"](x))           # a sibling twice in a round: anew too
+    rows = torch.randn(1, 3, 32)
+    assert torch.equal(shared.v_proj(rows), ref.v_proj(rows))          # more than one row: the full weights
+    int8.dequantize_linears(shared)
+    assert type(shared.q_proj) is torch.nn.Linear and torch.equal(shared.q_proj(x), ref.q_proj(x))
