@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -113,5 +115,19 @@ def test_siblings_share_one_product_and_each_gets_its_own_layers_bits():
     assert torch.equal(shared.q_proj(x), alone["q_proj"](x))           # a sibling twice in a round: anew too
     rows = torch.randn(1, 3, 32)
     assert torch.equal(shared.v_proj(rows), ref.v_proj(rows))          # more than one row: the full weights
+    errors = []
+
+    def steps(row):   # two threads on one model: each gets its own row's products, never the other's
+        for _ in range(200):
+            for name in ("q_proj", "k_proj", "v_proj"):
+                if not torch.equal(getattr(shared, name)(row), alone[name](row)):
+                    errors.append(name)
+
+    threads = [threading.Thread(target=steps, args=(r,)) for r in (x, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
     int8.dequantize_linears(shared)
     assert type(shared.q_proj) is torch.nn.Linear and torch.equal(shared.q_proj(x), ref.q_proj(x))

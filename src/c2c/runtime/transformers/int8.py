@@ -37,6 +37,7 @@ faster.
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
@@ -134,21 +135,23 @@ class Shared:
         self._row: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
         self._waiting: set[int] = set()   # siblings of this round that have not taken their columns yet
+        self._lock = threading.Lock()
         at = 0
         for i, m in enumerate(members):
             m.shared, m.columns, m.int8, m.sibling = self, slice(at, at + m.out_features), None, i
             at += m.out_features
 
     def product(self, x: torch.Tensor, sibling: int) -> torch.Tensor:   # (..., in), one row -> (1, outs), fp32
-        if x is self._row and sibling in self._waiting:
-            self._waiting.discard(sibling)
-        else:   # a new round
-            self._y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, self.reduce_range)
-            self._row, self._waiting = x, set(range(self.members)) - {sibling}
-        y = self._y
-        if not self._waiting:
-            self._row = self._y = None
-        return y
+        with self._lock:   # two threads on one model never take each other's rows
+            if x is self._row and sibling in self._waiting:
+                self._waiting.discard(sibling)
+            else:   # a new round
+                self._y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, self.reduce_range)
+                self._row, self._waiting = x, set(range(self.members)) - {sibling}
+            y = self._y
+            if not self._waiting:
+                self._row = self._y = None
+            return y
 
 
 def share_siblings(model) -> int:
