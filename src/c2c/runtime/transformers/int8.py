@@ -89,11 +89,11 @@ class Int8DecodeLinear(torch.nn.Module):
     Sibling layers that read the same row (:data:`SIBLINGS`) share one int8 product (:class:`Shared`).
     """
 
-    def __init__(self, linear: torch.nn.Module, *, int8: bool = True):
+    def __init__(self, linear: torch.nn.Module):
         super().__init__()
         dense = linear.dense() if isinstance(linear, packing.PackedLinear) else linear
         self.in_features, self.out_features = dense.in_features, dense.out_features
-        self.int8 = _quantized(dense.weight, dense.bias) if int8 else None
+        self.int8 = _quantized(dense.weight, dense.bias)   # None once it shares a product (Shared)
         self.full = linear   # PackedLinear or nn.Linear: prefill's kernel
         self.reduce_range = reduce_range()
         self.shared: Shared | None = None   # with its siblings: the product, this layer's columns and place
@@ -161,8 +161,7 @@ def share_siblings(model) -> int:
     for module in model.modules():
         for names in SIBLINGS:
             members = [getattr(module, name, None) for name in names]
-            if all(isinstance(m, Int8DecodeLinear) and type(m) is Int8DecodeLinear for m in members) and \
-                    len({m.in_features for m in members}) == 1:
+            if all(type(m) is Int8DecodeLinear for m in members) and len({m.in_features for m in members}) == 1:
                 Shared(members)
                 n += 1
     return n
