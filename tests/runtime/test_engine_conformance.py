@@ -34,8 +34,8 @@ from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
 from c2c.handoff import SharedTransport, hand_off
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Offsets, Probes, Resident,
-                                  RopeCodec, Runtime, Scoring, require, stepper)
+from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Offsets, Probes, RopeCodec,
+                                  Runtime, Scoring, require)
 from c2c.team.agent import Agent, Team
 
 LLAMA = [pytest.mark.zoo, pytest.mark.llama_cpp]
@@ -225,7 +225,7 @@ def test_the_operations_above_and_the_protocol_tests_cover_every_member():
     # vocab_digest: tests/xmodel)
     tested_elsewhere = {"name", "adapters", "eos_ids", "facts", "engine_id", "device", "dtype", "tokenizer_digest",
                         "weights_digest", "context_tokens", "chars_per_token", "bos_ids", "encode", "decode",
-                        "render_chat", "render_turn", "generation_prompt", "check_cache", "prefill", "generate",
+                        "render_chat", "render_turn", "generation_prompt", "check_cache", "prefill", "stepper", "generate",
                         "close", "attach_adapter", "detach_adapter", "train_adapter", "vocab_digest"}
     core = protocol_members()
     capabilities = set().union(*(protocol_members(c) for c in CAPABILITIES))
@@ -300,11 +300,11 @@ def test_a_full_handoff_through_artifact_bytes_is_exact(real):
 
 
 def test_a_stepper_grows_a_sequence_as_prefill_does(rt):
-    """``c2c.runtime.protocol.stepper``: chunks then one-token steps give ``prefill``'s logits and cache, whether
-    the engine exports after every pass (transformers) or once at the end (llama.cpp, :class:`Resident`)."""
+    """``Runtime.stepper``: chunks then one-token steps give ``prefill``'s logits and cache, bit for bit, from an
+    engine that holds the sequence between passes and exports it once."""
     ids = (list(rt.bos_ids) + rt.encode(DOC))[:24]
     _, head = rt.prefill(ids[:8])
-    s = stepper(rt, head)
+    s = rt.stepper(head)
     got = [s.feed(ids[8:16]), s.feed([ids[16]]), s.feed(ids[17:])]
     cache = s.cache()
     want, grown = [], head
@@ -315,4 +315,6 @@ def test_a_stepper_grows_a_sequence_as_prefill_does(rt):
     assert cache.max_abs_diff(grown) == 0
     assert all(torch.equal(x, y) for x, y in zip(got, want))
     assert s.cache() is cache                                   # exported once
-    assert isinstance(rt, Resident) == (rt.engine_id.kind == "llama.cpp")
+    s.feed([ids[0]])                                            # a pass after an export: exported afresh
+    assert s.cache() is not cache and s.cache().token_ids == tuple(ids) + (ids[0],)
+    assert cache.token_ids == tuple(ids) and cache.max_abs_diff(grown) == 0    # the earlier export is intact

@@ -110,6 +110,10 @@ def test_siblings_share_one_product_and_each_gets_its_own_layers_bits():
     for order in (("q_proj", "k_proj", "v_proj"), ("v_proj", "q_proj", "k_proj")):
         for name in order:                                 # bit for bit the separate layers' products
             assert torch.equal(getattr(shared, name)(x), alone[name](x))
+    xb = x.bfloat16()                                      # a bf16 row: rounded once for all, as each rounds
+    for name in ("k_proj", "q_proj", "v_proj"):
+        y = getattr(shared, name)(xb)
+        assert y.dtype == torch.bfloat16 and torch.equal(y, alone[name](xb))
     assert torch.equal(shared.q_proj(x), alone["q_proj"](x))
     assert torch.equal(shared.k_proj(other), alone["k_proj"](other))   # another row mid-round: computed anew
     assert torch.equal(shared.q_proj(x), alone["q_proj"](x))           # a sibling twice in a round: anew too

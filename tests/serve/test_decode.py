@@ -7,7 +7,6 @@ import torch
 
 from c2c.errors import ConfigError
 from c2c.runtime import zoo
-from c2c.runtime.protocol import stepper
 from c2c.serve.decode import Sampling, feed_chunked, generate
 from c2c.serve.serve_config import PREFILL_CHUNK, ServeConfig
 
@@ -19,7 +18,7 @@ def test_a_chunked_prefill_is_the_one_pass_prefill_within_rounding_in_fp32(chunk
     _, head = rt.prefill(ids[:5])
     whole_logits, whole = rt.prefill(ids[5:], head)
     checks = []
-    s = stepper(rt, head)
+    s = rt.stepper(head)
     logits = feed_chunked(s, ids[5:], chunk=chunk, check=lambda: checks.append(1))
     cache = s.cache()
     assert len(checks) == (1 if chunk == 0 else -(-45 // chunk))  # one turn check before every pass

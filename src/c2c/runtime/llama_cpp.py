@@ -295,8 +295,8 @@ class LlamaCppRuntime(ChatTurns):
         return logits, s.cache()
 
     def stepper(self, past: KVCache | None) -> "_Stepper":
-        """Grow ``past`` pass by pass inside llama.cpp, exported once when asked (:class:`~c2c.runtime.protocol.
-        Resident`): a served turn's chunks and decode steps copy the sequence's state out once, not per pass."""
+        """Grow ``past`` pass by pass inside llama.cpp, exported once when asked (``Runtime.stepper``): a served
+        turn's chunks and decode steps copy the sequence's state out once, not per pass."""
         self.check_cache(past)
         return _Stepper(self, past)
 

@@ -39,9 +39,9 @@ capability           members                                                used
 
 The transformers engine has every capability; llama.cpp has none of them.
 
-:class:`Resident` is not one of them, because no engine lacks what it offers: :func:`stepper`
-grows a sequence pass by pass on any engine, and an engine that keeps the sequence inside itself
-(llama.cpp) exports it once, when asked, instead of after every pass. Every tensor
+Every engine grows a sequence pass by pass (``Runtime.stepper``), holding it between passes
+(llama.cpp in its context, transformers in its own cache object) and exporting it once, when
+asked. Every tensor
 crossing a protocol is ``[1, kv_heads, seq, head_dim]`` per layer (a :class:`KVCache`) or
 logits ``(vocab,)`` / ``(T, vocab)``.
 """
@@ -138,6 +138,11 @@ class Runtime(Protocol):
 
         ``start`` places a fresh sequence (no ``past``) at positions ``start...``.
         """
+
+    def stepper(self, past: KVCache | None) -> Stepper:
+        """One sequence grown from ``past`` (checked by ``check_cache`` first) pass by pass: a served turn's prompt
+        chunks, then its decode steps. Every pass gives the logits :meth:`prefill` would, bit for bit; the engine
+        holds the sequence between passes and exports it once, when asked, not after every pass."""
 
     def generate(self, ids: Sequence[int], past: KVCache | None = None, *, max_new_tokens: int = 32,
                  min_new_tokens: int = 0, temperature: float = 0.0, top_p: float = 1.0,
@@ -238,39 +243,7 @@ class Stepper(Protocol):
         """Run ``ids`` after what the sequence holds; the last position's logits ``(vocab,)``."""
 
     def cache(self) -> KVCache:
-        """What the sequence holds, as a cache (exported here, once, by an engine that keeps it inside)."""
-
-
-@runtime_checkable
-class Resident(Protocol):
-    """Engines that keep a sequence inside themselves (llama.cpp) and export it to a :class:`KVCache` only when
-    asked, rather than after every pass. Not a capability an engine can lack: :func:`stepper` steps any engine,
-    through ``prefill`` where it has no stepper of its own."""
-
-    def stepper(self, past: KVCache | None) -> Stepper:
-        """A :class:`Stepper` that starts from ``past`` (checked by ``check_cache`` first)."""
-
-
-class _PrefillStepper:
-    """A :class:`Stepper` over ``Runtime.prefill``: every pass returns the grown cache, which is the cache."""
-
-    def __init__(self, runtime: Runtime, past: KVCache | None):
-        self._runtime, self._cache = runtime, past
-
-    def feed(self, ids: Sequence[int]) -> torch.Tensor:
-        logits, self._cache = self._runtime.prefill(ids, self._cache)
-        return logits
-
-    def cache(self) -> KVCache:
-        if self._cache is None:
-            raise RuntimeUnsupportedError("nothing was fed: a stepper's cache needs at least one token")
-        return self._cache
-
-
-def stepper(runtime: Runtime, past: KVCache | None) -> Stepper:
-    """A :class:`Stepper` from ``past``: the engine's own where it is :class:`Resident`, else over ``prefill``.
-    Either way ``feed`` returns the logits ``prefill`` would, and ``cache()`` the cache it would have returned."""
-    return runtime.stepper(past) if isinstance(runtime, Resident) else _PrefillStepper(runtime, past)
+        """What the sequence holds, as a cache (exported here, once until the next pass)."""
 
 
 #: every capability, with the way out an engine without it is told

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import torch
 
 from c2c.errors import ConfigError
-from c2c.runtime.protocol import Runtime, Stepper, stepper
+from c2c.runtime.protocol import Runtime, Stepper
 from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 
@@ -84,7 +84,7 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
     gen = torch.Generator(device=runtime.device)
     gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
     t0 = time.perf_counter()
-    seq = stepper(runtime, cache)  # an engine that holds the sequence (llama.cpp) exports it once, at the end
+    seq = runtime.stepper(cache)  # the engine holds the sequence between passes and exports it once, at the end
     logits = feed_chunked(seq, pending, chunk=prefill_chunk, check=check)
     t1 = time.perf_counter()
     hold = max((len(s) for s in sampling.stop), default=1) - 1

@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from c2c.errors import RuntimeUnsupportedError
+from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
 
 
@@ -81,6 +81,45 @@ def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple[int 
     prior = past.token_ids if past is not None else ()
     kv = _carry(from_hf(out.cache, prior + tuple(int(i) for i in ids), windows), past)
     return out.logits[0, -1].float(), (replace(kv, start=start) if start else kv)
+
+
+class Held:
+    """One sequence grown pass by pass with its transformers cache held between passes
+    (:class:`~c2c.runtime.protocol.Stepper`): a decode step feeds the ``DynamicCache`` the last step grew,
+    where :func:`forward` would rebuild it from a :class:`KVCache` and export it again after every pass.
+    The products are :func:`forward`'s, bit for bit (the same layers, the same concatenations); the cache is
+    exported once, when asked."""
+
+    def __init__(self, model, past: KVCache | None, windows: tuple[int | None, ...]):
+        self._model, self._past, self._windows = model, past, windows
+        self._hf: DynamicCache | None = None                          # built on the first pass
+        self._ids: list[int] = list(past.token_ids) if past is not None else []
+        self._end = past.end if past is not None else 0                # the next token's position
+        self._gaps = past is not None and bool(past.gaps)             # positions are not 0..T-1: pass them
+        self._kv: KVCache | None = past                               # the last export, None once stale
+
+    @torch.inference_mode()
+    def feed(self, ids: Sequence[int]) -> torch.Tensor:
+        if not ids:
+            raise ConfigError("prefill needs at least one token")
+        if self._hf is None:
+            self._hf = to_hf(self._model, self._past)
+        input_ids = _input_ids(self._model, ids)                                          # (1, T)
+        kwargs = ({"position_ids": torch.arange(self._end, self._end + len(ids), device=input_ids.device)[None, :]}
+                  if self._gaps else {})                                                   # (1, T)
+        out = self._model(input_ids=input_ids, cache=self._hf, use_cache=True, logits_to_keep=1, **kwargs)
+        self._hf = out.cache
+        self._ids += [int(i) for i in ids]
+        self._end += len(ids)
+        self._kv = None
+        return out.logits[0, -1].float()
+
+    def cache(self) -> KVCache:
+        if self._kv is None:
+            if self._hf is None:
+                raise RuntimeUnsupportedError("nothing was fed: a stepper's cache needs at least one token")
+            self._kv = _carry(from_hf(self._hf, tuple(self._ids), self._windows), self._past)
+        return self._kv
 
 
 @torch.inference_mode()

@@ -104,10 +104,11 @@ class Int8DecodeLinear(torch.nn.Module):
         if x.numel() != self.in_features:
             return self.full(x)
         if self.shared is not None:
-            y = self.shared.product(x, self.sibling)[:, self.columns]                           # (1, out)
+            y = self.shared.product(x, self.sibling)[:, self.columns]                           # (1, out), x's dtype
         else:
-            y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, self.reduce_range)  # (1, out)
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+            y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8,
+                                                   self.reduce_range).to(x.dtype)               # (1, out)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def dense(self) -> torch.nn.Linear:
         return self.full.dense() if isinstance(self.full, packing.PackedLinear) else self.full
@@ -141,12 +142,13 @@ class Shared:
             m.shared, m.columns, m.int8, m.sibling = self, slice(at, at + m.out_features), None, i
             at += m.out_features
 
-    def product(self, x: torch.Tensor, sibling: int) -> torch.Tensor:   # (..., in), one row -> (1, outs), fp32
+    def product(self, x: torch.Tensor, sibling: int) -> torch.Tensor:   # (..., in), one row -> (1, outs), x's dtype
         with self._lock:   # two threads on one model never take each other's rows
             if x is self._row and sibling in self._waiting:
                 self._waiting.discard(sibling)
-            else:   # a new round
-                self._y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8, self.reduce_range)
+            else:   # a new round; rounded to x's dtype once for every sibling (elementwise: as each would round)
+                self._y = torch.ops.quantized.linear_dynamic(x.reshape(1, -1).float(), self.int8,
+                                                             self.reduce_range).to(x.dtype)
                 self._row, self._waiting = x, set(range(self.members)) - {sibling}
             y = self._y
             if not self._waiting:

@@ -170,6 +170,12 @@ class TransformersRuntime(ChatTurns):
         self.check_cache(past)
         return fw.forward(self.model, ids, past, self.facts.windows, start)
 
+    def stepper(self, past: KVCache | None) -> fw.Held:
+        """Grow ``past`` pass by pass with transformers' cache held between passes, exported once when asked
+        (``Runtime.stepper``): a decode step skips rebuilding and re-exporting the cache."""
+        self.check_cache(past)
+        return fw.Held(self.model, past, self.facts.windows)
+
     def logits(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(T, vocab)`` at every position of ``ids`` (for scoring)."""
         self.check_cache(past)
@@ -199,7 +205,8 @@ class TransformersRuntime(ChatTurns):
         """
         check_sampling(temperature, top_p)
         t0 = time.perf_counter()
-        logits, cache = self.prefill(ids, past)
+        seq = self.stepper(past)
+        logits = seq.feed(ids)
         t1 = time.perf_counter()
         out: list[int] = []
         for step in range(max_new_tokens):
@@ -210,9 +217,9 @@ class TransformersRuntime(ChatTurns):
             out.append(tok)
             if tok in self.eos_ids or step == max_new_tokens - 1:
                 break
-            logits, cache = fw.forward(self.model, [tok], cache, self.facts.windows)
+            logits = seq.feed([tok])
         t2 = time.perf_counter()
-        return Generation(token_ids=tuple(out), cache=cache, prefill_s=t1 - t0, decode_s=t2 - t1,
+        return Generation(token_ids=tuple(out), cache=seq.cache(), prefill_s=t1 - t0, decode_s=t2 - t1,
                           text=self.decode(out))
 
     def reposition(self, cache: KVCache, new_start: int) -> KVCache:
