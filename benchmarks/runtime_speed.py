@@ -71,17 +71,19 @@ def variant_name(dtype: str, pack: bool) -> str:
 
 def _one_run(rt, ids: list[int], n_decode: int) -> tuple[float, float, list[int]]:
     """(prefill seconds, median decode-step seconds, the greedy tokens) of one run: the prompt from a fresh cache,
-    then ``n_decode`` one-token steps."""
+    then ``n_decode`` one-token steps of the sequence the engine holds (``Runtime.stepper``: as ``generate`` and
+    ``c2c serve`` decode)."""
     import torch
 
     t0 = time.perf_counter()
-    logits, cache = rt.prefill(ids)
+    seq = rt.stepper(None)
+    logits = seq.feed(ids)
     prefill = time.perf_counter() - t0
     steps, out, tok = [], [], int(torch.argmax(logits))
     for _ in range(n_decode):
         out.append(tok)
         t0 = time.perf_counter()
-        logits, cache = rt.prefill([tok], cache)
+        logits = seq.feed([tok])
         steps.append(time.perf_counter() - t0)
         tok = int(torch.argmax(logits))
     return prefill, statistics.median(steps), out

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from c2c.errors import ConfigError, IncompatibleCacheError, RuntimeUnsupportedError
+from c2c.runtime.edit import drop
 
 ARCHS = ["llama", "qwen2", "gemma3"]
 # Chunked vs one-shot prefill differ only by float32 summation order.
@@ -146,3 +147,35 @@ def test_logits_batch_matches_one_forward_per_sequence(tiny, arch):
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
     with pytest.raises(ConfigError):
         rt.logits_batch([seqs[0], []], past)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_held_sequence_steps_as_prefill_does_and_a_pass_that_fails_is_never_continued(tiny, arch):
+    """``stepper``: the sequence held between passes gives ``prefill``'s logits and cache bit for bit, on sliding
+    windows (gemma3) and after a drop that leaves a position gap (the others); a pass that raises leaves the
+    last export as it was and refuses to go on from a cache that may be half grown."""
+    rt = tiny(arch)
+    ids = ids_for(rt)
+    _, head = rt.prefill(ids[:24])
+    if arch != "gemma3":   # sliding-window caches cannot have gaps
+        head, _ = drop(rt, head, [(4, 9)], reposition=False)
+        assert head.gaps
+    s, chain = rt.stepper(head), head
+    for part in (ids[24:34], [ids[34]], [ids[35]], ids[36:44]):
+        got = s.feed(part)
+        want, chain = rt.prefill(part, chain)
+        assert torch.equal(got, want)
+    out = s.cache()
+    assert out.token_ids == chain.token_ids and out.gaps == chain.gaps and out.end == chain.end
+    assert out.max_abs_diff(chain) == 0 and s.cache() is out
+    with pytest.raises(IndexError):
+        s.feed([10 ** 9])                                   # no such token: the pass raises
+    assert s.cache() is out                                 # the last export stays whole
+    with pytest.raises(RuntimeUnsupportedError, match="failed part way"):
+        s.feed([ids[0]])
+    s = rt.stepper(out)
+    s.feed([ids[1]])
+    with pytest.raises(IndexError):
+        s.feed([10 ** 9])
+    with pytest.raises(RuntimeUnsupportedError, match="failed part way"):
+        s.cache()                                           # grown since its last export: nothing whole to give

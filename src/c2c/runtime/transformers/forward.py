@@ -97,17 +97,23 @@ class Held:
         self._end = past.end if past is not None else 0                # the next token's position
         self._gaps = past is not None and bool(past.gaps)             # positions are not 0..T-1: pass them
         self._kv: KVCache | None = past                               # the last export, None once stale
+        self._broken = False                                          # a pass raised part way
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
         if not ids:
             raise ConfigError("prefill needs at least one token")
+        if self._broken:
+            raise RuntimeUnsupportedError("an earlier pass of this sequence failed part way, so its cache is not whole; "
+                                          "start again from the last cache you hold")
         if self._hf is None:
             self._hf = to_hf(self._model, self._past)
         input_ids = _input_ids(self._model, ids)                                          # (1, T)
         kwargs = ({"position_ids": torch.arange(self._end, self._end + len(ids), device=input_ids.device)[None, :]}
                   if self._gaps else {})                                                   # (1, T)
+        self._broken = True   # until the pass is through: a pass that raises may have grown some layers only
         out = self._model(input_ids=input_ids, cache=self._hf, use_cache=True, logits_to_keep=1, **kwargs)
+        self._broken = False
         self._hf = out.cache
         self._ids += [int(i) for i in ids]
         self._end += len(ids)
@@ -116,6 +122,9 @@ class Held:
 
     def cache(self) -> KVCache:
         if self._kv is None:
+            if self._broken:
+                raise RuntimeUnsupportedError("an earlier pass of this sequence failed part way, so its cache is not "
+                                              "whole; start again from the last cache you hold")
             if self._hf is None:
                 raise RuntimeUnsupportedError("nothing was fed: a stepper's cache needs at least one token")
             self._kv = _carry(from_hf(self._hf, tuple(self._ids), self._windows), self._past)
