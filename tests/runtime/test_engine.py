@@ -168,6 +168,10 @@ def test_a_held_sequence_steps_as_prefill_does_and_a_pass_that_fails_is_never_co
     out = s.cache()
     assert out.token_ids == chain.token_ids and out.gaps == chain.gaps and out.end == chain.end
     assert out.max_abs_diff(chain) == 0 and s.cache() is out
+    kept = [k.clone() for k in out.keys]
+    s.feed(ids[44:48])                                      # growing on after an export leaves the export as it was
+    assert s.cache() is not out and all(torch.equal(k, c) for k, c in zip(out.keys, kept))
+    out = s.cache()
     with pytest.raises(IndexError):
         s.feed([10 ** 9])                                   # no such token: the pass raises
     assert s.cache() is out                                 # the last export stays whole

@@ -18,8 +18,9 @@ What the core protocol, :class:`Runtime`, covers (every engine has all of it):
 - **chat**: encode, decode, the model's chat template, one turn's text;
 - **compute**: ``prefill`` and ``generate`` return the grown cache (a cache *exported* from the
   engine as per-layer K/V), and take ``past=`` (a cache *attached* to the engine, checked by
-  :meth:`~Runtime.check_cache` first); ``reposition`` moves a slice (or is refused, naming the
-  way out, where the engine cannot do it exactly).
+  :meth:`~Runtime.check_cache` first); ``stepper`` grows one sequence pass by pass and exports
+  it once, when asked; ``reposition`` moves a slice (or is refused, naming the way out, where the
+  engine cannot do it exactly).
 
 What only some engines do is a small capability protocol of its own, checked with
 ``isinstance`` (each is ``runtime_checkable``) through :func:`require`, which raises

@@ -111,11 +111,12 @@ class Held:
         input_ids = _input_ids(self._model, ids)                                          # (1, T)
         kwargs = ({"position_ids": torch.arange(self._end, self._end + len(ids), device=input_ids.device)[None, :]}
                   if self._gaps else {})                                                   # (1, T)
+        new = [int(i) for i in ids]
         self._broken = True   # until the pass is through: a pass that raises may have grown some layers only
         out = self._model(input_ids=input_ids, cache=self._hf, use_cache=True, logits_to_keep=1, **kwargs)
         self._broken = False
         self._hf = out.cache
-        self._ids += [int(i) for i in ids]
+        self._ids += new
         self._end += len(ids)
         self._kv = None
         return out.logits[0, -1].float()
