@@ -17,12 +17,15 @@ Outputs benchmarks/results/vllm_control.{json,md} (or --out PREFIX).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from c2c.bench import results
@@ -34,6 +37,29 @@ SINGLE = re.compile(r"^N=256: text ([\d.]+)s cache ([\d.]+)s ratio ([\d.]+)")
 LOAD = re.compile(r"^load: ([\d.]+) vs ([\d.]+) pipelines/s")
 
 
+def servers() -> set[int]:
+    """The pids of the vLLM API servers running now."""
+    pids = set()
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and b"vllm.entrypoints.openai.api_server" in (d / "cmdline").read_bytes():
+                pids.add(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
+def stop(pids: set[int]) -> None:
+    """Stop these servers with their process groups (engine core, worker): TERM, then KILL after 60 s."""
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 5)):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while pids & servers() and time.monotonic() < deadline:
+            time.sleep(1)
+
+
 def one_run(checkout: Path, venv: Path, log: Path) -> dict:
     """``checkout``'s vLLM benchmark up to its load leg: the single-stream and the under-load figures."""
     env = {**os.environ, "PYTHONPATH": str(checkout / "src"), "C2C_VLLM_VENV": str(venv),
@@ -41,6 +67,7 @@ def one_run(checkout: Path, venv: Path, log: Path) -> dict:
     cmd = [str(venv / "bin" / "python"), "benchmarks/vllm.py", "--lengths", "256", "--repeats", "1",
            "--out", str(log.with_suffix(""))]
     out: dict = {}
+    before = servers()
     with open(log, "w") as f, subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.PIPE,
                                                 stderr=subprocess.STDOUT, text=True, start_new_session=True) as p:
         try:
@@ -53,8 +80,13 @@ def one_run(checkout: Path, venv: Path, log: Path) -> dict:
                     out["load_ratio"] = out["cache_per_s"] / out["text_per_s"]
                     break
         finally:
-            os.killpg(p.pid, 15)   # the run and its vLLM server
-            p.wait()
+            os.killpg(p.pid, signal.SIGINT)   # the run stops its server on the way out (its own session)
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            stop(servers() - before)          # and whatever server it left (one started as it was stopped)
     if "load_ratio" not in out:
         raise SystemExit(f"{checkout}: the benchmark stopped before its load leg; see {log}")
     return out
