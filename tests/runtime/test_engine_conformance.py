@@ -225,8 +225,8 @@ def test_the_operations_above_and_the_protocol_tests_cover_every_member():
     # vocab_digest: tests/xmodel)
     tested_elsewhere = {"name", "adapters", "eos_ids", "facts", "engine_id", "device", "dtype", "tokenizer_digest",
                         "weights_digest", "context_tokens", "chars_per_token", "bos_ids", "encode", "decode",
-                        "render_chat", "render_turn", "generation_prompt", "check_cache", "prefill", "stepper", "generate",
-                        "close", "attach_adapter", "detach_adapter", "train_adapter", "vocab_digest"}
+                        "render_chat", "render_turn", "generation_prompt", "check_cache", "prefill", "stepper",
+                        "generate", "close", "attach_adapter", "detach_adapter", "train_adapter", "vocab_digest"}
     core = protocol_members()
     capabilities = set().union(*(protocol_members(c) for c in CAPABILITIES))
     assert core | capabilities == tested_elsewhere | set(OPTIONAL)

@@ -66,51 +66,41 @@ def _carry(kv: KVCache, past: KVCache | None) -> KVCache:
     return replace(kv, gaps=past.gaps, edits=past.edits)
 
 
-@torch.inference_mode()
-def forward(model, ids: Sequence[int], past: KVCache | None, windows: tuple[int | None, ...],
-            start: int = 0) -> tuple[torch.Tensor, KVCache]:
-    """Run ``ids`` after ``past``. Returns (last-token logits ``(vocab,)``, cache of past + ids).
-
-    ``start`` places a fresh sequence (``past is None``) at positions ``start...``.
-    """
-    input_ids = _input_ids(model, ids)                                          # (1, T)
-    kwargs = positions_after(past, len(ids), device=input_ids.device)
-    if start:
-        kwargs["position_ids"] = torch.arange(start, start + len(ids), device=input_ids.device)[None, :]  # (1, T)
-    out = model(input_ids=input_ids, cache=to_hf(model, past), use_cache=True, logits_to_keep=1, **kwargs)
-    prior = past.token_ids if past is not None else ()
-    kv = _carry(from_hf(out.cache, prior + tuple(int(i) for i in ids), windows), past)
-    return out.logits[0, -1].float(), (replace(kv, start=start) if start else kv)
+BROKEN = ("an earlier pass of this sequence failed part way, so its cache is not whole; start again from the last "
+          "cache you hold")
 
 
 class Held:
     """One sequence grown pass by pass with its transformers cache held between passes
-    (:class:`~c2c.runtime.protocol.Stepper`): a decode step feeds the ``DynamicCache`` the last step grew,
-    where :func:`forward` would rebuild it from a :class:`KVCache` and export it again after every pass.
-    The products are :func:`forward`'s, bit for bit (the same layers, the same concatenations); the cache is
-    exported once, when asked."""
+    (:class:`~c2c.runtime.protocol.Stepper`; a prefill is one pass of it): a decode step feeds the
+    ``DynamicCache`` the last step grew instead of rebuilding it from a :class:`KVCache`, and the cache is
+    exported once, when asked. The products are those of one-pass prefills chained, bit for bit (the same
+    layers, the same concatenations).
 
-    def __init__(self, model, past: KVCache | None, windows: tuple[int | None, ...]):
-        self._model, self._past, self._windows = model, past, windows
+    ``start`` places a fresh sequence (``past is None``) at positions ``start...``.
+    """
+
+    def __init__(self, model, past: KVCache | None, windows: tuple[int | None, ...], start: int = 0):
+        self._model, self._past, self._windows, self._start = model, past, windows, start
         self._hf: DynamicCache | None = None                          # built on the first pass
         self._ids: list[int] = list(past.token_ids) if past is not None else []
-        self._end = past.end if past is not None else 0                # the next token's position
-        self._gaps = past is not None and bool(past.gaps)             # positions are not 0..T-1: pass them
+        self._end = past.end if past is not None else start            # the next token's position
+        self._positions = bool(past.gaps) if past is not None else start != 0   # not 0..T-1: pass them
         self._kv: KVCache | None = past                               # the last export, None once stale
         self._broken = False                                          # a pass raised part way
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
+        """Run ``ids`` after what the sequence holds; the last position's logits ``(vocab,)``."""
         if not ids:
             raise ConfigError("prefill needs at least one token")
         if self._broken:
-            raise RuntimeUnsupportedError("an earlier pass of this sequence failed part way, so its cache is not whole; "
-                                          "start again from the last cache you hold")
+            raise RuntimeUnsupportedError(BROKEN)
         if self._hf is None:
             self._hf = to_hf(self._model, self._past)
         input_ids = _input_ids(self._model, ids)                                          # (1, T)
         kwargs = ({"position_ids": torch.arange(self._end, self._end + len(ids), device=input_ids.device)[None, :]}
-                  if self._gaps else {})                                                   # (1, T)
+                  if self._positions else {})                                              # (1, T)
         new = [int(i) for i in ids]
         self._broken = True   # until the pass is through: a pass that raises may have grown some layers only
         out = self._model(input_ids=input_ids, cache=self._hf, use_cache=True, logits_to_keep=1, **kwargs)
@@ -122,13 +112,14 @@ class Held:
         return out.logits[0, -1].float()
 
     def cache(self) -> KVCache:
+        """What the sequence holds, exported once until the next pass."""
         if self._kv is None:
             if self._broken:
-                raise RuntimeUnsupportedError("an earlier pass of this sequence failed part way, so its cache is not "
-                                              "whole; start again from the last cache you hold")
+                raise RuntimeUnsupportedError(BROKEN)
             if self._hf is None:
                 raise RuntimeUnsupportedError("nothing was fed: a stepper's cache needs at least one token")
-            self._kv = _carry(from_hf(self._hf, tuple(self._ids), self._windows), self._past)
+            kv = _carry(from_hf(self._hf, tuple(self._ids), self._windows), self._past)
+            self._kv = replace(kv, start=self._start) if self._start else kv
         return self._kv
 
 

@@ -163,12 +163,11 @@ class TransformersRuntime(ChatTurns):
         (attention only sees relative positions, so the K/V equal a re-positioned
         cache; used to check re-positioning on every layer).
         """
-        if not ids:
-            raise ConfigError("prefill needs at least one token")
         if start and past is not None:
             raise ConfigError("start= only places a fresh sequence; a continuation starts where past ends")
         self.check_cache(past)
-        return fw.forward(self.model, ids, past, self.facts.windows, start)
+        seq = fw.Held(self.model, past, self.facts.windows, start)
+        return seq.feed(ids), seq.cache()
 
     def stepper(self, past: KVCache | None) -> fw.Held:
         """Grow ``past`` pass by pass with transformers' cache held between passes, exported once when asked
