@@ -75,6 +75,25 @@ def test_the_amx_packing_reads_what_its_model_wrote_and_writes_the_same_bytes():
     assert torch.equal(ours.view(torch.int16), kernel.view(torch.int16))
 
 
+@pytest.mark.parametrize("isa, model", [("vec", reshape_and_cache), ("amx", reshape_and_cache_amx)])
+def test_a_write_inside_blocks_leaves_every_other_position_as_it_was(isa, model):
+    """A load that begins and ends part way through blocks (and one of whole blocks) writes exactly the
+    kernel's slots for those positions: the other positions of the same blocks, and other blocks, keep their
+    bytes."""
+    torch.manual_seed(2)
+    lay = layout_for(isa, block_size=B, kv_heads=H, head_dim=D)
+    blocks = [3, 0, 5]
+    for start, end in ((33, 50), (5, 90), (32, 64)):
+        keys, values = torch.randn(end - start, H, D).bfloat16(), torch.randn(end - start, H, D).bfloat16()
+        before = torch.randn(NB, H, B, 2 * D).bfloat16()
+        theirs, ours = before.clone(), before.clone()
+        model(theirs, keys, values, [blocks[p // B] * B + p % B for p in range(start, end)])
+        lay.write(ours, blocks, start, keys.permute(1, 0, 2)[None], values.permute(1, 0, 2)[None])
+        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (start, end)
+        k, v = lay.read(ours, blocks, start, end)
+        assert torch.equal(k[0].permute(1, 0, 2), keys) and torch.equal(v[0].permute(1, 0, 2), values)
+
+
 def test_other_kernels_and_shapes_are_refused():
     with pytest.raises(RuntimeUnsupportedError, match="neon"):
         layout_for("neon", block_size=B, kv_heads=H, head_dim=D)

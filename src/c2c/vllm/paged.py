@@ -4,7 +4,9 @@ vLLM's CPU attention (``CPU_ATTN``) keeps one tensor per layer of shape
 ``[num_blocks, kv_heads, block_size, 2 * head_dim]``. Each (block, head) region holds
 ``B * D`` keys, then ``B * D`` values (``B`` the block size, ``D`` the head dim), packed as
 the kernel that vLLM picked for this instance wants them. One entry of :data:`PACKINGS` per
-kernel, each an element's offset inside the region:
+kernel: each half of the region is a view of the region, permuted into (position, dim) order, so
+reads and writes move whole blocks (one gather or scatter of blocks per layer, and one
+permuted copy):
 
 ==========  =========================  ================================================  ==========================
 kernel      keys                       values                                            when vLLM picks it
@@ -38,31 +40,42 @@ import torch
 from c2c.errors import RuntimeUnsupportedError
 
 
-def _vec(p: torch.Tensor, d: torch.Tensor, B: int, D: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return d * B + p, B * D + p * D + d
+@dataclass(frozen=True)
+class Half:
+    """How one half of a (block, head) region (its ``B*D`` keys, or its ``B*D`` values) packs position ``p`` and
+    dim ``d``: the region viewed as ``dims(B, D)`` and permuted by ``perm`` is ``(p factors..., d factors...)``,
+    ``(B, D)`` split into factors, major to minor."""
 
+    dims: Callable[[int, int], tuple[int, ...]]
+    perm: tuple[int, ...]
 
-def _amx(p: torch.Tensor, d: torch.Tensor, B: int, D: int) -> tuple[torch.Tensor, torch.Tensor]:
-    keys = ((p // 16) * (D // 2) + d // 2) * 32 + (p % 16) * 2 + d % 2
-    values = B * D + ((d // 16) * (B // 2) + p // 2) * 32 + (d % 16) * 2 + p % 2
-    return keys, values
+    def natural(self, region: torch.Tensor, B: int, D: int) -> torch.Tensor:
+        """``region`` ``(N, H, B*D)`` as a view ``(N, H, *p factors, *d factors)``."""
+        view = region.view(*region.shape[:2], *self.dims(B, D))
+        return view.permute(0, 1, *(2 + i for i in self.perm))
 
 
 @dataclass(frozen=True)
 class Packing:
-    """One kernel's packing of a (block, head) region: its name in the fingerprint, the offsets of key and value
-    ``(p, d)``, and what it needs of the block size, head dim and dtype."""
+    """One kernel's packing of a (block, head) region: its name in the fingerprint, its key and value halves,
+    and what it needs of the block size, head dim and dtype."""
 
     name: str
-    offsets: Callable[[torch.Tensor, torch.Tensor, int, int], tuple[torch.Tensor, torch.Tensor]]
+    keys: Half
+    values: Half
     multiple: int = 1                       # B and D must be multiples of it
     dtypes: tuple[torch.dtype, ...] = ()    # empty: any
 
 
+# vec:  K[d, p], V[p, d];   amx:  K[p//16, d//2, p%16, d%2], V[d//16, p//2, d%16, p%2]
+_VEC = Packing("k:DxB v:BxD", keys=Half(lambda B, D: (D, B), (1, 0)), values=Half(lambda B, D: (B, D), (0, 1)))
 PACKINGS: dict[str, Packing] = {
-    "vec": Packing("k:DxB v:BxD", _vec),
-    "vec16": Packing("k:DxB v:BxD", _vec),
-    "amx": Packing("k:B16xD2x16x2 v:D16xB2x16x2", _amx, multiple=32, dtypes=(torch.bfloat16,)),
+    "vec": _VEC,
+    "vec16": _VEC,
+    "amx": Packing("k:B16xD2x16x2 v:D16xB2x16x2",
+                   keys=Half(lambda B, D: (B // 16, D // 2, 16, 2), (0, 2, 1, 3)),      # (p1, d1, p0, d0)
+                   values=Half(lambda B, D: (D // 16, B // 2, 16, 2), (1, 3, 0, 2)),    # (d1, p1, d0, p0)
+                   multiple=32, dtypes=(torch.bfloat16,)),
 }
 SUPPORTED_ISAS = tuple(PACKINGS)
 
@@ -95,35 +108,52 @@ class PagedLayout:
         if self.packing.dtypes and layer.dtype not in self.packing.dtypes:
             raise RuntimeUnsupportedError(f"vLLM's {self.isa!r} kernel packs {self.packing.dtypes}, not {layer.dtype}")
 
-    def _index(self, block_ids: Sequence[int], start: int, end: int, device):
-        """(block (T, 1, 1), head (1, H, 1), key offset (T, 1, D), value offset (T, 1, D)) of positions
-        ``[start, end)``, to index the layer viewed as ``(NB, H, 2*B*D)``."""
-        B, D = self.block_size, self.head_dim
-        pos = torch.arange(start, end, device=device)
-        table = torch.as_tensor(list(block_ids), dtype=torch.long, device=device)
-        block, p = table[pos // B], pos % B                                     # (T,), (T,)
-        koff, voff = self.packing.offsets(p[:, None], torch.arange(D, device=device)[None, :], B, D)   # (T, D)
-        head = torch.arange(self.kv_heads, device=device)[None, :, None]       # (1, H, 1)
-        return block[:, None, None], head, koff[:, None, :], voff[:, None, :]
+    def _blocks(self, block_ids: Sequence[int], start: int, end: int) -> tuple[int, torch.Tensor]:
+        """(the first block's index in ``block_ids``, the ids of the blocks positions ``[start, end)`` touch)."""
+        first, last = start // self.block_size, -(-end // self.block_size)
+        return first, torch.as_tensor(list(block_ids[first:last]), dtype=torch.long)
 
-    def _flat(self, layer: torch.Tensor) -> torch.Tensor:
-        return layer.view(layer.shape[0], self.kv_heads, 2 * self.block_size * self.head_dim)   # (NB, H, 2BD)
+    def _unpack(self, regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Whole blocks ``(n, H, 2*B*D)`` as K and V ``(H, n*B, D)``, copied out in natural order."""
+        B, D, n, H = self.block_size, self.head_dim, regions.shape[0], self.kv_heads
+        out = []
+        for half, part in ((self.packing.keys, regions[:, :, :B * D]), (self.packing.values, regions[:, :, B * D:])):
+            nat = half.natural(part, B, D)                                     # (n, H, p..., d...)
+            out.append(nat.transpose(0, 1).reshape(H, n * B, D))               # (H, n*B, D): one copy
+        return out[0], out[1]
 
     def read(self, layer: torch.Tensor, block_ids: Sequence[int], start: int, end: int
              ) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of positions ``[start, end)``, each ``(1, H, T, D)``, copied out of the paged memory."""
-        flat = self._flat(layer)
-        b, h, ko, vo = self._index(block_ids, start, end, layer.device)
-        keys, values = flat[b, h, ko], flat[b, h, vo]                          # (T, H, D) each
-        return keys.permute(1, 0, 2).unsqueeze(0).contiguous(), values.permute(1, 0, 2).unsqueeze(0).contiguous()
+        first, ids = self._blocks(block_ids, start, end)
+        keys, values = self._unpack(self._flat(layer).index_select(0, ids))   # (H, n*B, D) each
+        lo = start - first * self.block_size
+        return keys[None, :, lo:lo + end - start].contiguous(), values[None, :, lo:lo + end - start].contiguous()
 
     def write(self, layer: torch.Tensor, block_ids: Sequence[int], start: int, keys: torch.Tensor,
               values: torch.Tensor) -> None:
         """Put ``keys``/``values`` ``(1, H, T, D)`` at positions ``[start, start + T)`` of the paged memory."""
+        B, D, H, T = self.block_size, self.head_dim, self.kv_heads, keys.shape[2]
+        if T == 0:
+            return
         flat = self._flat(layer)
-        b, h, ko, vo = self._index(block_ids, start, start + keys.shape[2], layer.device)
-        flat[b, h, ko] = keys[0].permute(1, 0, 2).to(layer.dtype)             # (T, H, D)
-        flat[b, h, vo] = values[0].permute(1, 0, 2).to(layer.dtype)
+        first, ids = self._blocks(block_ids, start, start + T)
+        n, lo = len(ids), start - first * B
+        if lo == 0 and T == n * B:   # whole blocks: nothing of theirs to keep
+            regions = torch.empty(n, H, 2 * B * D, dtype=layer.dtype)
+            nat_k, nat_v = keys[0], values[0]                                  # (H, T, D)
+        else:                        # a block begun or left part way: the positions outside [start, end) stay
+            regions = flat.index_select(0, ids)                                # (n, H, 2BD)
+            nat_k, nat_v = self._unpack(regions)
+            nat_k[:, lo:lo + T], nat_v[:, lo:lo + T] = keys[0], values[0]
+        for half, part, nat in ((self.packing.keys, regions[:, :, :B * D], nat_k),
+                                (self.packing.values, regions[:, :, B * D:], nat_v)):
+            view = half.natural(part, B, D)                                    # (n, H, p..., d...)
+            view.copy_(nat.reshape(H, n, *view.shape[2:]).transpose(0, 1))
+        flat.index_copy_(0, ids, regions)
+
+    def _flat(self, layer: torch.Tensor) -> torch.Tensor:
+        return layer.view(layer.shape[0], self.kv_heads, 2 * self.block_size * self.head_dim)   # (NB, H, 2BD)
 
 
 def layout_for(isa: str, *, block_size: int, kv_heads: int, head_dim: int) -> PagedLayout:
