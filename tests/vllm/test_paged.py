@@ -14,11 +14,11 @@ NB, H, B, D = 6, 3, 32, 64
 
 def reshape_and_cache(layer, keys, values, slots):
     """vLLM's vec kernel, one element at a time: per (block, head) K as [D, B] then V as [B, D]."""
-    flat = layer.view(-1)
+    flat, heads = layer.view(-1), layer.shape[1]
     for t, slot in enumerate(slots):
         b, o = divmod(slot, B)
-        for h in range(H):
-            base = (b * H + h) * 2 * B * D
+        for h in range(heads):
+            base = (b * heads + h) * 2 * B * D
             for d in range(D):
                 flat[base + d * B + o] = keys[t, h, d]
             flat[base + B * D + o * D: base + B * D + (o + 1) * D] = values[t, h]
@@ -47,11 +47,11 @@ def reshape_and_cache_amx(layer, keys, values, slots):
     """vLLM's amx kernel as its issue states it, one element at a time: per (block, head) B*D keys as
     [B/16, D/2, 16, 2] with K[p//16, d//2, p%16, d%2] = key[p, d], then values as [D/16, B/2, 16, 2] with
     V[d//16, p//2, d%16, p%2] = value[p, d]."""
-    flat = layer.view(-1)
+    flat, heads = layer.view(-1), layer.shape[1]
     for t, slot in enumerate(slots):
         b, p = divmod(slot, B)
-        for h in range(H):
-            base = (b * H + h) * 2 * B * D
+        for h in range(heads):
+            base = (b * heads + h) * 2 * B * D
             for d in range(D):
                 flat[base + ((p // 16) * (D // 2) + d // 2) * 32 + (p % 16) * 2 + d % 2] = keys[t, h, d]
                 flat[base + B * D + ((d // 16) * (B // 2) + p // 2) * 32 + (d % 16) * 2 + p % 2] = values[t, h, d]
@@ -76,22 +76,32 @@ def test_the_amx_packing_reads_what_its_model_wrote_and_writes_the_same_bytes():
 
 
 @pytest.mark.parametrize("isa, model", [("vec", reshape_and_cache), ("amx", reshape_and_cache_amx)])
-def test_a_write_inside_blocks_leaves_every_other_position_as_it_was(isa, model):
-    """A load that begins and ends part way through blocks (and one of whole blocks) writes exactly the
-    kernel's slots for those positions: the other positions of the same blocks, and other blocks, keep their
-    bytes."""
+@pytest.mark.parametrize("heads", [1, 3])
+def test_a_write_inside_blocks_leaves_every_other_position_as_it_was(isa, model, heads):
+    """A load that begins and ends part way through blocks (and one of whole blocks, and one inside a single
+    block) writes exactly the kernel's slots for those positions: the other positions of the same blocks, and
+    other blocks, keep their bytes. One KV head too (multi-query models, or one head per tensor-parallel rank)."""
     torch.manual_seed(2)
-    lay = layout_for(isa, block_size=B, kv_heads=H, head_dim=D)
+    lay = layout_for(isa, block_size=B, kv_heads=heads, head_dim=D)
     blocks = [3, 0, 5]
-    for start, end in ((33, 50), (5, 90), (32, 64)):
-        keys, values = torch.randn(end - start, H, D).bfloat16(), torch.randn(end - start, H, D).bfloat16()
-        before = torch.randn(NB, H, B, 2 * D).bfloat16()
+    for start, end in ((33, 50), (5, 90), (32, 64), (0, 10), (40, 41)):
+        keys, values = torch.randn(end - start, heads, D).bfloat16(), torch.randn(end - start, heads, D).bfloat16()
+        before = torch.randn(NB, heads, B, 2 * D).bfloat16()
         theirs, ours = before.clone(), before.clone()
         model(theirs, keys, values, [blocks[p // B] * B + p % B for p in range(start, end)])
         lay.write(ours, blocks, start, keys.permute(1, 0, 2)[None], values.permute(1, 0, 2)[None])
         assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (start, end)
         k, v = lay.read(ours, blocks, start, end)
         assert torch.equal(k[0].permute(1, 0, 2), keys) and torch.equal(v[0].permute(1, 0, 2), values)
+
+
+def test_positions_beyond_the_blocks_given_are_refused():
+    lay = layout_for("vec", block_size=B, kv_heads=H, head_dim=D)
+    layer = torch.zeros(NB, H, B, 2 * D)
+    with pytest.raises(RuntimeUnsupportedError, match="need 2 KV blocks"):
+        lay.read(layer, [2], 0, B + 8)
+    with pytest.raises(RuntimeUnsupportedError, match="need 2 KV blocks"):
+        lay.write(layer, [2], 30, torch.zeros(1, H, 5, D), torch.zeros(1, H, 5, D))
 
 
 def test_other_kernels_and_shapes_are_refused():

@@ -302,10 +302,7 @@ class C2CConnector(KVConnectorBase_V1):
                 keys, values = staging.unstage(spec.staged, spec.commit, layers=self.fingerprint.num_layers,
                                                end=spec.end)
             except C2CError as e:
-                log.error("c2c: cannot load %s for %s: %s; vLLM recomputes those tokens", spec.commit[:12],
-                          spec.req_id, e)
-                self._failed_blocks.update(spec.block_ids[spec.start // self.block_size:
-                                                          -(-spec.end // self.block_size)])
+                self._fail(spec, e)
                 continue
             for i in range(self.fingerprint.num_layers):
                 self._pending.setdefault(i, []).append((spec, (keys[i], values[i])))
@@ -313,9 +310,19 @@ class C2CConnector(KVConnectorBase_V1):
     def wait_for_layer_load(self, layer_name: str) -> None:
         i = self._layer_of.get(layer_name)
         for spec, (k, v) in self._pending.pop(i, ()):
-            # (1, H, T, D) slices of the commit, into the request's blocks just before this layer attends
-            self.layout.write(self._kv[layer_name], spec.block_ids, spec.start,
-                              k[:, :, spec.start:spec.end], v[:, :, spec.start:spec.end])
+            try:
+                # (1, H, T, D) slices of the commit, into the request's blocks just before this layer attends
+                self.layout.write(self._kv[layer_name], spec.block_ids, spec.start,
+                                  k[:, :, spec.start:spec.end], v[:, :, spec.start:spec.end])
+            except C2CError as e:
+                self._fail(spec, e)
+
+    def _fail(self, spec: LoadSpec, e: C2CError) -> None:
+        """``spec`` cannot load: its other layers are dropped and its blocks reported, so vLLM recomputes them."""
+        log.error("c2c: cannot load %s for %s: %s; vLLM recomputes those tokens", spec.commit[:12], spec.req_id, e)
+        for layer in self._pending.values():
+            layer[:] = [x for x in layer if x[0] is not spec]
+        self._failed_blocks.update(spec.block_ids[spec.start // self.block_size: -(-spec.end // self.block_size)])
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
         return  # publishing copies a request's K/V once it has finished (wait_for_save), not per layer

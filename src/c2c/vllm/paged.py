@@ -109,17 +109,27 @@ class PagedLayout:
             raise RuntimeUnsupportedError(f"vLLM's {self.isa!r} kernel packs {self.packing.dtypes}, not {layer.dtype}")
 
     def _blocks(self, block_ids: Sequence[int], start: int, end: int) -> tuple[int, torch.Tensor]:
-        """(the first block's index in ``block_ids``, the ids of the blocks positions ``[start, end)`` touch)."""
+        """(the first block's index in ``block_ids``, the ids of the blocks positions ``[start, end)`` touch).
+
+        Raises:
+            RuntimeUnsupportedError: ``block_ids`` hold fewer blocks than the positions need.
+        """
         first, last = start // self.block_size, -(-end // self.block_size)
+        if len(block_ids) < last:
+            raise RuntimeUnsupportedError(f"positions {start}..{end} need {last} KV blocks of {self.block_size}; "
+                                          f"vLLM gave the request {len(block_ids)}")
         return first, torch.as_tensor(list(block_ids[first:last]), dtype=torch.long)
 
     def _unpack(self, regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whole blocks ``(n, H, 2*B*D)`` as K and V ``(H, n*B, D)``, copied out in natural order."""
+        """Whole blocks ``(n, H, 2*B*D)`` as K and V ``(H, n*B, D)``, copied out in natural order into new
+        tensors (never views of ``regions``: a write copies them back into it)."""
         B, D, n, H = self.block_size, self.head_dim, regions.shape[0], self.kv_heads
         out = []
         for half, part in ((self.packing.keys, regions[:, :, :B * D]), (self.packing.values, regions[:, :, B * D:])):
             nat = half.natural(part, B, D)                                     # (n, H, p..., d...)
-            out.append(nat.transpose(0, 1).reshape(H, n * B, D))               # (H, n*B, D): one copy
+            fresh = torch.empty(H, n * B, D, dtype=regions.dtype)
+            fresh.view(H, n, *nat.shape[2:]).copy_(nat.transpose(0, 1))        # one copy
+            out.append(fresh)
         return out[0], out[1]
 
     def read(self, layer: torch.Tensor, block_ids: Sequence[int], start: int, end: int
