@@ -4,9 +4,9 @@ vLLM's CPU attention (``CPU_ATTN``) keeps one tensor per layer of shape
 ``[num_blocks, kv_heads, block_size, 2 * head_dim]``. Each (block, head) region holds
 ``B * D`` keys, then ``B * D`` values (``B`` the block size, ``D`` the head dim), packed as
 the kernel that vLLM picked for this instance wants them. One entry of :data:`PACKINGS` per
-kernel: each half of the region is a view of the region, permuted into (position, dim) order, so
-reads and writes move whole blocks (one gather or scatter of blocks per layer, and one
-permuted copy):
+kernel: each half of the region is a view of the region, permuted into (position, dim) order
+(:class:`Half`), so reads and writes move whole blocks (one gather or scatter of blocks per
+layer, and one permuted copy per half; ``benchmarks/vllm_paged.py`` times them):
 
 ==========  =========================  ================================================  ==========================
 kernel      keys                       values                                            when vLLM picks it
@@ -43,16 +43,46 @@ from c2c.errors import RuntimeUnsupportedError
 @dataclass(frozen=True)
 class Half:
     """How one half of a (block, head) region (its ``B*D`` keys, or its ``B*D`` values) packs position ``p`` and
-    dim ``d``: the region viewed as ``dims(B, D)`` and permuted by ``perm`` is ``(p factors..., d factors...)``,
-    ``(B, D)`` split into factors, major to minor."""
+    dim ``d``: the region viewed as ``dims(B, D)`` and permuted by ``perm`` is ``(B, D)`` split into factors,
+    major to minor, as ``(p factors..., d factors...)``, or ``(d factors..., p factors...)`` where ``dp``.
+
+    Where the innermost factor is a pair the region keeps innermost too (``amx``: ``d % 2`` of keys,
+    ``p % 2`` of values), 16-bit elements move as 32-bit pairs: the copy then runs on whole words."""
 
     dims: Callable[[int, int], tuple[int, ...]]
     perm: tuple[int, ...]
+    dp: bool = False
 
-    def natural(self, region: torch.Tensor, B: int, D: int) -> torch.Tensor:
-        """``region`` ``(N, H, B*D)`` as a view ``(N, H, *p factors, *d factors)``."""
-        view = region.view(*region.shape[:2], *self.dims(B, D))
-        return view.permute(0, 1, *(2 + i for i in self.perm))
+    def _pairs(self, part: torch.Tensor, B: int, D: int) -> bool:
+        dims = self.dims(B, D)
+        return dims[-1] == 2 and self.perm[-1] == len(dims) - 1 and part.element_size() == 2
+
+    def _region(self, part: torch.Tensor, B: int, D: int, pairs: bool) -> torch.Tensor:
+        """``part`` ``(n, H, B*D)`` as a view ``(n, H, *factors)`` in natural order (its pairs as 32-bit words)."""
+        dims, perm = self.dims(B, D), self.perm
+        if pairs:
+            part, dims, perm = part.view(torch.int32), dims[:-1], perm[:-1]
+        return part.view(*part.shape[:2], *dims).permute(0, 1, *(2 + i for i in perm))
+
+    def pack(self, part: torch.Tensor, nat: torch.Tensor, B: int, D: int) -> None:
+        """Write K or V ``nat`` ``(H, n*B, D)`` into ``part`` ``(n, H, B*D)``."""
+        H, n, pairs = nat.shape[0], part.shape[0], self._pairs(part, B, D)
+        src = nat.reshape(H, n, B, D).to(part.dtype)
+        if self.dp:
+            src = src.transpose(2, 3)                                          # (H, n, D, B)
+        dst = self._region(part, B, D, pairs)                                  # (n, H, *factors)
+        if pairs:
+            src = src.contiguous().view(torch.int32)
+        dst.copy_(src.reshape(H, n, *dst.shape[2:]).transpose(0, 1))
+
+    def unpack(self, part: torch.Tensor, B: int, D: int) -> torch.Tensor:
+        """``part`` ``(n, H, B*D)`` as K or V ``(H, n*B, D)``, copied into a new tensor (never a view of ``part``:
+        a write copies it back)."""
+        n, H, pairs = part.shape[0], part.shape[1], self._pairs(part, B, D)
+        src = self._region(part, B, D, pairs)                                  # (n, H, *factors)
+        out = torch.empty((H, n, D, B) if self.dp else (H, n, B, D), dtype=part.dtype)
+        (out.view(torch.int32) if pairs else out).view(H, n, *src.shape[2:]).copy_(src.transpose(0, 1))
+        return (out.transpose(2, 3) if self.dp else out).reshape(H, n * B, D)
 
 
 @dataclass(frozen=True)
@@ -74,7 +104,7 @@ PACKINGS: dict[str, Packing] = {
     "vec16": _VEC,
     "amx": Packing("k:B16xD2x16x2 v:D16xB2x16x2",
                    keys=Half(lambda B, D: (B // 16, D // 2, 16, 2), (0, 2, 1, 3)),      # (p1, d1, p0, d0)
-                   values=Half(lambda B, D: (D // 16, B // 2, 16, 2), (1, 3, 0, 2)),    # (d1, p1, d0, p0)
+                   values=Half(lambda B, D: (D // 16, B // 2, 16, 2), (0, 2, 1, 3), dp=True),  # (d1, p1, d0, p0)
                    multiple=32, dtypes=(torch.bfloat16,)),
 }
 SUPPORTED_ISAS = tuple(PACKINGS)
@@ -121,16 +151,10 @@ class PagedLayout:
         return first, torch.as_tensor(list(block_ids[first:last]), dtype=torch.long)
 
     def _unpack(self, regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whole blocks ``(n, H, 2*B*D)`` as K and V ``(H, n*B, D)``, copied out in natural order into new
-        tensors (never views of ``regions``: a write copies them back into it)."""
-        B, D, n, H = self.block_size, self.head_dim, regions.shape[0], self.kv_heads
-        out = []
-        for half, part in ((self.packing.keys, regions[:, :, :B * D]), (self.packing.values, regions[:, :, B * D:])):
-            nat = half.natural(part, B, D)                                     # (n, H, p..., d...)
-            fresh = torch.empty(H, n * B, D, dtype=regions.dtype)
-            fresh.view(H, n, *nat.shape[2:]).copy_(nat.transpose(0, 1))        # one copy
-            out.append(fresh)
-        return out[0], out[1]
+        """Whole blocks ``(n, H, 2*B*D)`` as K and V ``(H, n*B, D)``, new tensors."""
+        B, D = self.block_size, self.head_dim
+        return (self.packing.keys.unpack(regions[:, :, :B * D], B, D),
+                self.packing.values.unpack(regions[:, :, B * D:], B, D))
 
     def read(self, layer: torch.Tensor, block_ids: Sequence[int], start: int, end: int
              ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,10 +180,8 @@ class PagedLayout:
             regions = flat.index_select(0, ids)                                # (n, H, 2BD)
             nat_k, nat_v = self._unpack(regions)
             nat_k[:, lo:lo + T], nat_v[:, lo:lo + T] = keys[0], values[0]
-        for half, part, nat in ((self.packing.keys, regions[:, :, :B * D], nat_k),
-                                (self.packing.values, regions[:, :, B * D:], nat_v)):
-            view = half.natural(part, B, D)                                    # (n, H, p..., d...)
-            view.copy_(nat.reshape(H, n, *view.shape[2:]).transpose(0, 1))
+        self.packing.keys.pack(regions[:, :, :B * D], nat_k, B, D)
+        self.packing.values.pack(regions[:, :, B * D:], nat_v, B, D)
         flat.index_copy_(0, ids, regions)
 
     def _flat(self, layer: torch.Tensor) -> torch.Tensor:
