@@ -153,3 +153,42 @@ def test_the_packing_is_bit_exact_against_the_wheels_own_kernel(isa, dtype):
     py = vllm_python()
     proc = subprocess.run([str(py), "-c", KERNEL_CHECK, isa, dtype], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and f"exact {isa} {dtype}" in proc.stdout, proc.stderr[-3000:]
+
+
+LOAD_FAILURE = """
+import logging, torch
+from c2c.vllm.connector import C2CConnector, LoadSpec
+from c2c.vllm.paged import layout_for
+logging.disable(logging.CRITICAL)
+B, H, D = 32, 2, 64
+c = C2CConnector.__new__(C2CConnector)   # the worker side's state only: no engine is started
+c.block_size, c.layout = B, layout_for("vec", block_size=B, kv_heads=H, head_dim=D)
+c._kv = {f"model.layers.{i}.self_attn.attn": torch.zeros(6, H, B, 2 * D) for i in range(2)}
+c._layer_of = {name: i for i, name in enumerate(c._kv)}
+c._pending, c._failed_blocks = {}, set()
+kv = torch.ones(1, H, 70, D)
+good = LoadSpec(req_id="good", commit="a" * 64, staged="-", start=0, end=40, block_ids=(4, 1))
+bad = LoadSpec(req_id="bad", commit="b" * 64, staged="-", start=0, end=70, block_ids=(2, 3))   # needs 3 blocks
+for i in range(2):
+    c._pending[i] = [(bad, (kv, kv)), (good, (kv, kv))]
+for name in c._kv:
+    c.wait_for_layer_load(name)
+failed = c.get_block_ids_with_load_errors()
+assert c.get_block_ids_with_load_errors() == set() and not c._pending
+for name in c._kv:   # the good request loaded on every layer; the bad one wrote nothing
+    assert c._kv[name][[4, 1]].abs().sum() > 0 and c._kv[name][[2, 3]].abs().sum() == 0
+print("recomputed", sorted(failed))
+"""
+
+
+@pytest.mark.vllm
+def test_a_load_the_worker_cannot_write_is_reported_for_recompute_and_the_others_load():
+    """A load whose positions its blocks cannot hold (refused by the layout) does not fail vLLM's forward pass:
+    its other layers are dropped, its blocks reported through ``get_block_ids_with_load_errors`` (vLLM then
+    recomputes them, once), and the other requests of the same step load as usual."""
+    import subprocess
+
+    from c2c.testing.vllm import vllm_python
+
+    proc = subprocess.run([str(vllm_python()), "-c", LOAD_FAILURE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "recomputed [2, 3]" in proc.stdout, proc.stderr[-3000:]
