@@ -14,7 +14,7 @@ after the other):
 - ``decode``: ``--decode-tokens`` greedy tokens after that prompt, ms per token (median
   over tokens, then over repeats), the end of turn suppressed so every run decodes them all;
   each step a pass of the sequence the engine holds (``Runtime.stepper``, as ``generate`` and
-  ``c2c serve`` decode; runs before 2026-12-04 20:00 re-exported the cache after every step).
+  ``c2c serve`` decode; results created before 2026-12-04 19:00 UTC re-exported the cache after every step).
 
 Rows: ``float32`` (the reference), ``bfloat16`` (c2c's default on CPUs with AVX512-BF16
 or AMX: linear layers packed for oneDNN), ``bfloat16-unpacked`` (the same without packing:
