@@ -6,8 +6,11 @@ The same table runs against a real `c2c serve` (tests/serve/test_front_end_serve
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from c2c.artifact.codec import Artifact
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import C2CError
 from c2c.flows.chain import publish, pull
@@ -114,3 +117,18 @@ def test_an_id_another_domain_holds_reads_as_one_that_does_not_exist(world):
     _, a = run_case("foreign", world)
     _, b = run_case("made_up", world)
     assert fe.same_answer(a["message"], b["message"], a["id"], b["id"])
+
+
+def test_a_shared_commits_record_names_its_signer_by_domain_alone_and_the_share(world):
+    """The library's record of another domain's commit (its trust report included) carries no key id, key
+    label or signing time of the owner's signer, and its reason names the share, not one trust domain."""
+    rt, teams, store, _ = world
+    cid = commit(rt, teams[fe.OTHER], share=(fe.DOMAIN,), store=store)
+    signature = Artifact.decode(store.in_domain(fe.OTHER).get(cid).data).signature
+    got = pull(store, cid, Agent("writer", rt, teams[fe.DOMAIN]))
+    assert got.record["path"] == "cache" and got.record["trust"]["signer"] == {"domain": fe.OTHER}
+    text = json.dumps({"record": got.record, "trust": got.trust})
+    assert not [f for f in ('"key_id":', '"label":', '"signed_at":') if f in text], got.record
+    assert signature["key_id"][:16] not in text and signature["signed_at"] not in text
+    assert "same trust domain" not in got.record["reason"]
+    assert f"shared with {fe.DOMAIN!r} by {fe.OTHER!r}" in got.record["reason"], got.record["reason"]

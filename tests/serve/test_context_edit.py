@@ -192,3 +192,95 @@ def test_an_edited_commit_shared_with_another_domain_is_read_as_text_there(tiny_
     assert rec["path"] == "text" and rec["used"] == "text"
     assert {c["name"]: c["ok"] for c in rec["checks"]}["exact"] is False
     assert "tokens dropped" not in str(rec) and "edited without a prefill" in rec["reason"]
+
+
+def test_a_turn_without_edit_on_a_session_with_drops_gets_a_400_and_the_session_keeps_them(tiny_server):
+    """Probe 3, item 3: a request that sends no edit would re-prefill the dropped messages (the model reads them
+    again), forget the drops and keep their edit steps; it is refused, and the session stays as it was."""
+    client = tiny_server.client("analyst")
+    msgs = first_turn(client, "edit-forget")
+    r2 = chat(client, msgs, c2c=edit("edit-forget", [1, 3]), max_tokens=3)
+    dropped = c2c_field(r2)["edit"]["dropped_tokens"]
+    msgs3 = msgs + [a(r2.choices[0].message.content), u("And the pier?")]
+    with pytest.raises(openai.BadRequestError) as err:
+        chat(client, msgs3, c2c={"session": "edit-forget"}, max_tokens=2)
+    body = err.value.body
+    assert body["code"] == "invalid_edit" and body["c2c_error"] == "ContextEditError"
+    assert "[1, 3]" in body["message"] and "new session" in body["message"]
+    # the drops still hold: a list that leaves one out is still refused, the full list goes on from the cache
+    with pytest.raises(openai.BadRequestError):
+        chat(client, msgs3, c2c=edit("edit-forget", [3]), max_tokens=2)
+    r3 = chat(client, msgs3, c2c=edit("edit-forget", [1, 3]), max_tokens=2)
+    e3 = c2c_field(r3)["edit"]
+    assert e3["dropped_tokens"] == 0 and e3["total"]["dropped_tokens"] == dropped
+    assert r3.usage.prompt_tokens == chat(client, kept(msgs3, {1, 3}), max_tokens=1).usage.prompt_tokens
+
+
+def _signed_edit(server, commit):
+    with open_store(server.store_url() + "?domain=research") as store:
+        return Artifact.decode(store.get(commit).data).header.extra.get(EDIT_KEY)
+
+
+def test_the_signed_edit_record_is_what_the_cache_holds_after_each_edit_sequence(tiny_server):
+    """Probe 3, item 3: a publish signs the edits the cache holds, never steps a re-prefill took out."""
+    client = tiny_server.client("analyst")
+    msgs = first_turn(client, "edit-record")
+    rb = chat(client, msgs, c2c=edit("edit-record", [1]), max_tokens=2)
+    first = c2c_field(rb)["edit"]["dropped_tokens"]
+    msgs_c = msgs + [a(rb.choices[0].message.content), u("Noted?")]
+    rc = chat(client, msgs_c, c2c=edit("edit-record", [1, 3]), max_tokens=2)
+    second = c2c_field(rc)["edit"]["dropped_tokens"]
+    assert first > 0 and second > 0
+    # both edits held: the record says both
+    msgs_d = msgs_c + [a(rc.choices[0].message.content), u("Go on.")]
+    rd = chat(client, msgs_d, max_tokens=2, c2c={**edit("edit-record", [1, 3]), "publish": {"stream": "rec-both"}})
+    both = _signed_edit(tiny_server, c2c_field(rd)["publish"]["commit"])
+    assert both["dropped_tokens"] == first + second and len(both["steps"]) == 2
+    assert c2c_field(rd)["edit"]["total"]["dropped_tokens"] == first + second
+    # message 2 sent otherwise: everything from it on is re-prefilled (its template's opening tokens still match:
+    # they sit after the first gap); the second drop no longer touches a token the cache holds
+    msgs_e = [dict(m) for m in msgs_d] + [a(rd.choices[0].message.content), u("Last one.")]
+    msgs_e[2]["content"] = "Understood."
+    re_ = chat(client, msgs_e, max_tokens=2, c2c={**edit("edit-record", [1, 3]), "publish": {"stream": "rec-one"}})
+    one = _signed_edit(tiny_server, c2c_field(re_)["publish"]["commit"])
+    assert one["dropped_tokens"] == first and len(one["steps"]) == 1
+    assert c2c_field(re_)["edit"]["total"]["dropped_tokens"] == first and c2c_field(re_)["edit"]["exact"] is False
+    # the system message sent otherwise: everything after it is re-prefilled, before the first gap; exact again
+    msgs_f = [dict(m) for m in msgs_e] + [a(re_.choices[0].message.content), u("Done.")]
+    msgs_f[0]["content"] = msgs_f[0]["content"] + " Be brief."
+    rf = chat(client, msgs_f, max_tokens=2, c2c={**edit("edit-record", [1, 3]), "publish": {"stream": "rec-none"}})
+    assert _signed_edit(tiny_server, c2c_field(rf)["publish"]["commit"]) is None
+    assert c2c_field(rf)["edit"]["exact"] is True and c2c_field(rf)["edit"]["total"] is None
+
+
+def test_a_dropped_message_never_comes_back_through_a_continued_commit_that_went_stale(tiny_server):
+    """Probe 3, item 4: a session continues a commit, drops a message the commit covers (a secret), and the
+    commit goes stale: nothing of it is inserted again; the prompt is the kept messages, re-prefilled."""
+    import httpx
+
+    analyst = tiny_server.client("analyst")
+    secret = u("Tool result: the root password is swordfish-42.")
+    convo = [SYSTEM, secret, a("Noted."), u("Tool result: the ferry leaves at noon from pier 9.")]
+    r1 = chat(analyst, convo, max_tokens=4, c2c={"session": "cont-src", "publish": {"stream": "cont-stale"}})
+    pub = c2c_field(r1)["publish"]
+    history = convo + [a(r1.choices[0].message.content), u("When does the ferry leave?")]
+    writer = tiny_server.client("writer")
+    r2 = chat(writer, history, max_tokens=3, c2c={"session": "cont-w", "attach": [pub["commit"]]})
+    assert c2c_field(r2)["attach"][0]["path"] == "cache"
+    h3 = history + [a(r2.choices[0].message.content), u("Thanks.")]
+    r3 = chat(writer, h3, max_tokens=3, c2c=edit("cont-w", [1, 2]))
+    assert c2c_field(r3)["edit"]["dropped_tokens"] > 0
+    httpx.post(tiny_server.url(f"/v1/c2c/commits/{pub['commit']}/invalidate"), headers=tiny_server.headers("analyst"),
+               json={"reason": "superseded"}).raise_for_status()
+    h4 = h3 + [a(r3.choices[0].message.content), u("Anything else?")]
+    r4 = chat(writer, h4, max_tokens=3, c2c=edit("cont-w", [1, 2]))
+    [rec] = c2c_field(r4)["attach"]
+    assert rec["used"] == "text" and "nothing is inserted" in rec["reason"] and rec["imported_tokens"] == 0
+    assert r4.usage.prompt_tokens == chat(writer, kept(h4, {1, 2}), max_tokens=1).usage.prompt_tokens
+    assert c2c_field(r4)["edit"]["exact"] is True     # its K/V were re-prefilled from the kept messages
+    # and the next turn goes on from the session's cache, still without the secret
+    h5 = h4 + [a(r4.choices[0].message.content), u("Bye.")]
+    r5 = chat(writer, h5, max_tokens=2, c2c=edit("cont-w", [1, 2]))
+    assert c2c_field(r5)["attach"] == [] and r5.usage.prompt_tokens == chat(
+        writer, kept(h5, {1, 2}), max_tokens=1).usage.prompt_tokens
+    assert r5.usage.prompt_tokens_details.cached_tokens >= r4.usage.prompt_tokens - 2

@@ -3,7 +3,8 @@
 - A session that attached a commit goes on when the commit is gone (retired by its stream's retention):
   it never answers 403 for good.
 - A domain name that ends in a newline is refused wherever one is named.
-- A bearer token sent as ``?api_key=`` is refused and never written to the access log.
+- A bearer token sent in the query string (``?api_key=``, ``?jwt=``, any name) is refused, and no query
+  value is ever written to the access log.
 (The never-issued events cursor is in test_http_errors.py, beside the other cursors.)
 """
 
@@ -64,14 +65,25 @@ def test_a_share_list_with_a_newline_in_a_domain_is_refused(tiny_server, share):
     assert resp.json()["error"]["c2c_error"] == "ConfigError" and "trust domain" in resp.json()["error"]["message"]
 
 
+#: query parameter names a token rides under, beyond any list of credential names (the last one percent-encoded)
+TOKEN_PARAMS = ("api_key", "token", "access_token", "auth_token", "api_token", "bearer", "password", "x-api-key",
+                "session_token", "id_token", "jwt", "api%5Fkey")
+
+
 def test_a_token_in_the_query_string_is_refused_and_never_logged(tiny_server):
     secret = "tok-leaked-in-url-0123456789"
-    for path in (f"/v1/models?api_key={secret}", f"/v1/models?x=1&token={secret}&y=2",
-                 f"/v1/c2c/events?after=0&access_token={secret}"):
+    paths = [f"/v1/models?x=1&token={secret}&y=2", f"/v1/c2c/events?after=0&access_token={secret}",
+             f"/v1/models?{secret}"]  # a bare value, with no name
+    paths += [f"/v1/models?{name}={secret}-{i}" for i, name in enumerate(TOKEN_PARAMS)]
+    for path in paths:
         resp = httpx.get(tiny_server.url(path), timeout=30)
-        assert resp.status_code == 401
+        assert resp.status_code == 401, path
     resp = httpx.get(tiny_server.url("/v1/models?x=1&token=abc"), headers=tiny_server.headers("analyst"), timeout=30)
     assert resp.status_code == 200
     log = tiny_server.log()
     assert secret not in log and "token=abc" not in log
-    assert "api_key=[redacted]" in log and "token=[redacted]&y=2" in log  # the line stays, its secret does not
+    # the line stays, with its parameter names; every value is one marker
+    assert "/v1/models?x=[redacted]&token=[redacted]&y=[redacted]" in log
+    assert "/v1/c2c/events?after=[redacted]&access_token=[redacted]" in log and "/v1/models?[redacted] " in log
+    for name in TOKEN_PARAMS:
+        assert f"/v1/models?{name}=[redacted]" in log, name

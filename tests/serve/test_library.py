@@ -15,6 +15,7 @@ from c2c.runtime.kvcache import KVCache
 from c2c.runtime.transformers import tokenizer as hf_tokenizer
 from c2c.serve.auth import OPEN, Principal, TokenTable
 from c2c.serve.serve_config import ServeConfig
+from c2c.runtime.pace import Pace
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.render import Message, render
 from c2c.serve.reuse import prepare
@@ -66,6 +67,21 @@ def test_prepare_imports_a_part_that_brings_its_kv(tiny):
     assert p.imported == len(att.token_ids) and p.reused == 0
     assert p.cache.token_ids == r.token_ids[: p.cache.seq_len]
 
+    # the prefix before the import is prefilled at the pace given: passes of at most 4 tokens, a call before each
+    fed, calls = [], []
+    real = rt.stepper
+
+    def stepper(past):
+        s = real(past)
+        feed = s.feed
+        s.feed = lambda ids: (fed.append(len(ids)), feed(ids))[1]
+        return s
+    rt.stepper = stepper
+    paced = prepare(rt, None, r, Pace(chunk=4, between=lambda: calls.append(1)))
+    assert sum(fed) == P > 4 and max(fed) <= 4 and len(calls) == len(fed) == -(-P // 4)
+    assert paced.imported == p.imported and paced.cache.token_ids == p.cache.token_ids
+    assert paced.cache.max_abs_diff(p.cache) < 1e-4
+
 
 # ------------------------------------------------------------ decode / sampling
 def test_sample_next_is_greedy_at_zero_and_seeded_otherwise():
@@ -116,7 +132,7 @@ def test_generate_streams_deltas_that_add_up_and_stops_when_told(tiny):
             raise Cancelled()
 
     with pytest.raises(Cancelled):
-        generate(rt, None, ids, Sampling(max_tokens=50, temperature=0), check=check)
+        generate(rt, None, ids, Sampling(max_tokens=50, temperature=0), pace=Pace(between=check))
     assert len(calls) == 4
 
 

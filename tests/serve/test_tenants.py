@@ -13,6 +13,10 @@ import pytest
 
 from serve_helpers import SYSTEM, c2c_field, chat
 
+from c2c.artifact.codec import Artifact
+from c2c.store import open_store
+from c2c.trust.keys import Keyring
+
 EVIDENCE = {"role": "user", "name": "evidence", "content": "Evidence: the outage began at 09:14 after deploy 7."}
 QUESTION = {"role": "user", "content": "When did the outage begin?"}
 
@@ -104,3 +108,30 @@ def test_a_reattach_in_a_warm_session_imports_the_whole_commit(tiny_server):
         # the second turn reuses the session's own shared prefix (the same system message), imports the rest
         assert rec["reused_tokens"] == 0 if turn == 0 else 0 < rec["reused_tokens"] < rec["tokens"]
         assert c2c_field(r)["imported_tokens"] == rec["imported_tokens"] > 0
+
+
+def test_a_shared_commit_names_its_signer_by_domain_alone_and_its_share_in_the_reason(tiny_server):
+    """The cache path of a shared commit: no key id, key label or signing time of research's signer anywhere
+    in the reply (the record's ``signer``, its ``trust`` report), and a reason that names the share."""
+    pub = publish(tiny_server, "analyst", "signer-t", session="t-signer", share=["other"])
+    with open_store(tiny_server.store_url() + "?domain=research") as store:
+        signature = Artifact.decode(store.get(pub["commit"]).data).signature
+    [key] = [e for e in Keyring(tiny_server.home / "keys").entries() if e.key_id == signature["key_id"]]
+    assert key.domain == "research" and key.label  # what must not leak: its id, label and signing time
+    secrets = {signature["key_id"], signature["key_id"][:16], key.label, signature["signed_at"]}
+
+    r = chat(tiny_server.client("outsider"), [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]]})
+    reply = r.model_dump()
+    [rec] = c2c_field(r)["attach"]
+    assert rec["path"] == "cache" and rec["shared"] is True, rec["reason"]
+    assert rec["trust"] is not None and rec["trust"]["signer"] == {"domain": "research"}, rec["trust"]
+    text = json.dumps(reply)  # the whole reply, every nested field
+    assert not [f for f in ('"key_id":', '"label":', '"signed_at":') if f in text], rec
+    assert not [s for s in secrets if s in text], rec
+    assert "same trust domain" not in rec["reason"]
+    assert "shared with 'other' by 'research'" in rec["reason"], rec["reason"]
+    # the owner's own domain still sees its key, and is told it is its own domain
+    r = chat(tiny_server.client("writer"), [SYSTEM, QUESTION], c2c={"attach": [pub["commit"]]})
+    [own] = c2c_field(r)["attach"]
+    assert own["path"] == "cache" and own["trust"]["signer"]["key_id"] == signature["key_id"]
+    assert "same trust domain" in own["reason"]

@@ -20,13 +20,16 @@ that vouches for it:
    store and staleness from the record; an explicit ``full``/``slice`` raises the first failed
    check's error;
 5. *redact*: another domain's commit shows verdicts only (:func:`redact`): no prefix lengths
-   or blocks, stale reasons, chain depths or key ids, in the record or an error message.
+   or blocks, stale reasons, chain depths or key ids, in the record or an error message; its
+   reason names the share it rests on (the two are not one trust domain).
 
 Then the front-end places the cache; before that, :meth:`Gate.check_kv` runs the K/V check
 the receiving domain asks for (:func:`kv_policy`: the stricter of the domain's stored policy
-and the front-end's floor). A front-end that cannot run it refuses the cache
-(:meth:`Gate.require_kv`), naming the policy. A failure after the decision goes through
-:meth:`Admission.fall_back`, the one fall-back rule (text in ``auto``, the error otherwise).
+and the front-end's floor); its report of another domain's commit names the signer's domain
+alone (:class:`SharedTrustReport`: no key id, key label or signing time). A front-end that
+cannot run it refuses the cache (:meth:`Gate.require_kv`), naming the policy. A failure after
+the decision goes through :meth:`Admission.fall_back`, the one fall-back rule (text in ``auto``,
+the error otherwise).
 Store failures reach the caller as the library's errors without the store's location
 (:func:`store_errors`).
 
@@ -41,7 +44,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterator, Sequence
 
 from c2c.artifact.codec import Artifact
@@ -97,16 +100,47 @@ _VERDICTS = {"prefix": ("same shared prefix", "shared prefixes differ"),
              "exact": ("what a prefill of its tokens gives", "edited without a prefill, so approximate")}
 
 
-def redact(decision: Decision) -> Decision:
-    """``decision`` with the check details that could measure another domain's context (prefix lengths
-    and blocks, stale reasons, chain depth) replaced by their verdicts alone."""
+_SAME_DOMAIN = "same trust domain"  # what decide()'s cache reason says of the domain check
+
+
+def redact(decision: Decision, *, owner: str, receiver: str) -> Decision:
+    """``decision`` on ``owner``'s commit shared with ``receiver``: the check details that could measure
+    the owner's context (prefix lengths and blocks, stale reasons, chain depth) replaced by their verdicts
+    alone, and a cache reason that names the share (the two are not one trust domain)."""
     checks = tuple(replace(c, detail=_VERDICTS[c.name][0 if c.ok else 1]) if c.name in _VERDICTS else c
                    for c in decision.checks)
     failed = [c for c in checks if c.ok is False]
     reason = decision.reason
     if decision.path == "text" and failed and reason != "text requested":
         reason = f"fell back to text: {failed[0].detail}"
+    elif decision.path != "text":
+        reason = _share_reason(reason, owner=owner, receiver=receiver)
     return replace(decision, checks=checks, reason=reason)
+
+
+def _share_reason(reason: str, *, owner: str, receiver: str) -> str:
+    """``reason`` (a cache or mapped path's) with its domain clause naming the share it rests on:
+    ``decide()`` words the passed domain check as the same-domain case, which a shared commit is not."""
+    share = f"shared with {receiver!r} by {owner!r}"
+    return reason.replace(_SAME_DOMAIN, share) if _SAME_DOMAIN in reason else f"{reason}; {share}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedTrustReport(TrustReport):
+    """The trust report of another domain's commit, as its receiver may see it: ``signer`` is withheld
+    (None) and only ``signer_domain`` is kept, since the owner's key id, key label and signing time
+    identify its keys and time its work, and a shared commit shows verdicts only."""
+
+    signer_domain: str
+
+    @classmethod
+    def of(cls, report: TrustReport, owner: str) -> "SharedTrustReport":
+        """``report`` (which ran against the full signature) without the signer's key."""
+        kept = {f.name: getattr(report, f.name) for f in fields(TrustReport)}
+        return cls(**{**kept, "signer": None}, signer_domain=owner)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "signer": {"domain": self.signer_domain}}
 
 
 def kv_policy(keyring: Keyring, domain: str, floor: VerifyPolicy | None = None) -> VerifyPolicy:
@@ -321,7 +355,7 @@ class Gate:
                           stale=rec.stale_reason if rec.stale and not allow_stale else None, advice_note=advice_note,
                           maps=self.maps)
         if foreign:
-            decision = redact(decision)
+            decision = redact(decision, owner=owner, receiver=domain)
         adm = Admission(commit=cid, owner=owner, foreign=foreign, stored=rec, fetched=fetched, artifact=artifact,
                         signer=signer, hops=hops, decision=decision, policy=policy,
                         verify=kv_policy(self.keyring, domain, self.verify) if self.keyring else ROUTINE,
@@ -336,14 +370,16 @@ class Gate:
         owner's domain, prefix, fingerprint and the K/V check of :attr:`Admission.verify`.
 
         Without a keyring (a library team that signs nothing) there is nothing to check against: None.
+        Another domain's commit: a :class:`SharedTrustReport` (the signer's domain, not its key).
 
         Raises:
             TrustError, IncompatibleCacheError: as :func:`c2c.trust.verify_policy.check`.
         """
         if self.keyring is None:
             return None
-        return trust_check(adm.artifact, self.keyring, adm.owner, adm.verify, runtime=runtime,
-                           prefix_ids=list(prefix_ids), context=context, engine=engine)
+        report = trust_check(adm.artifact, self.keyring, adm.owner, adm.verify, runtime=runtime,
+                             prefix_ids=list(prefix_ids), context=context, engine=engine)
+        return SharedTrustReport.of(report, adm.owner) if adm.foreign else report
 
     @staticmethod
     def require_kv(adm: Admission, *, can: Sequence[str] = ("none",), why: str = "") -> None:

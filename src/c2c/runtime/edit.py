@@ -33,6 +33,7 @@ import torch
 
 from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import EditStep, Edits, KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.repair import deviation, recompute
 
@@ -67,12 +68,21 @@ class Repair:
                           "of tokens) or 'ratio:R' (0 < R <= 1)")
 
     def __str__(self) -> str:
-        return "none" if self.kind == "none" else f"{self.kind}:{self.amount:g}"
+        """The level as :meth:`parse` reads it back, to the same value (``first:1048576``, ``ratio:0.25``):
+        it is signed into a commit's edit record."""
+        if self.kind == "none":
+            return "none"
+        amount = float(self.amount)
+        return f"{self.kind}:{int(amount) if amount.is_integer() else repr(amount)}"
 
 
 def drop(runtime: Runtime, cache: KVCache, spans: Sequence[tuple[int, int]], *, reposition: bool = True,
-         repair: "Repair | str | None" = None, probe_layers: int = 2) -> tuple[KVCache, EditStep]:
+         repair: "Repair | str | None" = None, probe_layers: int = 2,
+         pace: Pace = ONE_PASS) -> tuple[KVCache, EditStep]:
     """``cache`` without the tokens of ``spans`` (index ranges ``[a, b)``), and the record of the edit.
+
+    A repair's forward passes (its probe and its recompute) run at ``pace``: a server cuts them into
+    passes of its prefill chunk, so that another tenant's request goes between them.
 
     Raises:
         ConfigError: a span out of range, overlapping or covering token 0; a repair without
@@ -97,7 +107,7 @@ def drop(runtime: Runtime, cache: KVCache, spans: Sequence[tuple[int, int]], *, 
     if reposition:
         out, moved = close_gaps(runtime, out)
     if how.kind != "none" and spans[0][0] < out.seq_len:
-        out, recomputed = _repair(runtime, out, spans, how, probe_layers)
+        out, recomputed = _repair(runtime, out, spans, how, probe_layers, pace)
     step = EditStep(dropped=record, repositioned=moved, recomputed=recomputed, repair=str(how),
                     tokens=sum(b - a for a, b in spans))
     return replace(out, edits=(cache.edits or Edits()).plus(Edits(steps=(step,)))), step
@@ -118,7 +128,7 @@ def close_gaps(runtime: Runtime, cache: KVCache) -> tuple[KVCache, int]:
 
 
 def _repair(runtime: Runtime, cache: KVCache, spans: list[tuple[int, int]], how: Repair,
-            probe_layers: int) -> tuple[KVCache, int]:
+            probe_layers: int, pace: Pace) -> tuple[KVCache, int]:
     """Recompute per ``how`` among the tokens after the first gap of a re-positioned ``cache``."""
     g = spans[0][0]                                             # the first token after the first gap, by index
     head, piece = cache.take(0, g), cache.take(g, cache.seq_len)
@@ -128,11 +138,13 @@ def _repair(runtime: Runtime, cache: KVCache, spans: list[tuple[int, int]], how:
             starts.append(a - removed - g)
             removed += b - a
         chosen = sorted({i for s in starts for i in range(s, min(s + int(how.amount), piece.seq_len))})
+    elif math.ceil(how.amount * piece.seq_len) >= piece.seq_len:
+        chosen = list(range(piece.seq_len))                     # all of it: no probe needed to rank them
     else:
-        dev = deviation(runtime, head, piece, probe_layers)     # (n,)
+        dev = deviation(runtime, head, piece, probe_layers, pace)   # (n,)
         k = math.ceil(how.amount * piece.seq_len)
         chosen = sorted(torch.topk(dev, k).indices.tolist())
-    return recompute(runtime, head, piece, chosen), len(chosen)
+    return recompute(runtime, head, piece, chosen, pace), len(chosen)
 
 
 def _check_spans(cache: KVCache, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -83,6 +83,26 @@ class Edits:
         starts = [a for s in self.steps for a, _ in s.dropped]
         return min(starts) if starts else None
 
+    def before(self, end: int) -> "Edits | None":
+        """The record of a part of the cache that ends at position ``end`` (a cut keeps a prefix): the steps
+        whose effect reaches a position below ``end``; None when none does (the part is exact).
+
+        A step's effect starts at its first dropped position ``s``, in the positions of its time. A later
+        step that drops before a token moves it down, but never below its own first dropped position. So
+        every token a step ``k`` touched sits at or after ``min(s_k, s_k+1, ...)``, and the steps kept are
+        those with that minimum below ``end``: always the oldest ones. A record with a step whose spans are
+        unknown (one this build does not read) is kept whole."""
+        starts = [min((a for a, _ in s.dropped), default=None) for s in self.steps]
+        if not starts or None in starts:
+            return self
+        keep, low = 0, None
+        for k in range(len(starts) - 1, -1, -1):
+            low = starts[k] if low is None else min(low, starts[k])
+            if low < end:
+                keep = k + 1
+                break
+        return Edits(steps=self.steps[:keep]) if keep else None
+
     def plus(self, other: "Edits | None") -> "Edits":
         """Both records, oldest first; past :data:`MAX_EDIT_STEPS` the oldest fold into one step (its counts
         summed, its first span kept: :attr:`exact_until` and the totals stay right, the record bounded)."""
@@ -278,9 +298,8 @@ class KVCache:
                        edits=self._edits_before(end))
 
     def _edits_before(self, end: int) -> "Edits | None":
-        """The edit record a part of this cache ending at position ``end`` keeps: none if no edit reaches it."""
-        first = self.edits.exact_until if self.edits is not None else None
-        return None if first is not None and end <= first else self.edits
+        """The edit record a part of this cache ending at position ``end`` keeps: the edits that reach it."""
+        return self.edits.before(end) if self.edits is not None else None
 
     def take(self, a: int, b: int) -> "KVCache":
         """Tokens ``a..b-1`` by index, at the positions they have (gaps inside the range are kept).

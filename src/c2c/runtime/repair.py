@@ -24,6 +24,7 @@ import torch
 
 from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Probes, Runtime, require
 
 
@@ -62,44 +63,67 @@ def repair(runtime: Runtime, head: KVCache, piece: KVCache, *, ratio: float,
                              deviation=tuple(dev.tolist()))
 
 
-def deviation(runtime: Runtime, head: KVCache, piece: KVCache, probe_layers: int = 2) -> torch.Tensor:
+def deviation(runtime: Runtime, head: KVCache, piece: KVCache, probe_layers: int = 2,
+              pace: Pace = ONE_PASS) -> torch.Tensor:
     """How far each of ``piece``'s tokens is from its K/V computed after ``head``, at the last of the first
-    ``probe_layers`` layers (the probe: that many layers of a prefill of ``piece``). Returns ``(n,)``."""
+    ``probe_layers`` layers (the probe: that many layers of a prefill of ``piece``). Returns ``(n,)``.
+
+    The probe runs at ``pace``: each pass's tokens attend to ``head`` and to the fresh probe K/V of the
+    passes before (the later layers of what the passes add are ``piece``'s own, never read: the probe
+    stops after its layers), so the result is the one pass's, within rounding."""
     probe_layers = max(2, min(probe_layers, runtime.facts.num_layers))
-    fresh = require(runtime, Probes).probe_first_layers(piece.token_ids, head, probe_layers)
-    k_f, v_f = fresh[-1]                                        # (1, H, n, D)
+    probes = require(runtime, Probes)
     L = probe_layers - 1
-    return ((k_f - piece.keys[L]).float().pow(2).sum(dim=(0, 1, 3))
-            + (v_f - piece.values[L]).float().pow(2).sum(dim=(0, 1, 3))).sqrt()  # (n,)
+    past, out = head, []
+    for a, b in pace.runs(piece.seq_len):
+        fresh = probes.probe_first_layers(piece.token_ids[a:b], past, probe_layers)   # L+1 pairs (1, H, b-a, D)
+        part = piece.take(a, b)
+        k_f, v_f = fresh[-1]
+        out.append(((k_f - part.keys[L]).float().pow(2).sum(dim=(0, 1, 3))
+                    + (v_f - part.values[L]).float().pow(2).sum(dim=(0, 1, 3))).sqrt())   # (b-a,)
+        if b < piece.seq_len:  # the next pass attends to this one's fresh K/V on the probed layers
+            keys = tuple(k.to(pk.dtype) for (k, _), pk in zip(fresh, part.keys)) + part.keys[len(fresh):]
+            values = tuple(v.to(pv.dtype) for (_, v), pv in zip(fresh, part.values)) + part.values[len(fresh):]
+            past = past.append(replace(part, keys=keys, values=values, edits=None))
+    return torch.cat(out) if out else torch.zeros(0)                                     # (n,)
 
 
-def recompute(runtime: Runtime, head: KVCache, piece: KVCache, chosen: list[int]) -> KVCache:
+def recompute(runtime: Runtime, head: KVCache, piece: KVCache, chosen: list[int], pace: Pace = ONE_PASS) -> KVCache:
     """``head`` + ``piece`` with the K/V of ``piece``'s tokens ``chosen`` (sorted, piece-relative) recomputed
     through the whole model, each attending to all of ``head``, the reused K/V of the earlier tokens not
-    chosen and the fresh K/V of the earlier chosen ones."""
+    chosen and the fresh K/V of the earlier chosen ones.
+
+    At ``pace``, ``pace.chunk`` chosen tokens a pass: each pass writes its fresh K/V into the cache, where
+    the later passes read them, so the result is the one pass's, within rounding. Where every token of
+    ``piece`` is chosen, that is a prefill of ``piece`` after ``head``, and is run as one (causal attention,
+    no mask)."""
     combined = head.append(piece)
     if not chosen:
         return combined
-    n, P, k = piece.seq_len, head.end, len(chosen)
-    positions = [P + i for i in chosen]
+    n, P = piece.seq_len, head.end
+    if len(chosen) == n and not head.gaps:
+        _, out = pace.prefill(runtime, piece.token_ids, head)
+        return replace(out, gaps=combined.gaps, edits=combined.edits)
+    probes = require(runtime, Probes)
     total = combined.seq_len
-    # allowed[q, c]: new token q may see cache column c (positions 0..total-1) or new column total + j
-    allowed = torch.zeros(k, total + k, dtype=torch.bool)
-    allowed[:, :P] = True
-    pos_t = torch.tensor(positions)                                                   # (k,)
-    cols = torch.arange(P, total)                                                     # slice positions
-    earlier = cols[None, :] < pos_t[:, None]                                          # (k, n)
-    reused = torch.ones(n, dtype=torch.bool)
-    reused[chosen] = False
-    allowed[:, P:total] = earlier & reused[None, :]
-    allowed[:, total:] = torch.tril(torch.ones(k, k, dtype=torch.bool))
-    new = require(runtime, Probes).probe_kv([piece.token_ids[i] for i in chosen], positions, combined, allowed)
-    idx = torch.tensor(positions)
-    keys, values = [], []
-    for (k_new, v_new), k_old, v_old in zip(new, combined.keys, combined.values):
-        k2, v2 = k_old.clone(), v_old.clone()
-        k2[:, :, idx] = k_new.to(k2.dtype)
-        v2[:, :, idx] = v_new.to(v2.dtype)
-        keys.append(k2)
-        values.append(v2)
+    keys = [k.clone() for k in combined.keys]                                          # (1, H, total, D) each
+    values = [v.clone() for v in combined.values]
+    cols = torch.arange(P, total)                                                     # piece positions
+    for a, b in pace.runs(len(chosen)):
+        batch, k = chosen[a:b], b - a
+        positions = [P + i for i in batch]
+        # allowed[q, c]: new token q may see cache column c (0..total-1), or new column total + j
+        allowed = torch.zeros(k, total + k, dtype=torch.bool)
+        allowed[:, :P] = True
+        earlier = cols[None, :] < torch.tensor(positions)[:, None]                    # (k, n)
+        visible = torch.ones(n, dtype=torch.bool)
+        visible[chosen[a:]] = False         # this pass's and the later ones' still hold their old K/V
+        allowed[:, P:total] = earlier & visible[None, :]
+        allowed[:, total:] = torch.tril(torch.ones(k, k, dtype=torch.bool))
+        now = replace(combined, keys=tuple(keys), values=tuple(values))
+        new = probes.probe_kv([piece.token_ids[i] for i in batch], positions, now, allowed)
+        idx = torch.tensor(positions)
+        for layer, (k_new, v_new) in enumerate(new):
+            keys[layer][:, :, idx] = k_new.to(keys[layer].dtype)
+            values[layer][:, :, idx] = v_new.to(values[layer].dtype)
     return replace(combined, keys=tuple(keys), values=tuple(values))

@@ -15,8 +15,10 @@ levels of :mod:`c2c.runtime.edit` are c2c's own.
 
 Refused with :class:`~c2c.errors.ContextEditError` (400), the session left as it was:
 an index out of range, the system message, a message whose text differs from the one
-the session holds at that index, an earlier drop left out, an edit without a session
-or together with ``attach``, a malformed repair level or one without ``reposition``. A
+the session holds at that index, an earlier drop left out (a request without ``edit`` on
+a session that has dropped messages included: it would bring them back), an edit without
+a session or together with ``attach``, a malformed repair level or one without
+``reposition``. A
 session without a cache (new, or evicted), or whose cache cannot be edited (a model with
 sliding-window layers; a first message at token 0, without BOS or system message), renders
 the kept messages and prefills them: exact, and the record says so.
@@ -31,6 +33,7 @@ from typing import Sequence
 from c2c.errors import ConfigError, ContextEditError, RuntimeUnsupportedError
 from c2c.runtime.edit import Repair, close_gaps, drop
 from c2c.runtime.kvcache import EditStep, KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.serve.render import Message, Rendering, turn
 
@@ -129,8 +132,9 @@ def check(messages: Sequence[Message], spec: EditSpec, *, dropped_before: frozen
 
 
 def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], spec: EditSpec, *,
-          dropped_before: frozenset[int], held: Sequence[Held]) -> Edited:
-    """Check ``spec`` (:func:`check`), then drop the newly dropped messages the cache holds.
+          dropped_before: frozenset[int], held: Sequence[Held], pace: Pace = ONE_PASS) -> Edited:
+    """Check ``spec`` (:func:`check`), then drop the newly dropped messages the cache holds; a repair's
+    forward passes run at ``pace`` (the server's prefill chunk, the turn free to pass between them).
 
     Nothing of the session is changed here: the caller keeps the result once the turn succeeds.
     """
@@ -159,7 +163,7 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
                 spans.append((h.a, h.b))
         spans = [(a, b) for a, b in spans if cache is not None and b <= cache.seq_len]
         if cache is not None and spans:
-            cache, step = drop(runtime, cache, spans, reposition=spec.reposition, repair=how)
+            cache, step = drop(runtime, cache, spans, reposition=spec.reposition, repair=how, pace=pace)
             return Edited(cache=cache, kept=kept, kept_index=kept_index, newly_dropped=new, step=step)
     except RuntimeUnsupportedError:  # sliding-window layers: they no longer hold what the edit needs
         cache = None

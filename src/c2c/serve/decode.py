@@ -1,8 +1,9 @@
 """The decode loop of one request: sample, stream text deltas, honour stop strings, stop when told.
 
-It runs on the model's worker thread. Between tokens it calls ``check()``, which
-raises when the client went away or the deadline passed, so an abandoned request
-stops within one forward pass.
+It runs on the model's worker thread. Before every forward pass it calls the pace's
+``between()`` (:class:`~c2c.runtime.pace.Pace`), which passes the model's turn on and
+raises when the client went away or the deadline passed, so an abandoned request stops
+within one forward pass.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Callable, Sequence
 import torch
 
 from c2c.errors import ConfigError
-from c2c.runtime.protocol import Runtime, Stepper
+from c2c.runtime.pace import ONE_PASS, Pace
+from c2c.runtime.protocol import Runtime
 from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 
@@ -56,36 +58,19 @@ class Decoded:
     decode_s: float
 
 
-def feed_chunked(s: Stepper, pending: Sequence[int], *, chunk: int, check: Callable[[], None]) -> torch.Tensor:
-    """Feed ``pending`` to ``s`` in passes of at most ``chunk`` tokens (0: one pass), calling ``check`` before
-    each: the model's turn may pass to another tenant between two chunks, so one long prompt does not hold the
-    model for its whole prefill. Returns the last position's logits ``(vocab,)``. A chunk rounds as any split
-    prefill does (a session's turns are split prefills too): CPU matrix products block by rows, so even in fp32
-    the K/V are within rounding of one pass's (1e-5 on the tiny test model), not bit-equal; greedy tokens
-    agree."""
-    ids = list(pending)
-    step = chunk if chunk > 0 else max(len(ids), 1)
-    logits = None
-    for at in range(0, max(len(ids), 1), step):
-        check()
-        logits = s.feed(ids[at:at + step])
-    return logits
-
-
 def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sampling: Sampling, *,
-             on_delta: Callable[[str], None] = lambda text: None,
-             check: Callable[[], None] = lambda: None, prefill_chunk: int = 0) -> Decoded:
-    """Feed ``pending`` after ``cache`` (in chunks of ``prefill_chunk`` tokens: :func:`feed_chunked`), then
+             on_delta: Callable[[str], None] = lambda text: None, pace: Pace = ONE_PASS) -> Decoded:
+    """Feed ``pending`` after ``cache`` (in passes of ``pace.chunk`` tokens: :meth:`Pace.feed`), then
     sample up to ``sampling.max_tokens`` tokens.
 
     ``on_delta`` receives the reply's text as it grows (never a part of a stop string,
-    nor a half-decoded character); ``check`` is called before every forward pass.
+    nor a half-decoded character); ``pace.between`` is called before every forward pass.
     """
     gen = torch.Generator(device=runtime.device)
     gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
     t0 = time.perf_counter()
     seq = runtime.stepper(cache)  # the engine holds the sequence between passes and exports it once, at the end
-    logits = feed_chunked(seq, pending, chunk=prefill_chunk, check=check)
+    logits = pace.feed(seq, pending)
     t1 = time.perf_counter()
     hold = max((len(s) for s in sampling.stop), default=1) - 1
     bias_ids = torch.tensor([i for i, _ in sampling.logit_bias], dtype=torch.long, device=logits.device)
@@ -115,7 +100,7 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
             emitted = safe
         if step == sampling.max_tokens - 1:
             break
-        check()
+        pace.between()
         logits = seq.feed([tok])
     if len(text) > emitted:
         on_delta(text[emitted:])

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from c2c.errors import RuntimeUnsupportedError
 from c2c.runtime import placement
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.render import Rendering
@@ -69,8 +70,11 @@ def truncate(cache: KVCache | None, n: int) -> KVCache | None:
         return None
 
 
-def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering) -> Prepared:
-    """Reuse ``held``, import the rendering's K/V parts, prefill the rest but the last token(s)."""
+def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering, pace: Pace = ONE_PASS) -> Prepared:
+    """Reuse ``held``, import the rendering's K/V parts, prefill the rest but the last token(s).
+
+    What comes before an imported part (a slice's prefix) is prefilled here, at ``pace``: in passes
+    of ``pace.chunk`` tokens, the model's turn free to pass on between them."""
     target = rendering.token_ids
     if not target:
         raise ValueError("nothing to prefill")  # render() always yields at least the generation prompt
@@ -95,7 +99,7 @@ def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering) -> Pre
             continue
         if part.kv is not None and a == covered and b < len(target):
             if pending:
-                _, cache = runtime.prefill(pending, cache)
+                _, cache = pace.prefill(runtime, pending, cache)
                 prefilled += len(pending)
                 pending = []
             cache = placement.append(runtime, cache, part.kv, at=a)  # the part's K/V at positions [a, b)
@@ -109,8 +113,9 @@ def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering) -> Pre
                     per_part=tuple(per_part))
 
 
-def extend(runtime: Runtime, held: KVCache | None, target: Sequence[int]) -> tuple[KVCache, int]:
-    """``held`` made to cover exactly ``target`` (cut to the common prefix, the rest prefilled).
+def extend(runtime: Runtime, held: KVCache | None, target: Sequence[int],
+           pace: Pace = ONE_PASS) -> tuple[KVCache, int]:
+    """``held`` made to cover exactly ``target`` (cut to the common prefix, the rest prefilled at ``pace``).
 
     Returns the cache and the number of tokens prefilled.
     """
@@ -118,5 +123,5 @@ def extend(runtime: Runtime, held: KVCache | None, target: Sequence[int]) -> tup
     have = cache.seq_len if cache is not None else 0
     if have == len(target):
         return cache, 0
-    _, cache = runtime.prefill(list(target[have:]), cache)
+    _, cache = pace.prefill(runtime, list(target[have:]), cache)
     return cache, len(target) - have

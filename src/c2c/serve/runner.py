@@ -75,23 +75,34 @@ def header_timeout_protocol(read_timeout_s: float) -> type[asyncio.Protocol]:
     return HeaderTimeout
 
 
-_SECRET_PARAM = re.compile(r"(?i)([?&](?:api[_-]?key|access[_-]?token|token|key|auth(?:orization)?|secret)=)[^&#\s]*")
+REDACTED = "[redacted]"
+_QUERY = re.compile(r'\?[^\s"]*')  # a request target's query: from its "?" to the end of the target
 
 
-def redact_secrets(text: str) -> str:
-    """``text`` with the values of query parameters that commonly carry credentials (``?api_key=...``)
-    replaced by ``[redacted]``: a bearer token sent in the URL is refused (401), and never logged either."""
-    return _SECRET_PARAM.sub(r"\1[redacted]", text)
+def redact_query(text: str) -> str:
+    """``text`` with the value of every query parameter replaced by ``[redacted]``, names kept
+    (``?after=0&api_key=...`` -> ``?after=[redacted]&api_key=[redacted]``), and a parameter without a
+    name (``?TOKEN``) replaced whole. Every value, not a list of credential names: a token sent in the
+    URL (refused, 401) may ride under any name or spelling (``auth_token``, ``jwt``, ``api%5Fkey``),
+    and a list always misses the next one."""
+    return _QUERY.sub(lambda m: "?" + "&".join(_redact_param(p) for p in m.group()[1:].split("&")), text)
+
+
+def _redact_param(param: str) -> str:
+    """One ``name=value`` of a query as ``name=[redacted]``; a bare one (no ``=``) as ``[redacted]``."""
+    name, eq, _ = param.partition("=")
+    return f"{name}={REDACTED}" if eq else REDACTED if param else param
 
 
 class RedactSecrets(logging.Filter):
-    """A filter for uvicorn's access log: a request line's credentials never reach the log."""
+    """A filter for uvicorn's access log: a request line's query values (where a token sent in the URL
+    rides) never reach the log; its path, method, status and parameter names do."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(redact_secrets(a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(redact_query(a) if isinstance(a, str) else a for a in record.args)
         elif isinstance(record.msg, str):
-            record.msg = redact_secrets(record.msg)
+            record.msg = redact_query(record.msg)
         return True
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import ConfigError, ContextEditError, ContextLengthError, PrefixMismatchError, UnknownModelError
+from c2c.runtime.pace import Pace
 from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import Principal
 from c2c.serve.serve_config import ServeConfig
@@ -195,6 +196,12 @@ class ChatService:
     def _turn(self, job: Job, principal: Principal, req: ChatRequest, rt: Runtime, session: Session, state: str,
               t0: float) -> Completion:
         edited, messages, held_cache = None, req.messages, session.cache
+        pace = Pace(chunk=self.config.prefill_chunk, between=job.check)  # every forward pass of this turn
+        if req.edit is None and session.dropped:
+            raise ContextEditError(
+                f"session {req.session!r} has dropped messages {sorted(session.dropped)}, and this request sends no "
+                "edit: it would bring them back. List every dropped index in each request (c2c: {\"edit\": "
+                "{\"drop\": [...]}}; c2c.client.context_policy does), or start a new session")
         if req.edit is not None:
             if req.session is None:
                 raise ContextEditError("an edit drops messages from a session's cache: name the session too "
@@ -203,15 +210,18 @@ class ChatService:
                 raise ContextEditError("send an edit and an attach in separate requests")
             job.check()
             edited = context_edit.apply(rt, session.cache, req.messages, req.edit, dropped_before=session.dropped,
-                                        held=session.held)
+                                        held=session.held, pace=pace)
             messages, held_cache = edited.kept, edited.cache
         system, rest = split_system(messages)
         if req.publish is not None:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
                                         [m.label for m in rest] + ["assistant"], req.publish.share)
         prefix = prefix_ids(rt, system)
-        attachments, attached, via_text, records, prefix_kv, continues = self._attachments(principal, req, rt,
-                                                                                            session, prefix)
+        got = self._attachments(principal, req, rt, session, prefix)
+        attachments, attached, via_text, records, prefix_kv, continues = (
+            got.parts, got.attached, got.via_text, got.records, got.prefix_kv, got.continues)
+        if got.unheld:  # a continued commit went stale: its K/V on the caller's messages are re-prefilled
+            held_cache = truncate(held_cache, len(prefix))
         t_attach = time.perf_counter()
         own = render(rt, messages)   # the request's own messages; the attachments go after its prefix
         rendering = own.after_prefix(attachments)
@@ -253,7 +263,7 @@ class ChatService:
         sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
                             stop=req.stop, logit_bias=req.logit_bias)
         job.check()
-        prepared = prepare(rt, held_cache, rendering)
+        prepared = prepare(rt, held_cache, rendering, pace)
         records = _accounted(records, prepared.per_part, prefix_kv is not None)
         # Commit what this request established: the cache (exact by its token ids, unless edited), where its
         # messages sit, and the attachments.
@@ -270,8 +280,7 @@ class ChatService:
         t_prep = time.perf_counter()
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         job.emit("ready", Started(id=cid, created=created, model=req.model))
-        decoded = generate(rt, prepared.cache, prepared.pending, sampling, check=job.check,
-                           prefill_chunk=self.config.prefill_chunk,
+        decoded = generate(rt, prepared.cache, prepared.pending, sampling, pace=pace,
                            on_delta=(lambda text: job.emit("delta", text)) if req.stream else (lambda text: None))
         session.cache = decoded.cache
         session.state, session.turns = "warm", session.turns + 1
@@ -280,7 +289,7 @@ class ChatService:
         if req.publish is not None:
             whole = render(rt, messages + (Message(role="assistant", content=decoded.text),),
                            attachments=session.attachments, generation_prompt=False)
-            session.cache, _ = extend(rt, session.cache, whole.token_ids)
+            session.cache, _ = extend(rt, session.cache, whole.token_ids, pace)
             commit_cache, _ = close_gaps(rt, session.cache)  # a commit's positions are contiguous
             if not req.publish.labels:  # a whole cache is stored as it is: no forward pass from here on
                 job.release_turn()
@@ -315,36 +324,40 @@ class ChatService:
                           usage_extra=extra)
 
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
-                     prefix: tuple[int, ...]) -> tuple[tuple[Part, ...], tuple[str, ...], tuple[str, ...],
-                                                       list[tuple[dict, int]],
-                                                       Any, tuple[int, ...] | None]:
-        """(parts after the prefix, their commits, those read as text, (record, number of parts) of each
-        commit attached now, a full cache's prefix K/V, the token ids of the one full commit attached now:
-        the request may continue its conversation, :func:`~c2c.serve.render.continuation`)
-        for this request: the commits it attaches, else the session's own attachments.
+                     prefix: tuple[int, ...]) -> "_Attached":
+        """What this request attaches (:class:`_Attached`): the commits it names, else the session's own.
 
         A session's cache attachment whose commit has gone stale since is not reused: the
         session's commits are attached again (with the mode they were attached with), so the
         stale one takes the path a fresh attach would (text in ``auto``, an error otherwise).
+        A commit the session *continued* (its messages began with the commit's conversation, so it
+        placed no part) is the caller's own messages: when it goes stale it inserts nothing (drops
+        made since still apply), and its K/V on those messages are re-prefilled from what is sent.
         A commit that is gone from the store since (retired by its stream's retention, collected,
         or no longer shared) never breaks the session: it goes on from the K/V it holds of it (or,
         once evicted, from the tokens it holds, re-prefilled exactly), and a re-attach record says so.
         """
         attach, mode = req.attach, req.mode
         kept: dict[str, tuple[Part, ...]] = {}
+        continued: set[str] = set()
         if not attach:
             if session.attachments and session.attach_prefix != PrefixRef.of(prefix):
                 raise PrefixMismatchError(
                     f"session {req.session!r} holds attachments placed after another system message; send the "
                     "same system message, attach again, or use a new session")
+            # A commit that placed no part was continued: its conversation is the caller's own messages (edits
+            # and drops included), so it adds nothing when it goes stale and is never attached again.
+            continued = {c for c, n in zip(session.attached, session.parts_of) if not n}
             state = {c: self.exchange.freshness(principal, c) for c in session.attached if c not in session.via_text}
             if "stale" not in state.values():
-                return session.attachments, session.attached, session.via_text, [], None, None
+                return _Attached(parts=session.attachments, attached=session.attached, via_text=session.via_text)
             attach, mode = session.attached, session.attach_mode
             at = 0
             for c, n in zip(session.attached, session.parts_of):
                 if state.get(c) == "gone" or (c in session.via_text and self.exchange.freshness(principal, c) == "gone"):
                     kept[c] = session.attachments[at: at + n]
+                elif c in continued and state.get(c) != "stale":
+                    kept[c] = ()
                 at += n
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode,
                                       held=session.cache) for cid in attach if cid not in kept]
@@ -356,26 +369,58 @@ class ChatService:
         for cid in attach:
             if cid in kept:
                 parts.append(kept[cid])
+                reason = ("no longer in the store (retired, collected or no longer shared): the session goes on "
+                          "from what it holds of it") if cid not in continued or state.get(cid) == "gone" else \
+                    "continued: its conversation is the session's own messages; nothing is inserted for it"
                 records.append(({"commit": cid, "requested": mode, "path": "held", "used": "held",
-                                 "reason": "no longer in the store (retired, collected or no longer shared): the "
-                                           "session goes on from what it holds of it"}, len(kept[cid])))
+                                 "reason": reason}, len(kept[cid])))
                 if cid in session.via_text:
                     via_text.append(cid)
                 continue
             a = by_id[cid]
+            if cid in continued:  # stale, and continued: the caller's messages carry it; nothing goes in
+                records.append(({**a.record, "used": "text", "imported_tokens": 0,
+                                 "reason": a.record["reason"] + "; the session continued its conversation: its "
+                                 "messages are re-prefilled as sent (drops included), nothing is inserted"}, 0))
+                via_text.append(cid)
+                continue
             parts.append(a.parts)
             records.append((a.record, len(a.parts)))
             if a.path == "text":
                 via_text.append(cid)
-        first = found[0] if found and found[0].commit == attach[0] else None
-        return (tuple(p for ps in parts for p in ps), tuple(attach), tuple(via_text), records,
-                first.prefix_kv if first is not None else None,
-                first.tokens if first is not None and len(attach) == 1 and first.path in ("cache", "text") else None)
+        first = found[0] if found and found[0].commit == attach[0] and attach[0] not in continued else None
+        return _Attached(parts=tuple(p for ps in parts for p in ps), attached=tuple(attach), via_text=tuple(via_text),
+                         records=records, prefix_kv=first.prefix_kv if first is not None else None,
+                         continues=first.tokens if first is not None and len(attach) == 1 and
+                         first.path in ("cache", "text") else None,
+                         unheld=any(c in continued for c in by_id))
 
     def close(self) -> None:
         """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""
         for w in self.workers.values():
             w.close(self.config.shutdown_timeout_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Attached:
+    """What a request attaches (:meth:`ChatService._attachments`).
+
+    Attributes:
+        parts: the parts placed after the prefix; ``attached`` their commits, ``via_text`` those read as text.
+        records: (attach record, number of parts placed) of each commit attached now.
+        prefix_kv: a full cache's own prefix K/V, or None.
+        continues: the token ids of the one full commit attached now (the request may continue its
+            conversation: :func:`~c2c.serve.render.continuation`), or None.
+        unheld: a commit the session continued went stale: the K/V the session holds of it are not used.
+    """
+
+    parts: tuple[Part, ...]
+    attached: tuple[str, ...]
+    via_text: tuple[str, ...]
+    records: list[tuple[dict, int]] = field(default_factory=list)
+    prefix_kv: Any = None
+    continues: tuple[int, ...] | None = None
+    unheld: bool = False
 
 
 def _accounted(records: list[tuple[dict, int]], per_part: tuple[tuple[int, int, int], ...], full_prefix: bool) -> list[dict]:
