@@ -6,6 +6,11 @@ the suite needs before pytest starts, so that progress is visible there.
 The suite runs models in float32, the reference numerics (``C2C_DTYPE=float32``
 unless the caller set it; server subprocesses inherit it). bf16, the default on
 CPUs that have it, is tested explicitly (``tests/runtime/test_dtype.py``).
+
+Tests marked ``needs_data`` read the shared benchmark data (``C2C_DATA``, else
+``../shared/data`` beside the checkout). Where that folder is absent they skip,
+saying so; under CI (``CI`` set, as CI runs ``.ci/run``) they fail instead, so
+that CI never passes without them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,38 @@ def _load(name: str, dtype: str | None = None, backend: str | None = None):
     if (name, dtype, backend) not in _cache:
         _cache[name, dtype, backend] = zoo.load(name, dtype=dtype, backend=backend)
     return _cache[name, dtype, backend]
+
+
+NEEDS_DATA = "needs the shared benchmark data: set C2C_DATA to its folder (the workplace's ../shared/data)"
+
+
+def _data_absent() -> str | None:
+    """Why a ``needs_data`` test cannot run here, or None where the data folder is there."""
+    from c2c.config import data_dir
+
+    root = data_dir()
+    return None if root.is_dir() else f"{NEEDS_DATA}; {root} is absent"
+
+
+def _ci() -> bool:
+    return bool(os.environ.get("CI"))  # as the store and serve tests read it
+
+
+def pytest_collection_modifyitems(items):
+    """Without the data, each ``needs_data`` test skips, the reason at its own line (not under CI: see below)."""
+    why = None if _ci() else _data_absent()
+    if why is None:
+        return
+    for item in items:
+        if item.get_closest_marker("needs_data"):
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Under CI, a ``needs_data`` test without the data fails, before its fixtures load anything."""
+    if _ci() and item.get_closest_marker("needs_data") and (why := _data_absent()):
+        pytest.fail(f"{why} (CI={os.environ['CI']} requires it: CI never skips these tests)", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,5 @@
-"""The package layout: layers import only downwards, no import cycle, lazy imports say why."""
+"""The package layout: layers import only downwards, no import cycle, lazy imports say why; the suite's
+layout, and its `needs_data` rule (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import grimp
 import pytest
+
+pytest_plugins = ["pytester"]
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "c2c"
 
@@ -276,3 +279,53 @@ def test_tests_mirror_the_package():
     folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert folders - packages == {"benchmarks", "docs"}, folders - packages
     assert {p.name for p in tests.glob("test_*.py")} == {"test_io.py", "test_layout.py", "test_public_api.py"}
+
+
+# ------------------------------------------------- the needs_data rule: no data, a skip naming C2C_DATA; under CI a failure
+MARKED = """
+import pytest
+
+@pytest.mark.needs_data
+def test_reads_the_data():
+    pass
+
+def test_needs_nothing():
+    pass
+"""
+
+
+@pytest.fixture
+def data_session(pytester, monkeypatch):
+    """``data_session(data)`` -> the result of a tiny pytest run, with this suite's conftest and ``C2C_DATA=data``,
+    of one ``needs_data`` test and one unmarked."""
+    pytester.makeconftest((SRC.parents[1] / "tests" / "conftest.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    needs_data: reads the shared data\n")
+    pytester.makepyfile(test_marked=MARKED)
+
+    def run(data: Path):
+        monkeypatch.setenv("C2C_DATA", str(data))
+        return pytester.runpytest("-rs", "-p", "no:cacheprovider")
+
+    return run
+
+
+def test_a_needs_data_test_skips_naming_c2c_data_where_the_data_is_absent(data_session, monkeypatch, tmp_path):
+    monkeypatch.delenv("CI", raising=False)
+    result = data_session(tmp_path / "missing")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([f"SKIPPED * needs the shared benchmark data: set C2C_DATA to its folder*"
+                                 f"{tmp_path / 'missing'} is absent"])
+
+
+def test_under_ci_a_needs_data_test_fails_where_the_data_is_absent(data_session, monkeypatch, tmp_path):
+    monkeypatch.setenv("CI", "true")
+    result = data_session(tmp_path / "missing")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*set C2C_DATA to its folder*CI=true requires it*"])
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_needs_data_test_runs_where_the_data_is(data_session, monkeypatch, tmp_path, ci):
+    monkeypatch.setenv("CI", ci)
+    (tmp_path / "data").mkdir()
+    data_session(tmp_path / "data").assert_outcomes(passed=2)

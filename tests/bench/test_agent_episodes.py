@@ -1,9 +1,12 @@
 """The agent workload's episodes: seeded, kept questions inside the policy's window, dropped ones before it."""
 
+import pytest
+
 from c2c.bench import agent_episodes
 from c2c.bench.context_qa import contains_answer
 
 
+@pytest.mark.needs_data  # the responses are cut from train/lima.json
 def test_episodes_are_seeded_and_their_questions_follow_the_window(tiny):
     rt = tiny("qwen2")
     eps = agent_episodes.build(rt, 2, steps=16, doc_tokens=80, keep=8, seed=3)

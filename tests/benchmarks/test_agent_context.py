@@ -6,6 +6,8 @@ import pytest
 
 from bench_helpers import load_benchmark
 
+pytestmark = pytest.mark.needs_data  # the episodes cut their documents from train/lima.json
+
 
 @pytest.fixture(scope="module")
 def bench():

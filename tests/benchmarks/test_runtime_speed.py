@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench_helpers import load_benchmark
+
+pytestmark = pytest.mark.needs_data  # the prompts are cut from train/lima.json
 
 
 def test_every_variant_runs_once_per_repeat_and_keeps_its_own_numbers():

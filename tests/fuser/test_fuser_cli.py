@@ -1,6 +1,8 @@
 import argparse
 import json
 
+import pytest
+
 from c2c.cli import fuser as cli
 from c2c.fuser.data import Question
 from c2c.bench.fuser_records import CONDITIONS
@@ -59,12 +61,11 @@ def test_cli_train_then_eval_end_to_end(make_link, tiny_rt, data_root, tmp_path,
     assert out["sharers"] == ["tiny-gemma3", "self"] and len(out["artifact"]["id"]) == 64
 
 
+@pytest.mark.needs_data  # the questions the committed records are of
 def test_fuser_eval_recomputes_the_docs_pair_b_figures_from_the_committed_records(capsys, monkeypatch):
     """`c2c fuser eval --records` over the committed records of general pair (b) gives the README's numbers
     (ARC-Easy test, and the pooled row of the four reported splits) without loading a model."""
     from pathlib import Path
-
-    import pytest
 
     from c2c.bench.fuser_records import BENCHMARKS
     from c2c.fuser.data import data_root

@@ -120,3 +120,33 @@ def test_an_id_another_domain_holds_reads_as_one_that_does_not_exist(tiny_server
     _, b = run_case("made_up", tiny_server)
     ids = [x for x in (a["error"]["message"].split()[2], b["error"]["message"].split()[2])]
     assert fe.same_answer(a["error"]["message"], b["error"]["message"], *ids)
+
+
+def test_a_commit_that_keeps_no_text_falls_back_to_its_own_tokens_in_auto(tiny_server):
+    """Probe 3 / #54: a commit the library or vLLM published keeps no text in its header; attached in auto where
+    a check fails, it was a 409 ("not published by c2c serve"). It is read as text from its own tokens after
+    its shared prefix (the sender's system turn never read out)."""
+    from c2c.runtime import zoo
+    from c2c.serve.render import Message, render
+
+    publish(tiny_server, "analyst")  # research's key exists
+    rt = zoo.load("tiny-qwen2")
+    secret_system = Message(role="system", content="Private: the analyst's instructions, never to be shared.")
+    rendering = render(rt, [secret_system, Message(role="user", content="Evidence: the outage began at 09:14.")],
+                       generation_prompt=False)
+    _, cache = rt.prefill(list(rendering.token_ids))
+    art = Artifact.build(cache, fingerprint=Fingerprint.of(rt), prefix=PrefixRef.of(rendering.prefix_ids),
+                         producer={"agent": "analyst", "domain": fe.DOMAIN})
+    with research_store(tiny_server) as s:
+        cid = s.put(sign(art, Keyring(tiny_server.home / "keys").signing_key(fe.DOMAIN)).encode(),
+                    stream=f"fe-{uuid.uuid4().hex[:8]}").id
+    body = {"model": "tiny-qwen2", "messages": [SYSTEM, QUESTION], "max_tokens": 2,
+            "c2c": {"attach": [cid], "mode": "auto"}}      # SYSTEM differs from the commit's: the prefix check fails
+    resp = httpx.post(tiny_server.url("/v1/chat/completions"), json=body, headers=tiny_server.headers("writer"),
+                      timeout=60)
+    assert resp.status_code == 200, resp.text
+    [rec] = resp.json()["c2c"]["attach"]
+    assert rec["path"] == "text" and rec["used"] == "text" and rec["tokens"] > 0
+    # the text read out (its bytes are the record's) is the evidence turn, never the longer system turn before it
+    evidence, secret = "Evidence: the outage began at 09:14.", secret_system.content
+    assert len(evidence) <= rec["bytes"] < len(secret)

@@ -218,3 +218,23 @@ def test_an_absurd_events_cursor_is_400(tiny_server, after, headers):
 @pytest.mark.parametrize("query", ["timeout_s=1e400", "timeout_s=1e12"])  # both were streams without end
 def test_events_timeout_is_bounded(tiny_server, query):
     assert events_error(tiny_server, query)["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "functions"),   # legacy: was ignored, 200
+    ({"function_call": "auto"}, "function_call"),                                        # legacy: was ignored, 200
+    ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": [SYSTEM, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages.1.tool_calls"),
+])
+def test_a_field_this_server_does_not_serve_is_refused_naming_it(tiny_server, extra, param):
+    """Probe 3: these refusals carried ``param: null``, and the legacy ``functions``/``function_call`` were
+    silently ignored (200)."""
+    resp = post(tiny_server, {**GOOD, **extra})
+    assert resp.status_code == 400, resp.text
+    e = error_of(resp)
+    assert (e["code"], e["param"], e["c2c_error"]) == ("invalid_request", param, None), e
+    assert "not supported" in e["message"]

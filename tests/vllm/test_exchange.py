@@ -13,11 +13,13 @@ from c2c.artifact.codec import Artifact
 from c2c.vllm import staging, tickets
 from c2c.vllm.connector_config import ConnectorConfig
 from c2c.vllm.commits import Attacher, Publisher, Request
-from c2c.vllm.api_middleware import error_response
+from c2c.vllm.api_middleware import error_response, native_refusal
 from c2c.store import open_store
 from c2c.runtime.facts import EngineId
 from c2c.testing.synthetic import synthetic_fingerprint
 from c2c.trust.keys import Keyring
+
+from vllm_helpers import tamper_chunk
 
 FP = replace(synthetic_fingerprint(), backend=EngineId.parse("vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128"))
 TOKENS = tuple(range(1000, 1040))   # 40 tokens: two whole 16-token blocks and 8 more
@@ -138,6 +140,26 @@ def test_invisible_or_untrusted_commits_are_errors_in_every_mode(world):
         assert attacher().check("nope", mode, list(TOKENS)).error["type"] == "ConfigError"
 
 
+def test_a_tampered_chunk_is_an_error_in_every_mode_and_a_store_outage_a_prefill_in_auto(world):
+    """Damaged stored bytes are reported (c2c serve's 422 ``store_corrupt``) in ``auto`` too, never prefilled over
+    in silence; a store that is down is still an ordinary prefill in ``auto``, with the reason."""
+    pub, attacher, url, _, root = world
+    cid = publish(pub, root)["commit"]
+    with open_store(url) as store:
+        tamper_chunk(store.in_domain("research"), cid)
+    for mode in ("auto", "full"):
+        v = attacher().check(cid, mode, list(TOKENS) + [1])
+        assert v.error is not None and v.error["type"] == "ChunkCorruptError", (mode, v.record)
+        assert v.staged is None and v.load_tokens == 0 and v.record["path"] == "error"
+        status, body = error_response(v.error)
+        assert (status, body["error"]["code"], body["error"]["c2c_error"]) == (422, "store_corrupt",
+                                                                               "ChunkCorruptError")
+    down = attacher(store_url="redis://127.0.0.1:1/0")   # nothing listens there
+    v = down.check(cid, "auto", list(TOKENS) + [1])
+    assert v.error is None and v.record["path"] == "text" and "StoreError" in v.record["reason"]
+    assert down.check(cid, "full", list(TOKENS) + [1]).error["type"] == "StoreError"
+
+
 def test_an_attached_parent_is_recorded_and_counts_a_hop(world):
     pub, attacher, url, _, root = world
     first = publish(pub, root)["commit"]
@@ -165,6 +187,19 @@ def test_error_replies_take_c2c_serves_status_and_shape():
     assert error_response({"type": "UnknownSignerError", "message": ""})[0] == 422
     status, body = error_response({"type": "NotAClass", "message": "x"})
     assert status == 500 and body["error"]["c2c_error"] is None
+
+
+def test_vllms_unknown_model_refusal_takes_c2c_serves_shape_and_nothing_else_does():
+    vllm_404 = {"error": {"message": "The model `nope` does not exist. Valid aliases: smol.", "type": "NotFoundError",
+                          "param": "model", "code": 404}}
+    status, body = native_refusal(404, vllm_404)
+    assert status == 404 and body == {"error": {"message": vllm_404["error"]["message"], "type": "not_found_error",
+                                                "code": "model_not_found", "param": None,
+                                                "c2c_error": "UnknownModelError"}}
+    bad_request = {"error": {"message": "temperature", "type": "BadRequestError", "param": "temperature", "code": 400}}
+    for other in ((400, bad_request), (404, {"error": {**vllm_404["error"], "param": ["model"]}}),
+                  (404, body), (401, {"error": "Unauthorized"}), (200, [1, 2]), (404, {"object": "list"})):
+        assert native_refusal(*other) is None, other     # passes as vLLM (or c2c) made it
 
 
 def test_an_edited_commit_is_refused_by_name_and_prefilled_in_auto(world):

@@ -9,9 +9,11 @@ check is refused by name (``KV_REFUSED``), never accepted unchecked.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 
+import httpx
 import pytest
 from openai import APIStatusError, OpenAI
 
@@ -23,7 +25,7 @@ from c2c.testing import front_ends as fe
 from c2c.trust.keys import Keyring
 from c2c.trust.signing import sign
 
-from vllm_helpers import FOLLOW_UP, OTHER, SYSTEM, chat, kv
+from vllm_helpers import FOLLOW_UP, OTHER, SYSTEM, chat, kv, tamper_chunk
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.redis]
 
@@ -97,11 +99,7 @@ def run_case(case: str, client, server) -> tuple[fe.Outcome, dict]:
         return attach(client, messages, cid)
     if case == "tampered":
         with open_store(server.store_url) as store:
-            s = store.in_domain(fe.DOMAIN)
-            where = f"{s.prefix}chunk:{s._load(cid)[2][-1][0]}"  # its last chunk: its own tokens only
-            raw = bytearray(s._r.get(where))
-            raw[len(raw) // 2] ^= 1
-            s._r.set(where, bytes(raw))
+            tamper_chunk(store.in_domain(fe.DOMAIN), cid)
         return attach(client, messages, cid)
     if case == "wrong_model":
         with open_store(server.store_url) as store:
@@ -148,3 +146,65 @@ def test_a_publish_shared_through_vllm_is_granted_as_through_c2c_serve(client, v
     with pytest.raises(APIStatusError) as e:  # a bad domain in the share list: a 400, nothing published
         chat(client, [SYSTEM, question], {"publish": {"stream": "fe-share", "share": ["green\n"]}}, max_tokens=2)
     assert e.value.status_code == 400 and e.value.body["c2c_error"] == "ConfigError"
+
+
+def test_a_tampered_chunk_is_refused_in_every_mode_as_c2c_serve_refuses_it(client, vllm_server):
+    """Not an ordinary prefill in ``auto``: the tampering is reported (422 ``store_corrupt``), for a stream before
+    any token; nothing of the chunk is loaded in any mode."""
+    messages, pub = publish(client)
+    with open_store(vllm_server.store_url) as store:
+        tamper_chunk(store.in_domain(fe.DOMAIN), pub["commit"])
+    want = fe.expected("tampered", checks_kv=False).comparable()
+    for mode in ("auto", "full"):
+        status, body = attach_in(client, messages, pub["commit"], mode)
+        assert status == 422, (mode, body)                                            # auto: not a prefill
+        assert fe.of_body(status, body).comparable() == want, (mode, body)
+        assert body["kv_transfer_params"]["c2c"]["attach"]["path"] == "error", body   # the reply says what failed
+    with pytest.raises(APIStatusError) as e:
+        list(client.chat.completions.create(model="smol", messages=messages, max_tokens=2, temperature=0, stream=True,
+                                            extra_body={"kv_transfer_params": {"c2c": {"attach": pub["commit"]}}}))
+    assert (e.value.status_code, e.value.body["code"], e.value.body["c2c_error"]) == (
+        422, "store_corrupt", "ChunkCorruptError")
+
+
+def attach_in(client, messages, cid, mode) -> tuple[int, dict]:
+    """Attach ``cid`` in ``mode``: (the status, the error reply's whole body or the reply's c2c record)."""
+    try:
+        r = chat(client, messages, {"attach": cid, "mode": mode}, max_tokens=2)
+    except APIStatusError as e:
+        return e.status_code, e.response.json()
+    return 200, kv(r)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/chat/completions", {"messages": [SYSTEM, FOLLOW_UP]}),
+    ("/chat/completions", {"messages": [SYSTEM, FOLLOW_UP], "stream": True}),
+    ("/chat/completions", {"messages": [SYSTEM, FOLLOW_UP], "c2c": {"attach": ["ab" * 32], "mode": "auto"}}),
+    ("/chat/completions", {"messages": [SYSTEM, FOLLOW_UP], "stream": True,
+                           "kv_transfer_params": {"c2c": {"publish": {"stream": "fe-model"}}}}),
+    ("/completions", {"prompt": "Give the incident a title."}),
+], ids=["chat", "stream", "c2c-field", "native-stream", "completions"])
+def test_a_model_it_does_not_serve_is_refused_in_c2c_serves_shape(vllm_server, path, body):
+    """vLLM's own 404 (``type: "NotFoundError"``, ``code: 404``) becomes c2c serve's, whatever the request carries."""
+    r = httpx.post(vllm_server.base_url + path, json={"model": "no-such-model", "max_tokens": 2, **body}, timeout=120)
+    assert r.status_code == 404, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "code", "param", "c2c_error"}, err
+    assert (err["type"], err["code"], err["c2c_error"]) == ("not_found_error", "model_not_found", "UnknownModelError")
+    assert "no-such-model" in err["message"] and "smol" in err["message"], err   # names what it serves
+
+
+@pytest.mark.parametrize("content", [
+    b'{"model": "smol", "messages": [',                                                      # not JSON
+    b'{"model": "smol", "c2c": {"attach": ',                                                 # not JSON, c2c in it
+    {"model": "smol", "messages": [SYSTEM, FOLLOW_UP], "temperature": -1},                   # a bad sampling value
+    {"model": "smol", "messages": [{"role": "user", "content": "incident " * 3000}]},        # past --max-model-len
+], ids=["not-json", "not-json-c2c", "temperature", "too-long"])
+def test_vllms_other_refusals_keep_its_shape_and_are_never_5xx(vllm_server, content):
+    """What docs/vllm.md says keeps vLLM's own error shape (``code`` the status as a number, no ``c2c_error``)."""
+    body = content if isinstance(content, bytes) else json.dumps({"max_tokens": 2, **content}).encode()
+    r = httpx.post(vllm_server.base_url + "/chat/completions", content=body,
+                   headers={"content-type": "application/json"}, timeout=120)
+    assert 400 <= r.status_code < 500, r.text
+    err = r.json()["error"]
+    assert err["code"] == r.status_code and "c2c_error" not in err, err

@@ -46,3 +46,23 @@ def refused(client, messages, c2c) -> APIStatusError:
     with pytest.raises(APIStatusError) as info:
         chat(client, messages, c2c)
     return info.value
+
+
+def tamper_chunk(store, commit_id: str) -> None:
+    """Flip one stored byte of ``commit_id``'s last chunk (its own tokens only), behind the store's back.
+
+    ``store``: a domain's part of a SQLite or Redis store (``open_store(url).in_domain(d)``).
+    """
+    from c2c.store.redis import RedisStore
+
+    digest = store._load(commit_id)[2][-1][0]
+    if isinstance(store, RedisStore):  # the chunk's key
+        where = f"{store.prefix}chunk:{digest}"
+        raw = bytearray(store._r.get(where))
+        raw[len(raw) // 2] ^= 1
+        store._r.set(where, bytes(raw))
+        return
+    path = store._chunk_path(store.domain, digest)   # SQLite: the chunk's file
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    path.write_bytes(bytes(raw))

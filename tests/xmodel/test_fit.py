@@ -58,6 +58,7 @@ def test_models_with_other_vocabularies_are_refused(tiny_models, streams):
         fit(tiny_models["small"], other, FitConfig(tokens=400, seq_len=48), streams=streams, progress=False)
 
 
+@pytest.mark.needs_data  # the training corpora under train/
 def test_streams_come_from_the_training_corpora_never_lima(tiny_models):
     rt = tiny_models["small"]
     streams = token_streams(rt, 300, seq_len=64)
@@ -67,6 +68,7 @@ def test_streams_come_from_the_training_corpora_never_lima(tiny_models):
     assert not any("lima" in c for c in CORPORA)
 
 
+@pytest.mark.needs_data  # `c2c map fit` reads its streams from the training corpora
 def test_cli_map_fit_writes_a_map_that_loads(tiny_models, tmp_path, capsys):
     from c2c.cli.main import main
     from c2c.xmodel import load

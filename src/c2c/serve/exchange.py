@@ -51,6 +51,7 @@ from c2c.handoff.gate import SHARED_PARENTS, Admission, Gate, not_visible as _no
 from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime import placement
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
@@ -141,9 +142,11 @@ class Exchange:
 
     def publish(self, *, runtime: Runtime, principal: Principal, session: str | None, cache: KVCache,
                 rendering: Rendering, stream: str | None, labels: Sequence[str] = (),
-                parents: Sequence[str] = (), text_parents: Sequence[str] = (), share: Sequence[str] = ()) -> dict:
+                parents: Sequence[str] = (), text_parents: Sequence[str] = (), share: Sequence[str] = (),
+                pace: Pace = ONE_PASS) -> dict:
         """Commit ``cache`` (which covers exactly ``rendering``), whole or the slice of ``labels``, on
-        the caller's domain's ``stream``; ``share`` names other domains that may attach it.
+        the caller's domain's ``stream``; ``share`` names other domains that may attach it. A slice
+        re-prefilled after the shared prefix is prefilled at ``pace``.
 
         ``parents`` are the commits the session attached; ``text_parents``, those of them it
         read as text, which are no cache hop (:mod:`c2c.store.hops`). Parents another domain
@@ -166,7 +169,7 @@ class Exchange:
             try:
                 start, end = ctx.export_range(labels)
                 kv, isolation, _ = cut_slice(runtime, cache, ctx, labels, isolation="recompute",
-                                             prefix_cache=lambda: cache.slice(0, P))
+                                             prefix_cache=lambda: cache.slice(0, P), pace=pace)
             except HandoffError as e:
                 raise ConfigError(f"publish labels: {e}") from None
             span_labels = {"span": ",".join(labels), "isolation": isolation}
@@ -248,7 +251,7 @@ class Exchange:
         decision, used, rec = adm.decision, adm.path, adm.stored
         nbytes = len(rec.data)
         if used == "text":
-            text = _kept_text(artifact, cid)
+            text = _kept_text(artifact, cid, runtime=runtime)
             if decision.check("hops").ok is False and not foreign:  # cite the chain the cache would have extended
                 text += "\n" + adm.hops.fallback_text()
             parts = (text_turn(runtime, f"from:{agent}", f"Context from {agent} (c2c commit {cid[:12]}):\n{text}"),)
@@ -370,14 +373,28 @@ def _cache_parts(artifact: Artifact, label: str, text: str) -> tuple[tuple[Part,
         got.prefix
 
 
-def _kept_text(artifact: Artifact, cid: str, *, required: bool = True) -> str:
+def _kept_text(artifact: Artifact, cid: str, *, required: bool = True, runtime: Runtime | None = None) -> str:
+    """The commit's text for a text handoff: what ``c2c serve`` kept in its header, else (a commit the library or
+    vLLM published) its own tokens after its shared prefix, decoded by ``runtime`` when its tokenizer is the
+    commit's (the sender's private system turn, in the prefix, is never read out).
+
+    Raises:
+        HandoffError: ``required`` and no text can be had: none kept, and its tokens withheld, of another
+            tokenizer, or nothing beyond the prefix.
+    """
     kept = artifact.header.extra.get(TEXT_KEY)
-    if not isinstance(kept, dict) or not isinstance(kept.get("text"), str):
-        if not required:
-            return ""
-        raise HandoffError(f"commit {cid[:12]} keeps no text (it was not published by c2c serve), so it "
-                           "cannot be handed over as text; attach it with mode full or slice")
-    return kept["text"]
+    if isinstance(kept, dict) and isinstance(kept.get("text"), str):
+        return kept["text"]
+    h = artifact.header
+    if runtime is not None and h.tokens is not None and h.fingerprint.tokenizer_digest == runtime.tokenizer_digest:
+        ids = h.tokens[h.prefix.length:] if h.start == 0 else h.tokens
+        text = runtime.decode(ids).strip() if ids else ""
+        if text:
+            return text
+    if not required:
+        return ""
+    raise HandoffError(f"commit {cid[:12]} keeps no text and its tokens cannot be read as text here (withheld, of "
+                       "another tokenizer, or nothing beyond its shared prefix); attach it with mode full or slice")
 
 
 def _text_between(rendering: Rendering, start: int, end: int) -> str:

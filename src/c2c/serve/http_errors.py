@@ -68,7 +68,8 @@ def schema_error_body(errors: list[dict[str, Any]]) -> dict[str, Any]:
         return ".".join(str(x) for x in err.get("loc", ()) if x != "body")
 
     message = "; ".join(f"{where(err) or 'body'}: {err.get('msg')}" for err in errors[:5])
-    return body(message or "invalid request", 400, "invalid_request", param=ctx.get("param") or where(first) or None)
+    param = ".".join(x for x in (where(first), ctx.get("param")) if x)  # a field's own error names a field in it
+    return body(message or "invalid request", 400, "invalid_request", param=param or None)
 
 
 def error_bytes(payload: dict[str, Any]) -> bytes:

@@ -21,8 +21,9 @@ Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 ``temperature: 0`` is greedy and deterministic.
 
 NOTE: OpenAI fields this server does not know are ignored (clients such as
-LangChain send a few); those it cannot honour (``n > 1``, ``tools``, ``logprobs``,
-a JSON ``response_format``) are refused. Inside ``c2c`` every unknown key is refused.
+LangChain send a few); those it cannot honour (``n > 1``, ``tools`` and the legacy
+``functions``/``function_call``, ``logprobs``/``top_logprobs``, a JSON ``response_format``) are
+refused, the error's ``param`` naming the field. Inside ``c2c`` every unknown key is refused.
 
 Every request body is checked whole before its fields (:class:`RequestBody`): each
 string in it, keys and ignored fields included, must encode as UTF-8 (JSON's
@@ -81,6 +82,11 @@ class RequestBody(InModel):
         return data
 
 
+def _unsupported(param: str, message: str) -> PydanticCustomError:
+    """A refusal of a field this server does not serve, naming the field as the error's ``param``."""
+    return PydanticCustomError("unsupported", message, {"param": param})  # (no braces in message: a template)
+
+
 class TextPart(InModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["text"]
@@ -98,7 +104,8 @@ class ChatMessageIn(InModel):
     @model_validator(mode="after")
     def _no_tools(self) -> "ChatMessageIn":
         if self.tool_calls:
-            raise ValueError("tool calls are not supported by this server")
+            raise _unsupported("tool_calls", "tool calls are not supported by this server: send the tool's result "
+                                             "as text in a user or tool message")
         return self
 
     def to_message(self) -> Message:
@@ -163,17 +170,25 @@ class ChatCompletionIn(RequestBody):
     n: int | None = Field(default=None, ge=1, le=1, description="only 1")
     tools: list[Any] | None = None
     logprobs: bool | None = None
+    top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None
+    functions: list[Any] | None = None     # OpenAI's legacy form of tools: refused by name, never ignored
+    function_call: Any = None
     c2c: C2CIn | None = None
 
     @model_validator(mode="after")
     def _supported(self) -> "ChatCompletionIn":
-        if self.tools:
-            raise ValueError("tools are not supported by this server")
-        if self.logprobs:
-            raise ValueError("logprobs are not supported by this server")
+        for name in ("tools", "functions", "function_call"):
+            if getattr(self, name):
+                raise _unsupported(name, f"the field {name} is not supported by this server yet (tool calling "
+                                   "is planned); describe the tools in the system message, or leave the field out")
+        if self.logprobs or self.top_logprobs:
+            raise _unsupported("logprobs" if self.logprobs else "top_logprobs",
+                               "logprobs are not supported by this server; leave logprobs and top_logprobs out")
         if self.response_format and self.response_format.get("type", "text") != "text":
-            raise ValueError("only response_format {'type': 'text'} is supported")
+            kind = str(self.response_format.get("type"))[:40]
+            raise _unsupported("response_format", f"response_format type {kind!r} is not supported by this server "
+                                                  "(only 'text'); ask for JSON in the prompt instead")
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         if len(stops) > 4 or not all(stops):
             raise ValueError("stop: give at most 4 non-empty strings")

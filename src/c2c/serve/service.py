@@ -296,7 +296,7 @@ class ChatService:
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
                                               cache=commit_cache, rendering=whole, stream=req.publish.stream,
                                               labels=req.publish.labels, parents=attached,
-                                              text_parents=via_text, share=req.publish.share)
+                                              text_parents=via_text, share=req.publish.share, pace=pace)
             self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])
         t_end = time.perf_counter()
         for kind, n in (("prompt", n_prompt), ("cached", prepared.cached), ("completion", decoded.completion_tokens)):

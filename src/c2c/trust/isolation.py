@@ -37,6 +37,7 @@ from typing import Callable, Literal, Sequence
 from c2c.context import Context
 from c2c.errors import ConfigError, HandoffError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 
 Transport = Literal["cache", "text"]
 Isolation = Literal["recompute", "positions"]
@@ -133,17 +134,17 @@ def exported_tokens(ctx: Context, labels: Sequence[str] | None = None) -> tuple[
     return tuple(t for a, b in exportable_ranges(ctx, labels) for t in ctx.token_ids[a:b])
 
 
-def recompute_after(runtime, prefix_cache: KVCache, ids: Sequence[int]) -> KVCache:
+def recompute_after(runtime, prefix_cache: KVCache, ids: Sequence[int], pace: Pace = ONE_PASS) -> KVCache:
     """K/V of ``ids`` computed after ``prefix_cache`` (the shared prefix) and nothing else.
 
     Returns a slice at positions ``[prefix_cache.end, prefix_cache.end + len(ids))``,
-    layout ``[1, kv_heads, seq_len, head_dim]`` per layer. Costs one prefill of ``ids``.
+    layout ``[1, kv_heads, seq_len, head_dim]`` per layer. Costs one prefill of ``ids``, at ``pace``.
     """
     if prefix_cache.start != 0:
         raise ConfigError("prefix_cache must start at position 0 (the shared prefix)")
     if not ids:
         raise HandoffError("nothing to recompute: the slice holds no token")
-    _, full = runtime.prefill(list(ids), past=prefix_cache)
+    _, full = pace.prefill(runtime, list(ids), prefix_cache)
     return full.slice(prefix_cache.end, full.end)
 
 
@@ -160,7 +161,7 @@ def recompute_clean(runtime, ctx: Context, prefix_cache: KVCache, labels: Sequen
 
 
 def cut_slice(runtime, cache: KVCache, ctx: Context, labels: Sequence[str], *, isolation: str | None,
-              prefix_cache: KVCache | Callable[[], KVCache]) -> tuple[KVCache, str, bool]:
+              prefix_cache: KVCache | Callable[[], KVCache], pace: Pace = ONE_PASS) -> tuple[KVCache, str, bool]:
     """The slice of ``cache`` covering the spans ``labels``, cut as ``isolation`` says: the one cut of every
     front-end (``Agent.export``, ``c2c serve``'s labelled publish).
 
@@ -171,6 +172,7 @@ def cut_slice(runtime, cache: KVCache, ctx: Context, labels: Sequence[str], *, i
             private span precedes the slice, else ``"positions"``.
         prefix_cache: the sender's K/V of the shared prefix (``[0, prefix_len)``), or a callable that gives
             it, called only when a recompute needs it.
+        pace: the passes a recompute runs in (a server's prefill chunk, its turn free to pass between them).
 
     Returns:
         (the slice, the isolation used, whether it was re-prefilled: one prefill of its tokens).
@@ -188,7 +190,7 @@ def cut_slice(runtime, cache: KVCache, ctx: Context, labels: Sequence[str], *, i
     if isolation == "recompute" and start > P:  # no trace of what lies between the prefix and the slice
         ids = ctx.token_ids[start:end]
         if P == 0:
-            return runtime.prefill(list(ids))[1], isolation, True
+            return pace.prefill(runtime, list(ids), None)[1], isolation, True
         prefix = prefix_cache() if callable(prefix_cache) else prefix_cache
-        return recompute_after(runtime, prefix, ids), isolation, True
+        return recompute_after(runtime, prefix, ids, pace), isolation, True
     return cache.slice(start, end), isolation, False

@@ -22,6 +22,10 @@ For ``/v1/chat/completions`` and ``/v1/completions`` it
       {"error": {"message", "type", "code", "param", "c2c_error": "PrefixMismatchError"},
        "kv_transfer_params": {"c2c": {...}}}        # or "c2c": {...}, as asked
 
+- **vLLM's own refusals that c2c's error table names**: a model the instance does not serve
+  (vLLM's 404 ``NotFoundError``, ``param: "model"``) becomes c2c serve's 404
+  ``model_not_found`` (``c2c_error: "UnknownModelError"``), vLLM's message kept
+  (:data:`NATIVE_REFUSALS`). Every other refusal of vLLM's own keeps vLLM's shape;
 - **streams** (``stream=True``): vLLM puts no ``kv_transfer_params`` in a stream, so the
   middleware names the request's ticket and holds the stream until the connector says
   the request passed its checks (an error is then an HTTP error, as from ``c2c serve``),
@@ -54,6 +58,29 @@ from c2c.vllm.connector_config import run_dir
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 PATHS = ("/v1/chat/completions", "/v1/completions")
 TICKET_WAIT_ENV = "C2C_VLLM_TICKET_WAIT_S"
+
+# vLLM's own refusals that c2c's one error table names: (status, vLLM's ``type``, ``param``) -> the c2c class.
+# NOTE: vLLM's reply is rewritten rather than the model checked here first: vLLM's --api-key middleware runs
+# inside this one, so a caller without the key learns nothing of the served names, and vLLM's own rule (its
+# aliases, LoRA adapters, VLLM_SKIP_MODEL_NAME_VALIDATION) stays the only one.
+NATIVE_REFUSALS: dict[tuple[int, str, str | None], type[c2c_errors.C2CError]] = {
+    (404, "NotFoundError", "model"): c2c_errors.UnknownModelError,
+}
+
+
+def native_refusal(status: int, doc: Any) -> tuple[int, dict[str, Any]] | None:
+    """(status, body) in the one error shape for a reply of vLLM's own that :data:`NATIVE_REFUSALS` names
+    (``{"error": {"message", "type", "param", "code": <int>}}``), as ``c2c serve`` answers the same refusal;
+    None for any other reply, which passes as vLLM made it."""
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(err, dict) or "c2c_error" in err:
+        return None
+    param = err.get("param")
+    cls = NATIVE_REFUSALS.get((status, str(err.get("type")), param if isinstance(param, str) else None))
+    if cls is None:
+        return None
+    return c2c_errors.error_payload(cls(str(err.get("message") or "refused by vLLM")))
+
 
 def error_response(err: dict[str, str]) -> tuple[int, dict[str, Any]]:
     """(status, body) for a connector error ``{"type": class name, "message": ...}``: the one error table's
@@ -201,9 +228,15 @@ class _Whole:
     async def rewrite(self, status: int, body: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         try:
             doc = json.loads(body)
+        except ValueError:
+            return status, body, []
+        refusal = native_refusal(status, doc)
+        if refusal is not None:
+            return refusal[0], json.dumps(refusal[1]).encode(), []
+        try:
             out = doc[shapes.NATIVE]["c2c"]
             assert isinstance(out, dict)
-        except (ValueError, KeyError, TypeError, AssertionError):
+        except (KeyError, TypeError, AssertionError):
             return status, body, []
         shape = self.shape or shapes.Shape(name=shapes.NATIVE, ask=None)
         if isinstance(out.get("error"), dict):

@@ -14,11 +14,16 @@ a sampled or strict K/V check (``c2c keys policy``), the cache is refused, namin
 (:meth:`Gate.require_kv`), never silently accepted.
 
 ``full`` gets the cache or the first failed check's error; ``auto`` gets the cache or an
-ordinary prefill, with the reason. What may be loaded is a prefix of the prompt: the
-commit's tokens must begin the prompt. With the ``longest`` prefix policy an ``auto``
-attach loads the longest run of whole 16-token blocks the two share (at least one);
-``full`` and the ``exact`` policy need all of them. A verified commit's K/V are staged
-(:mod:`c2c.vllm.staging`) in the run directory for the worker to load.
+ordinary prefill, with the reason, where a check failed or the store is down
+(:data:`FALLS_BACK`). No mode falls back from :data:`FATAL`: a malformed or invisible id,
+bytes or a signature that do not verify, and stored chunks that no longer hash to their
+digests (:class:`~c2c.errors.StoreCorruptError`): tampering is reported (422
+``store_corrupt``, as ``c2c serve`` answers it in every mode), never prefilled over in
+silence. What may be loaded is a prefix of the prompt: the commit's tokens must begin the
+prompt. With the ``longest`` prefix policy an ``auto`` attach loads the longest run of whole
+16-token blocks the two share (at least one); ``full`` and the ``exact`` policy need all of
+them. A verified commit's K/V are staged (:mod:`c2c.vllm.staging`) in the run directory for
+the worker to load.
 
 :class:`Publisher` (worker side) turns a finished request's K/V into a signed artifact,
 commits it on the instance's domain's stream and settles the request's ticket.
@@ -38,7 +43,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (ArtifactError, C2CError, CommitNotVisibleError, ConfigError, EditedCacheError, HandoffError,
-                        StoreError, TrustError)
+                        StoreCorruptError, StoreError, TrustError)
 from c2c.handoff.decide import Party
 from c2c.handoff.gate import SHARED_PARENTS, Gate
 from c2c.handoff.policy import HandoffPolicy
@@ -52,7 +57,9 @@ from c2c.vllm import staging, tickets
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 MODES = ("auto", "full")
 MAX_SHARE = 16
-FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError)   # errors in every mode
+# errors in every mode: the id, the bytes, the signature or the stored chunks are bad (what c2c serve answers in auto)
+FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError, StoreCorruptError)
+FALLS_BACK = (StoreError, HandoffError)   # auto: a prefill, with the reason (a failed check, the store down)
 NOTE = "advisor not asked: the prompt already holds the text, so the alternative is its prefill"
 
 
@@ -120,7 +127,7 @@ class Verdict:
         staged: the verified K/V the request may load, staged for the worker (None unless loading).
         record: what the reply's ``kv_transfer_params.c2c.attach`` says.
         error: ``{"type", "message"}`` when the request must fail (any mode: a bad or invisible id,
-            a tampered commit; ``full``: any refusal).
+            a tampered commit or stored chunk; ``full``: any refusal).
     """
 
     commit: str
@@ -128,6 +135,16 @@ class Verdict:
     staged: str | None = None
     record: dict = field(default_factory=dict)
     error: dict | None = None
+
+
+def falls_back(e: C2CError, mode: str) -> bool:
+    """Whether an attach that failed with ``e`` is an ordinary prefill (``auto``) rather than an error reply.
+
+    A store that is down or a check that failed is a prefill in ``auto``; a damaged chunk
+    (:class:`~c2c.errors.StoreCorruptError`, a :class:`~c2c.errors.StoreError` too) is tampering to report in
+    every mode, as ``c2c serve`` does: nothing of it is loaded either way, but a caller must hear of it.
+    """
+    return mode == "auto" and isinstance(e, FALLS_BACK) and not isinstance(e, FATAL)
 
 
 def error_dict(e: C2CError) -> dict[str, str]:
@@ -220,7 +237,7 @@ class Attacher(_Scope):
             record["timings"] = {**adm.timings, "check_s": time.perf_counter() - t0 - sum(adm.timings.values())}
             return Verdict(commit=adm.commit, load_tokens=matched if staged else 0, staged=staged, record=record)
         except C2CError as e:
-            if mode == "auto" and not isinstance(e, FATAL) and isinstance(e, (StoreError, HandoffError)):
+            if falls_back(e, mode):
                 log.warning("c2c attach %s: %s; prefilling instead", commit_id[:12], e)
                 record.update(path="text", used="text", reason=f"fell back to prefill: {type(e).__name__}: {e}")
                 return Verdict(commit=commit_id, record=record)
