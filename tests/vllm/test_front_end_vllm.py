@@ -208,3 +208,18 @@ def test_vllms_other_refusals_keep_its_shape_and_are_never_5xx(vllm_server, cont
     assert 400 <= r.status_code < 500, r.text
     err = r.json()["error"]
     assert err["code"] == r.status_code and "c2c_error" not in err, err
+
+
+def test_no_query_value_reaches_vllms_access_log(vllm_server):
+    """Probe 3, item 7, at the vLLM front-end: vLLM's own uvicorn access log wrote the whole request target, so a
+    token sent in the URL was logged verbatim; the middleware installs c2c serve's redaction on it."""
+    secrets = {name: f"tok-leaked-{uuid.uuid4().hex}" for name in ("api_key", "auth_token", "jwt", "api%5Fkey")}
+    query = "&".join(f"{k}={v}" for k, v in secrets.items())
+    r = httpx.post(vllm_server.base_url + f"/chat/completions?{query}", timeout=120,
+                   json={"model": "smol", "max_tokens": 1, "messages": [SYSTEM, FOLLOW_UP]})
+    assert r.status_code == 200, r.text
+    httpx.get(vllm_server.base_url + f"/models?{query}", timeout=30)
+    log = vllm_server.log()
+    assert "/chat/completions?" in log and "api_key=[redacted]" in log   # the line is there, its values are not
+    for v in secrets.values():
+        assert v not in log

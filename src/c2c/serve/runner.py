@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import re
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -28,6 +26,7 @@ from c2c.serve.app import build_app
 from c2c.serve.http_errors import error_body
 from c2c.serve.serve_config import ServeConfig
 from c2c.serve.server import Server
+from c2c.trust.redact import redact_access_log
 
 
 def header_timeout_protocol(read_timeout_s: float) -> type[asyncio.Protocol]:
@@ -75,37 +74,6 @@ def header_timeout_protocol(read_timeout_s: float) -> type[asyncio.Protocol]:
     return HeaderTimeout
 
 
-REDACTED = "[redacted]"
-_QUERY = re.compile(r'\?[^\s"]*')  # a request target's query: from its "?" to the end of the target
-
-
-def redact_query(text: str) -> str:
-    """``text`` with the value of every query parameter replaced by ``[redacted]``, names kept
-    (``?after=0&api_key=...`` -> ``?after=[redacted]&api_key=[redacted]``), and a parameter without a
-    name (``?TOKEN``) replaced whole. Every value, not a list of credential names: a token sent in the
-    URL (refused, 401) may ride under any name or spelling (``auth_token``, ``jwt``, ``api%5Fkey``),
-    and a list always misses the next one."""
-    return _QUERY.sub(lambda m: "?" + "&".join(_redact_param(p) for p in m.group()[1:].split("&")), text)
-
-
-def _redact_param(param: str) -> str:
-    """One ``name=value`` of a query as ``name=[redacted]``; a bare one (no ``=``) as ``[redacted]``."""
-    name, eq, _ = param.partition("=")
-    return f"{name}={REDACTED}" if eq else REDACTED if param else param
-
-
-class RedactSecrets(logging.Filter):
-    """A filter for uvicorn's access log: a request line's query values (where a token sent in the URL
-    rides) never reach the log; its path, method, status and parameter names do."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(redact_query(a) if isinstance(a, str) else a for a in record.args)
-        elif isinstance(record.msg, str):
-            record.msg = redact_query(record.msg)
-        return True
-
-
 def run(config: ServeConfig) -> None:
     """Start a :class:`Server` and serve it on ``config.host:config.port`` until a signal stops it."""
     server = Server.start(config)
@@ -120,5 +88,5 @@ def run(config: ServeConfig) -> None:
                                  timeout_graceful_shutdown=config.shutdown_timeout_s or None,
                                  http=header_timeout_protocol(config.read_timeout_s),
                                  server_header=False, proxy_headers=False))
-    logging.getLogger("uvicorn.access").addFilter(RedactSecrets())  # after uvicorn set up its logging
+    redact_access_log()  # after uvicorn set up its logging: no query value reaches the access log
     uv.run()

@@ -32,7 +32,8 @@ For ``/v1/chat/completions`` and ``/v1/completions`` it
   and the chunk that carries ``finish_reason`` until the commit is in the store: that
   chunk carries the ``c2c`` record (``publish.commit`` among it), as ``c2c serve``'s does.
 
-It also names them in headers of a whole reply, for clients that keep no unknown reply
+It also keeps query values out of vLLM's access log (:mod:`c2c.trust.redact`, as ``c2c serve``
+does). It also names them in headers of a whole reply, for clients that keep no unknown reply
 fields (LangChain's ``ChatOpenAI(include_response_headers=True)``): ``x-c2c-commit`` (the
 published commit), ``x-c2c-handoffs`` (``<commit id, 12 chars>:<used>``, ``full`` or ``text``, as
 ``c2c serve`` names it) and ``x-c2c-attach`` (``<commit id, 12 chars>:<path>``, the path ``cache``
@@ -51,6 +52,7 @@ import os
 from typing import Any
 
 from c2c import errors as c2c_errors
+from c2c.trust.redact import redact_access_log
 from c2c.vllm import shape as shapes
 from c2c.vllm import tickets
 from c2c.vllm.connector_config import run_dir
@@ -98,6 +100,7 @@ class C2CMiddleware:
 
     def __init__(self, app):
         self.app = app
+        redact_access_log()  # vLLM's uvicorn access log: no query value (a token sent in the URL) reaches it
         self.wait_s = float(os.environ.get(TICKET_WAIT_ENV, "60"))
         self.root = run_dir()
 
