@@ -23,3 +23,14 @@ def tiny_server(tmp_path_factory):
     yield server
     server.stop()
 
+
+
+@pytest.fixture(scope="session")
+def roomy_server(tmp_path_factory):
+    """tiny-qwen2 with room for sessions of a few thousand tokens (the shared server keeps 0.5 MB), its default
+    64-token prefill chunk."""
+    root = tmp_path_factory.mktemp("serve-roomy")
+    server = ServeProcess(make_home(root), "--model", "tiny-qwen2", "--tokens", str(write_tokens(root / "tokens.json")),
+                          "--session-budget-mb", "64", "--default-max-tokens", "4").start()
+    yield server
+    server.stop()

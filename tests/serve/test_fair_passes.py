@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from serve_helpers import SYSTEM, ServeProcess, c2c_field, chat, make_home, write_tokens
+from serve_helpers import SYSTEM, ServeProcess, c2c_field, chat
 
 LONG = "Tool result 2: " + "lorem ipsum dolor sit amet " * 120   # about 3,200 tokens of tiny-qwen2
 
@@ -23,14 +23,9 @@ def a(text):
     return {"role": "assistant", "content": text}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """tiny-qwen2 with room for sessions of a few thousand tokens, its default 64-token prefill chunk."""
-    root = tmp_path_factory.mktemp("serve-fair-passes")
-    s = ServeProcess(make_home(root), "--model", "tiny-qwen2", "--tokens", str(write_tokens(root / "tokens.json")),
-                     "--session-budget-mb", "256", "--default-max-tokens", "2").start()
-    yield s
-    s.stop()
+@pytest.fixture
+def server(roomy_server):
+    return roomy_server
 
 
 def _while_busy(server: ServeProcess, long_call):

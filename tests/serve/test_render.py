@@ -1,6 +1,9 @@
-"""c2c.serve.render.continuation: where a request's messages begin with a commit's own tokens."""
+"""c2c.serve.render: where a request's messages begin with a commit's own tokens (continuation), and turn-by-turn
+rendering against the model's own template over the whole conversation."""
 
 from __future__ import annotations
+
+import pytest
 
 from c2c.errors import RuntimeUnsupportedError
 from c2c.serve.render import Part, Rendering, continuation
@@ -49,3 +52,34 @@ def test_on_the_text_path_or_where_the_kv_cannot_be_cut_the_messages_are_prefill
                      Part(label="from:a", token_ids=(3, 4), kv=KV((8, 8)))):   # K/V of other tokens (mapped)
         c = continuation(r, (1, 2, 3, 4), attached)
         assert c.messages == 1 and not c.carried and c.rendering is r
+
+
+CONVERSATIONS = {
+    "system and turns": [("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello!"), ("user", "And?")],
+    "consecutive users": [("system", "S"), ("user", "a"), ("user", "b"), ("assistant", "c")],
+    "long turns": [("system", "You read logs. " * 40), ("user", "line " * 300), ("assistant", "ok " * 200)],
+    "unicode": [("system", "S"), ("user", "héllo 世界 🚀 \u00a0tab\tend"), ("assistant", "ça va ✓")],
+    "no system": [("user", "Hi"), ("assistant", "Hello!"), ("user", "And?")],
+}
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
+def test_turn_by_turn_rendering_is_the_templates_rendering_of_the_whole_conversation(model):
+    """The rendering invariant (#54): the tokens c2c renders message by message are those of the model's own chat
+    template over the whole conversation, so a session's cache is the one a server rendering whole would build.
+    One deliberate difference: without a system message, the template inserts its default one (Qwen's "You are
+    Qwen...", SmolLM2's "You are a helpful AI assistant..."), which c2c does not: the rest is the same tokens."""
+    from c2c.runtime import zoo
+    from c2c.serve.render import Message, render
+
+    rt = zoo.load(model)
+    for name, turns in CONVERSATIONS.items():
+        msgs = [Message(role=r, content=c) for r, c in turns]
+        ours = render(rt, msgs).token_ids
+        whole = tuple(rt.encode(rt.render_chat([m.to_dict() for m in msgs], add_generation_prompt=True)))
+        if name != "no system":
+            assert ours == whole, name
+        else:   # the template's default system turn, then exactly ours
+            bos = len(rt.bos_ids)
+            assert len(whole) > len(ours) and whole[len(whole) - len(ours) + bos:] == ours[bos:], name

@@ -234,18 +234,6 @@ def test_a_session_stops_reusing_an_attached_cache_once_its_commit_goes_stale(ti
     assert e.value.body["c2c_error"] == "StaleCommitError"
 
 
-@pytest.fixture(scope="module")
-def roomy_server(tmp_path_factory):
-    """tiny-qwen2 with room for sessions of a few hundred tokens (the shared server keeps 0.5 MB)."""
-    from serve_helpers import ServeProcess, make_home, write_tokens
-
-    root = tmp_path_factory.mktemp("serve-roomy")
-    server = ServeProcess(make_home(root), "--model", "tiny-qwen2", "--tokens", str(write_tokens(root / "tokens.json")),
-                          "--session-budget-mb", "64", "--default-max-tokens", "4").start()
-    yield server
-    server.stop()
-
-
 def test_a_warm_session_fetches_only_the_chunks_after_what_it_holds(roomy_server):
     # #33: the session holds the shared prefix; the commit's chunks of it are not fetched
     system = {"role": "system", "content": "You are a careful analyst who checks every claim twice. " * 24}

@@ -32,3 +32,15 @@ def test_the_vllm_snippet_runs_as_written(block, vllm_server, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     path, cached = proc.stdout.split()
     assert path == "cache" and int(cached) > 0        # the writer continued from the analyst's commit
+
+
+def test_every_documented_vllm_start_sets_its_kv_cache_size():
+    """Probe 3, item 9: without VLLM_CPU_KVCACHE_SPACE vLLM's CPU backend asks for 0.92 of the machine's memory
+    and does not start on a 24 GiB machine; every command the docs give to start it sets the variable."""
+    starts = [b for b in doc_blocks.blocks(ROOT)
+              if "vllm.entrypoints.openai.api_server" in b.code or "vllm serve " in b.code.replace("`", "")]
+    assert starts, "the docs show no command that starts vLLM"
+    for b in starts:
+        for line in b.code.splitlines():
+            if "vllm.entrypoints.openai.api_server" in line or line.lstrip().startswith("vllm serve "):
+                assert "VLLM_CPU_KVCACHE_SPACE=" in line, (b.path, line)
