@@ -8,6 +8,7 @@ import torch
 
 from c2c.artifact import Artifact
 from c2c.errors import FingerprintMismatchError, UnverifiableError, VerificationFailedError
+from c2c.runtime.pace import Pace
 from c2c.trust.probe import kv_at_positions, layer0_kv
 from c2c.trust.verify import default_tolerance, stratified_positions, verify_kv
 
@@ -45,6 +46,19 @@ def test_honest_cache_passes_every_mode(qwen, qwen_art):
     assert s.max_error < 1e-4 and s.tolerance == default_tolerance(torch.float32, "cpu")
     t = verify_kv(qwen_art, qwen, mode="strict")
     assert t.passed and t.deep_positions == qwen_art.header.seq_len and t.max_error < 1e-4
+
+
+def test_a_strict_check_runs_at_the_pace_it_is_given(qwen, qwen_art):
+    """A server's strict check re-prefills the commit in passes of its prefill chunk (the turn free between
+    them), and rules as the one pass does, honest or tampered."""
+    n, calls = qwen_art.header.seq_len, []
+    pace = Pace(chunk=4, between=lambda: calls.append(1))
+    t = verify_kv(qwen_art, qwen, mode="strict", pace=pace)
+    assert t.passed and t.deep_positions == n and t.max_error < 1e-4 and len(calls) == -(-n // 4) > 1
+    c = qwen_art.cache
+    with pytest.raises(VerificationFailedError):
+        verify_kv(rebuild(qwen_art, keys=c.keys[:2] + (shifted(c.keys[2]),) + c.keys[3:]), qwen, mode="strict",
+                  pace=pace)
 
 
 def test_whole_layer_shift_is_caught(qwen, qwen_art):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from c2c.handoff.cross_engine import enforce
 from c2c.handoff.decide import Party
-from c2c.handoff.gate import Gate
+from c2c.handoff.gate import Gate, Receiver
 from c2c.handoff.policy import HandoffPolicy
 from c2c.store.fetch import FetchReport
 from c2c.team.agent import Agent
@@ -77,9 +77,9 @@ def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False,
     """
     team = agent.team
     gate = Gate(store, team.keyring)  # no floor of its own: the domain's stored policy, else the default check
-    adm = gate.admit(team.domain, commit_id, receiver=Party.of(agent),
-                     policy=lambda h: HandoffPolicy.build(policy, mode=h.kind), held=agent.cache,
-                     allow_stale=allow_stale)
+    receiver = Receiver(party=Party.of(agent), policy=lambda h: HandoffPolicy.build(policy, mode=h.kind),
+                        held=agent.cache, allow_stale=allow_stale)
+    adm = gate.admit(commit_id, receiver)
     decision, art = adm.decision, adm.artifact
     prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
     context = slice_context(art.header.start, prefix_ids, team.prefix_cache)

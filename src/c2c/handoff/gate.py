@@ -56,6 +56,7 @@ from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, Co
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import Edits, KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.store.fetch import FetchReport, fetch
 from c2c.store.hops import HopReport, hop_report
 from c2c.store.interface import Commit, CommitRecord, Store, check_id, check_stream
@@ -242,6 +243,38 @@ class Published:
                                                              "key_id": self.key.key_id[:16]}}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Receiver:
+    """The side that admits a commit, as :meth:`Gate.admit` reads it: one per front-end call.
+
+    Attributes:
+        party: who it is: its domain, model fingerprint and the shared prefix it holds.
+        policy: how the hop is asked for (mode, hop limit, ...), or a function of the signed header that
+            gives it (the library attaches a commit as what it is: its mode is the commit's kind).
+        held: its cache from position 0: chunks of tokens it holds are not fetched.
+        exact: check the held chunks against the commit's digests (False where its own K/V stand in for
+            them anyway: a server that re-prefills what it does not import).
+        match: for a receiver whose context is a prompt that a commit's tokens may begin (vLLM), the
+            (commit's, its own) prefixes to compare, from the signed header; None: the commit's signed
+            prefix against ``party.prefix``.
+        allow_stale: it goes on from a stale commit explicitly (flagged in its record); its staleness is
+            then no check of the decision.
+        advice_note: what its record says of the advisor, where the advisor is not asked.
+    """
+
+    party: Party
+    policy: HandoffPolicy | Callable[[ArtifactHeader], HandoffPolicy]
+    held: KVCache | None = None
+    exact: bool = True
+    match: Callable[[ArtifactHeader], tuple[PrefixRef, PrefixRef]] | None = None
+    allow_stale: bool = False
+    advice_note: str | None = None
+
+    @property
+    def domain(self) -> str:
+        return self.party.domain
+
+
 class Gate:
     """Admits and publishes commits against one store and keyring, each caller in its own trust domain.
 
@@ -291,40 +324,24 @@ class Gate:
         except CommitNotFoundError:  # CommitNotVisibleError included
             return "gone"
 
-    def admit(self, domain: str, commit_id: str, *, receiver: Party,
-              policy: HandoffPolicy | Callable[[ArtifactHeader], HandoffPolicy],
-              held: KVCache | None = None, exact: bool = True, advice_note: str | None = None,
-              max_hops: int | None = None, allow_stale: bool = False,
-              match: Callable[[ArtifactHeader], tuple[PrefixRef, PrefixRef]] | None = None) -> Admission:
+    def admit(self, commit_id: str, receiver: Receiver) -> Admission:
         """Locate, fetch, verify and decide one commit for ``receiver`` (see the module docstring).
 
-        Args:
-            domain: the receiving domain (``receiver.domain``).
-            policy: the hop's policy, or a function of the signed header that gives it (the library attaches
-                a commit as what it is: its mode is the commit's kind).
-            allow_stale: the caller goes on from a stale commit explicitly (flagged in its record); its
-                staleness is then no check of the decision.
-            held: the receiver's cache from position 0: chunks of tokens it holds are not fetched.
-            exact: check the held chunks against the commit's digests (False where the receiver's own K/V
-                stand in for them anyway).
-            match: for a receiver whose context is a prompt that a commit's tokens may begin (vLLM), the
-                (commit's, receiver's) prefixes to compare, from the signed header; default the commit's
-                signed prefix against ``receiver.prefix``.
-
         Raises:
-            ConfigError: a malformed id. CommitNotVisibleError: not visible to ``domain``.
+            ConfigError: a malformed id. CommitNotVisibleError: not visible to ``receiver``'s domain.
             ArtifactError, TrustError: its bytes or signature do not verify (any mode).
             DomainMismatchError, StaleCommitError, IncompatibleCacheError, HandoffError: an explicit mode and
                 a check failed.
         """
+        domain, policy, held, party = receiver.domain, receiver.policy, receiver.held, receiver.party
         t0 = time.perf_counter()
         cid = check_id(commit_id)
         store, owner = self.locate(domain, cid)
         foreign = owner != domain
         with store_errors():
             try:
-                rec, fetched = fetch(store, cid, held=None if foreign else held, fingerprint=receiver.fingerprint,
-                                     allow_stale=True, exact=exact)
+                rec, fetched = fetch(store, cid, held=None if foreign else held, fingerprint=party.fingerprint,
+                                     allow_stale=True, exact=receiver.exact)
             except CommitNotFoundError:  # collected since
                 raise not_visible(domain, cid) from None
         t1 = time.perf_counter()
@@ -343,17 +360,17 @@ class Gate:
         if callable(policy):
             policy = policy(h)
         with store_errors():
-            hops = hop_report(store, cid, max_hops=max_hops)
+            hops = hop_report(store, cid, max_hops=policy.max_hops)
         sender_prefix = h.prefix
-        if match is not None:
-            sender_prefix, mine = match(h)
-            receiver = replace(receiver, prefix=mine)
+        if receiver.match is not None:
+            sender_prefix, mine = receiver.match(h)
+            party = replace(party, prefix=mine)
         sender = Party(name=str(h.producer.get("agent", "?")), domain=sender_domain, fingerprint=h.fingerprint,
                        prefix=sender_prefix, shared_with=h.shared_with,
                        edited=None if h.edit is None else Edits.read(h.edit).summary())
-        decision = decide(sender, receiver, policy, hops=hops.depth + 1,
-                          stale=rec.stale_reason if rec.stale and not allow_stale else None, advice_note=advice_note,
-                          maps=self.maps)
+        decision = decide(sender, party, policy, hops=hops.depth + 1,
+                          stale=rec.stale_reason if rec.stale and not receiver.allow_stale else None,
+                          advice_note=receiver.advice_note, maps=self.maps)
         if foreign:
             decision = redact(decision, owner=owner, receiver=domain)
         adm = Admission(commit=cid, owner=owner, foreign=foreign, stored=rec, fetched=fetched, artifact=artifact,
@@ -365,7 +382,7 @@ class Gate:
         return adm
 
     def check_kv(self, adm: Admission, *, runtime, prefix_ids: Sequence[int], context=None,
-                 engine: bool = True) -> TrustReport | None:
+                 engine: bool = True, pace: Pace = ONE_PASS) -> TrustReport | None:
         """The receiving domain's checks on an admitted cache before it is placed: signature for the
         owner's domain, prefix, fingerprint and the K/V check of :attr:`Admission.verify`.
 
@@ -378,7 +395,7 @@ class Gate:
         if self.keyring is None:
             return None
         report = trust_check(adm.artifact, self.keyring, adm.owner, adm.verify, runtime=runtime,
-                             prefix_ids=list(prefix_ids), context=context, engine=engine)
+                             prefix_ids=list(prefix_ids), context=context, engine=engine, pace=pace)
         return SharedTrustReport.of(report, adm.owner) if adm.foreign else report
 
     @staticmethod

@@ -47,7 +47,7 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.canon import canonical_json
 from c2c.errors import C2CError, ConfigError, HandoffError, UnverifiableError
 from c2c.handoff.forecast import forecast
-from c2c.handoff.gate import SHARED_PARENTS, Admission, Gate, not_visible as _not_visible, store_errors
+from c2c.handoff.gate import SHARED_PARENTS, Admission, Gate, Receiver, not_visible as _not_visible, store_errors
 from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime import placement
@@ -59,14 +59,13 @@ from c2c.serve.mapped import ServedMap, mapped_parts
 from c2c.serve.render import Part, Rendering, text_turn
 from c2c.store.interface import Store, check_stream
 from c2c.store.hops import hop_report, text_parents_label
-from c2c.trust.isolation import cut_slice
-from c2c.trust.keys import Keyring, SigningKey, check_domain
+from c2c.trust.isolation import check_share, cut_slice
+from c2c.trust.keys import Keyring
 from c2c.trust.verify_policy import VerifyPolicy
 from c2c.trust.verify import slice_context
 from c2c.xmodel import MapOffer
 
 TEXT_KEY = "c2c.serve"
-MAX_SHARE = 16
 MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
 MAX_LABELS = 16
 ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
@@ -116,10 +115,6 @@ class Exchange:
         """The map this server holds from ``source``'s caches to ``target``'s (None: it holds none)."""
         return next((m.offer for m in self.maps if m.source is source and m.target is target), None)
 
-    def signing_key(self, domain: str) -> SigningKey:
-        """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
-        return self.gate.signing_key(domain)
-
     def scope(self, principal: Principal) -> Store:
         """The store as the caller's trust domain sees it: its streams, commits and events only."""
         return self.gate.scope(principal.domain)
@@ -134,7 +129,7 @@ class Exchange:
         for the reply).
         """
         check_stream(stream or principal.agent)
-        _check_share(share)
+        check_share(share)
         missing = sorted(set(_check_labels(labels)) - set(known))
         if missing:
             raise ConfigError(f"publish labels {missing} name no span of this conversation; its spans are "
@@ -158,7 +153,7 @@ class Exchange:
         """
         t0 = time.perf_counter()
         stream = check_stream(stream or principal.agent)
-        labels, share = _check_labels(labels), _check_share(share)
+        labels, share = _check_labels(labels), check_share(share)
         if cache.token_ids != rendering.token_ids:
             raise HandoffError("internal: the cache to publish does not cover the conversation")  # never expected
         P = len(rendering.prefix_ids)
@@ -201,7 +196,7 @@ class Exchange:
         return self.gate.locate(principal.domain, commit_id)
 
     def attach(self, commit_id: str, *, runtime: Runtime, principal: Principal, prefix_ids: Sequence[int],
-               mode: str, held: KVCache | None = None) -> Attachment:
+               mode: str, held: KVCache | None = None, pace: Pace = ONE_PASS) -> Attachment:
         """Fetch, check and decide one commit for a request whose shared prefix is ``prefix_ids``.
 
         A commit of another domain is read only where that domain's signed share list names the
@@ -222,10 +217,10 @@ class Exchange:
             mapped path for another served model's commit with a map ``decide()`` accepts).
         """
         t0 = time.perf_counter()
-        receiver = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
-                         prefix=PrefixRef.of(prefix_ids))
-        adm = self.gate.admit(principal.domain, commit_id, receiver=receiver, policy=HandoffPolicy(mode=mode),
-                              held=held, exact=False, advice_note=ADVISOR_NOTE)
+        party = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
+                      prefix=PrefixRef.of(prefix_ids))
+        adm = self.gate.admit(commit_id, Receiver(party=party, policy=HandoffPolicy(mode=mode), held=held,
+                                                  exact=False, advice_note=ADVISOR_NOTE))
         cid, foreign, artifact, h = adm.commit, adm.foreign, adm.artifact, adm.artifact.header
         agent = h.producer.get("agent", "?")
         t2 = time.perf_counter()
@@ -238,7 +233,7 @@ class Exchange:
                 label, kept = f"from:{agent}", _kept_text(artifact, cid, required=False)
                 if adm.path == "cache":
                     trust = self.gate.check_kv(adm, runtime=runtime, prefix_ids=prefix_ids,
-                                               context=slice_context(h.start, prefix_ids))
+                                               context=slice_context(h.start, prefix_ids), pace=pace)
                     parts, prefix_kv = _cache_parts(artifact, label, kept)
                 else:
                     served = next(m for m in self.maps if m.offer.map_id == adm.decision.map_id)
@@ -320,13 +315,6 @@ class Exchange:
 def not_visible(principal: Principal, commit_id: str):
     """The one answer for an id the caller may not see (:func:`c2c.handoff.gate.not_visible`)."""
     return _not_visible(principal.domain, commit_id)
-
-
-def _check_share(share: Sequence[str]) -> tuple[str, ...]:
-    share = tuple(share or ())
-    if len(share) > MAX_SHARE:
-        raise ConfigError(f"publish share: name at most {MAX_SHARE} trust domains")
-    return tuple(sorted({check_domain(d) for d in share}))
 
 
 def advise_hop(runtime: Runtime, *, message_tokens: int, context_tokens: int = 0, hops: int = 1,

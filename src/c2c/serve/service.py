@@ -217,7 +217,7 @@ class ChatService:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
                                         [m.label for m in rest] + ["assistant"], req.publish.share)
         prefix = prefix_ids(rt, system)
-        got = self._attachments(principal, req, rt, session, prefix)
+        got = self._attachments(principal, req, rt, session, prefix, pace)
         attachments, attached, via_text, records, prefix_kv, continues = (
             got.parts, got.attached, got.via_text, got.records, got.prefix_kv, got.continues)
         if got.unheld:  # a continued commit went stale: its K/V on the caller's messages are re-prefilled
@@ -324,7 +324,7 @@ class ChatService:
                           usage_extra=extra)
 
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
-                     prefix: tuple[int, ...]) -> "_Attached":
+                     prefix: tuple[int, ...], pace: Pace) -> "_Attached":
         """What this request attaches (:class:`_Attached`): the commits it names, else the session's own.
 
         A session's cache attachment whose commit has gone stale since is not reused: the
@@ -360,7 +360,7 @@ class ChatService:
                     kept[c] = ()
                 at += n
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode,
-                                      held=session.cache) for cid in attach if cid not in kept]
+                                      held=session.cache, pace=pace) for cid in attach if cid not in kept]
         for a in found:
             self.metrics.handoffs.labels(path=a.path, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)

@@ -26,8 +26,7 @@ from c2c.runtime import edit, placement
 from c2c.runtime.protocol import Generation, Runtime
 from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.team.roles import AdapterPolicy, admit
-from c2c.trust.isolation import ISOLATIONS, cut_slice
-from c2c.trust.keys import check_domain
+from c2c.trust.isolation import ISOLATIONS, check_share, cut_slice
 from c2c.trust.signing import sign
 
 
@@ -212,7 +211,7 @@ class Agent:
         artifact = Artifact.build(
             cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
             producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels,
-            extra={SHARE_KEY: sorted({check_domain(d) for d in share})} if share else None)
+            extra={SHARE_KEY: list(check_share(share, field="share"))} if share else None)
         if self.team.keyring is not None:
             artifact = sign(artifact, self.team.keyring.signing_key(self.team.domain))
         return artifact

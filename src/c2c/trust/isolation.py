@@ -38,6 +38,7 @@ from c2c.context import Context
 from c2c.errors import ConfigError, HandoffError
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.pace import ONE_PASS, Pace
+from c2c.trust.keys import check_domain
 
 Transport = Literal["cache", "text"]
 Isolation = Literal["recompute", "positions"]
@@ -120,6 +121,24 @@ def require_exportable(ctx: Context, start: int, end: int) -> None:
     if hit:
         raise HandoffError(f"positions [{start}:{end}) include private spans {hit}; export only "
                            "exportable_ranges(ctx), or hand off by text")
+
+
+#: the most trust domains one commit may be shared with
+MAX_SHARE = 16
+
+
+def check_share(share: Sequence[str] | None, *, field: str = "publish share") -> tuple[str, ...]:
+    """``share`` (the other trust domains a commit is granted to) checked and sorted, duplicates gone: the one
+    rule of every front-end that publishes.
+
+    Raises:
+        ConfigError: not a list of at most :data:`MAX_SHARE` valid domain names; the message names ``field``.
+    """
+    if share is None:
+        return ()
+    if isinstance(share, (str, bytes)) or not isinstance(share, Sequence) or len(share) > MAX_SHARE:
+        raise ConfigError(f"{field} must be a list of at most {MAX_SHARE} trust domains")
+    return tuple(sorted({check_domain(d) for d in share}))
 
 
 def minimize(cache: KVCache, ctx: Context, labels: Sequence[str] | None = None) -> tuple[KVCache, ...]:

@@ -66,6 +66,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.canon import token_digest
 from c2c.errors import ConfigError, UnverifiableError, VerificationFailedError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.trust.probe import PROBE_CHUNK, kv_at_positions, layer0_kv
 
 KVMode = Literal["sample", "strict"]
@@ -199,7 +200,8 @@ def slice_context(start: int, prefix_ids: Sequence[int],
 def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: int = DEFAULT_SAMPLES,
               tolerance: float | None = None, context: KVCache | None = None,
               token_ids: Sequence[int] | None = None, rng: random.Random | None = None,
-              layer0: bool = True, allow_partial: bool = False, engine: bool = True) -> VerifyReport:
+              layer0: bool = True, allow_partial: bool = False, engine: bool = True,
+              pace: Pace = ONE_PASS) -> VerifyReport:
     """Re-compute the artifact's K/V with ``runtime``'s model and compare (see module docstring).
 
     Args:
@@ -218,6 +220,7 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
             only (the report's note says so); by default that raises :class:`UnverifiableError`.
         engine: compare the fingerprints' engines; ``False`` for a cache of another engine that
             :func:`c2c.handoff.decide` allowed (``HandoffPolicy.cross_engine``), which this check is for.
+        pace: the passes a ``strict`` re-prefill runs in (a server's prefill chunk, its turn free between them).
 
     Returns:
         a :class:`VerifyReport` (only when the artifact passed).
@@ -284,7 +287,7 @@ def verify_kv(artifact: Artifact, runtime, *, mode: KVMode = "sample", samples: 
             raise UnverifiableError(
                 f"strict verification of a slice starting at {cache.start} needs the cache of positions "
                 f"[0:{cache.start}) (context=...); without it only layer 0 can be checked (mode 'sample')")
-        found.append(_worst(_strict(runtime, cache, context), range(cache.start, cache.end)))
+        found.append(_worst(_strict(runtime, cache, context, pace), range(cache.start, cache.end)))
         deep = cache.seq_len
     else:
         deep_end = cache.end if edited_from is None else min(cache.end, edited_from)
@@ -330,9 +333,9 @@ def _needs_strict(full: KVCache, samples: int) -> bool:
     return any(w is not None and full.seq_len + min(samples, PROBE_CHUNK) > w - 1 for w in full.windows)
 
 
-def _strict(runtime, cache: KVCache, context: KVCache | None) -> torch.Tensor:
-    """Re-prefill and compare every layer: errors ``(layers, 2, T)`` (sliding layers padded with 0)."""
-    _, ref = runtime.prefill(list(cache.token_ids), past=context)
+def _strict(runtime, cache: KVCache, context: KVCache | None, pace: Pace = ONE_PASS) -> torch.Tensor:
+    """Re-prefill (at ``pace``) and compare every layer: errors ``(layers, 2, T)`` (sliding layers padded with 0)."""
+    _, ref = pace.prefill(runtime, list(cache.token_ids), context)
     ref = ref.slice(cache.start, cache.end)
     T = cache.seq_len
     out = torch.zeros(cache.num_layers, 2, T)

@@ -31,6 +31,7 @@ from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.trust.keys import Keyring
 from c2c.trust.signing import SignerInfo, verify_signature
@@ -120,7 +121,8 @@ class TrustReport:
 def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolicy | None = None, *,
           runtime=None, critical: bool = False, prefix_ids: Sequence[int] | None = None,
           context: KVCache | Callable[[Any], KVCache] | None = None, token_ids: Sequence[int] | None = None,
-          rng: random.Random | None = None, exact: bool = True, engine: bool = True) -> TrustReport:
+          rng: random.Random | None = None, exact: bool = True, engine: bool = True,
+          pace: Pace = ONE_PASS) -> TrustReport:
     """Everything a receiver in ``domain`` checks before attaching ``artifact``.
 
     Nothing the unverified header names is acted on before the signature, the
@@ -147,6 +149,7 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
             (``c2c verify``), where another CPU class or kernel is not a mismatch.
         engine: compare the engines; ``False`` where :func:`c2c.handoff.decide` rules on them (a
             :class:`~c2c.handoff.cross_engine.CrossEnginePolicy`), which then forces its own K/V check.
+        pace: the passes a ``strict`` check's re-prefill runs in (a server's prefill chunk).
 
     Raises:
         UnsignedArtifactError, BadSignatureError, UnknownSignerError, RevokedSignerError,
@@ -173,7 +176,7 @@ def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolic
             context = context(runtime)
         kv = verify_kv(artifact, runtime, mode=policy.kv, samples=policy.samples, tolerance=policy.tolerance,
                        context=context, token_ids=token_ids, rng=rng, allow_partial=policy.allow_partial,
-                       engine=engine)
+                       engine=engine, pace=pace)
     elif runtime is not None:
         Fingerprint.of(runtime).require_same(artifact.header.fingerprint, engine=engine)
     return TrustReport(artifact=artifact.id, domain=domain, policy=policy, signer=signer, kv=kv)

@@ -45,18 +45,18 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (ArtifactError, C2CError, CommitNotVisibleError, ConfigError, EditedCacheError, HandoffError,
                         StoreCorruptError, StoreError, TrustError)
 from c2c.handoff.decide import Party
-from c2c.handoff.gate import SHARED_PARENTS, Gate
+from c2c.handoff.gate import SHARED_PARENTS, Gate, Receiver
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import KVCache
 from c2c.store.interface import check_id, check_stream
 from c2c.store.url import open_store
-from c2c.trust.keys import Keyring, SigningKey, check_domain
+from c2c.trust.isolation import check_share
+from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.verify_policy import VerifyPolicy
 from c2c.vllm import staging, tickets
 
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 MODES = ("auto", "full")
-MAX_SHARE = 16
 # errors in every mode: the id, the bytes, the signature or the stored chunks are bad (what c2c serve answers in auto)
 FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError, StoreCorruptError)
 FALLS_BACK = (StoreError, HandoffError)   # auto: a prefill, with the reason (a failed check, the store down)
@@ -109,13 +109,9 @@ class Request:
         parents = pub.get("parents") or []
         if not isinstance(parents, list) or len(parents) > 64:
             raise ConfigError("kv_transfer_params.c2c.publish.parents must be a list of at most 64 commit ids")
-        share = pub.get("share") or []
-        if not isinstance(share, list) or len(share) > MAX_SHARE:
-            raise ConfigError(f"kv_transfer_params.c2c.publish.share must be a list of at most {MAX_SHARE} trust "
-                              "domains")
+        share = check_share(pub.get("share") or [], field="kv_transfer_params.c2c.publish.share")
         return cls(attach=attach, mode=mode, publish=True, stream=stream, ticket=ticket,
-                   parents=tuple(check_id(p, "a publish parent") for p in parents),
-                   share=tuple(sorted({check_domain(d) for d in share})))
+                   parents=tuple(check_id(p, "a publish parent") for p in parents), share=share)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,18 +192,17 @@ class Attacher(_Scope):
         record: dict[str, Any] = {"commit": commit_id, "requested": mode}
         matched = 0
         try:
-            receiver = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint,
-                             prefix=PrefixRef.of(list(prompt_ids)))
+            party = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint,
+                          prefix=PrefixRef.of(list(prompt_ids)))
 
             def match(header) -> tuple[PrefixRef, PrefixRef]:
                 nonlocal matched
                 theirs, ours, matched = self._prefixes(header, prompt_ids, mode)
                 return theirs, ours
 
-            policy = HandoffPolicy(mode=mode, max_hops=self.max_hops)
-            adm = self.gate.admit(self.domain, check_id(commit_id, "kv_transfer_params.c2c.attach"),
-                                  receiver=receiver, policy=policy, advice_note=NOTE, max_hops=self.max_hops,
-                                  match=match)
+            receiver = Receiver(party=party, policy=HandoffPolicy(mode=mode, max_hops=self.max_hops),
+                                advice_note=NOTE, match=match)
+            adm = self.gate.admit(check_id(commit_id, "kv_transfer_params.c2c.attach"), receiver)
             h = adm.artifact.header
             if adm.path == "cache":
                 try:
