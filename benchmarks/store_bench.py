@@ -28,7 +28,7 @@ raw and store runs interleaved so drift hits all alike.
   command), so the longest single script says how long the walk ever blocked
   the server.
 - **blob read paths** (section ``readpaths``): the 64 MB put+get through
-  ``c2c.store.resp`` (the store's reader) against redis-py's own pipelined GETs,
+  ``c2c.store.redis.resp`` (the store's reader) against redis-py's own pipelined GETs,
   with its pure-Python parser and with hiredis (``--hiredis-path`` if the venv
   lacks it); one fresh process per run.
 
@@ -284,7 +284,7 @@ def dag_invalidation(url: str, arts: list[bytes], redis_port: int | None = None)
     if redis_port is not None:
         import redis
 
-        import c2c.store.redis as redis_store
+        import c2c.store.redis.backend as redis_store
 
         admin = redis.Redis(port=redis_port)
         admin.config_set("slowlog-log-slower-than", SLOWLOG_US)
@@ -362,7 +362,7 @@ def readpath_worker(url: str, variant: str, data_path: str) -> None:
 
 
 def read_paths(server, data: bytes, reps: int, work: Path, hiredis_path: str | None) -> dict:
-    """put+get of ``data`` via c2c.store.resp vs redis-py's pipelined GETs, without and with hiredis."""
+    """put+get of ``data`` via c2c.store.redis.resp vs redis-py's pipelined GETs, without and with hiredis."""
     path = work / "readpath.bin"
     path.write_bytes(data)
     env = dict(os.environ)
@@ -457,7 +457,7 @@ def markdown(res: dict) -> str:
                       f"(median of {rp['reps']} reps, one process per run)", "",
                   "| path | put s | get s | put+get s | MB/s | CPU s | redis-py parser |",
                   "|---|---:|---:|---:|---:|---:|---|"]
-        labels = {"resp.py": "c2c.store.resp: GETs on redis-py's socket, `recv_into` the buffer",
+        labels = {"resp.py": "c2c.store.redis.resp: GETs on redis-py's socket, `recv_into` the buffer",
                   "redis-py": "redis-py pipelined GETs", "redis-py+hiredis": "redis-py pipelined GETs, hiredis"}
         for v in READ_PATHS:
             if v in rp:

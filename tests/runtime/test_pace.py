@@ -11,7 +11,7 @@ from c2c.runtime import zoo
 from c2c.runtime.edit import drop
 from c2c.runtime.pace import Pace
 from c2c.serve.decode import Sampling, generate
-from c2c.serve.serve_config import PREFILL_CHUNK, ServeConfig
+from c2c.serve.config import PREFILL_CHUNK, ServeConfig
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 0])

@@ -8,7 +8,7 @@ from c2c.cli.main import build_parser, main
 from c2c.cli.serve import config_from
 from c2c.errors import ConfigError
 from c2c.runtime.zoo import DEFAULT_MODEL
-from c2c.serve.serve_config import MB
+from c2c.serve.config import MB
 
 
 def parse(*argv: str):

@@ -14,7 +14,7 @@ from c2c.runtime.sampling import sample_next
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.transformers import tokenizer as hf_tokenizer
 from c2c.serve.auth import OPEN, Principal, TokenTable
-from c2c.serve.serve_config import ServeConfig
+from c2c.serve.config import ServeConfig
 from c2c.runtime.pace import Pace
 from c2c.serve.decode import Sampling, generate
 from c2c.serve.render import Message, render

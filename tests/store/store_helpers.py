@@ -77,8 +77,8 @@ class RedisServer(_RedisServer):
 # ---------------------------------------------------------------- backend probes
 def leftovers(store) -> int:
     """What a killed or refused put left behind: temp files and chunks no row names / upload keys."""
-    from c2c.store.redis import RedisStore
-    from c2c.store.sqlite import SQLiteStore
+    from c2c.store.redis.backend import RedisStore
+    from c2c.store.sqlite.backend import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         rows = {(d, k) for d, k in store._read("SELECT domain, digest FROM chunks")}  # every domain's
@@ -93,7 +93,7 @@ def leftovers(store) -> int:
 
 def chunk_location(store, commit, index: int = 0):
     """Where chunk ``index`` of ``commit`` is kept: a file path (SQLite) or a key (Redis)."""
-    from c2c.store.redis import RedisStore
+    from c2c.store.redis.backend import RedisStore
 
     digest = store._load(commit.id)[2][index][0]
     if isinstance(store, RedisStore):
@@ -103,7 +103,7 @@ def chunk_location(store, commit, index: int = 0):
 
 def corrupt_blob(store, commit, index: int = 0) -> None:
     """Flip one stored byte of ``commit``'s chunk ``index``, behind the store's back."""
-    from c2c.store.redis import RedisStore
+    from c2c.store.redis.backend import RedisStore
 
     where = chunk_location(store, commit, index)
     if isinstance(store, RedisStore):
@@ -118,7 +118,7 @@ def corrupt_blob(store, commit, index: int = 0) -> None:
 
 def drop_blob(store, commit, index: int = 0) -> None:
     """Delete ``commit``'s chunk ``index`` behind the store's back."""
-    from c2c.store.redis import RedisStore
+    from c2c.store.redis.backend import RedisStore
 
     where = chunk_location(store, commit, index)
     if isinstance(store, RedisStore):
@@ -136,7 +136,7 @@ def audit(store) -> None:
     """
     from collections import Counter
 
-    from c2c.store.redis import RedisStore
+    from c2c.store.redis.backend import RedisStore
 
     want, sizes, logical, heads = Counter(), {}, 0, 0
     records = store.log()

@@ -21,7 +21,7 @@ from c2c.runtime.kvcache import KVCache
 from c2c.store import GCPolicy, collect
 from c2c.store.fetch import fetch
 from c2c.store.manifest import HeldPrefix
-from c2c.store.redis import RedisStore
+from c2c.store.redis.backend import RedisStore
 
 FP = fingerprint()  # 2 layers, 2 kv heads, head_dim 8, float32: 256 bytes a token, 16 KiB a chunk
 

@@ -18,8 +18,8 @@ from c2c.errors import (ArtifactError, ArtifactTooLargeError, CommitNotFoundErro
                         StoreCorruptError, TruncatedArtifactError)
 from c2c.store import GCPolicy, Graph, Store, collect, hop_report
 from c2c.store.interface import MAX_REASON_CHARS, MAX_SUMMARY_CHARS, MAX_SUMMARY_STRING_CHARS
-from c2c.store.redis import RedisStore
-from c2c.store.sqlite import SQLiteStore
+from c2c.store.redis.backend import RedisStore
+from c2c.store.sqlite.backend import SQLiteStore
 
 
 # ------------------------------------------------------------------ the interface

@@ -25,7 +25,7 @@ from store_helpers import artifact_bytes, make_artifact, sized_artifact_bytes
 from c2c.artifact import Artifact
 from c2c.errors import CommitNotFoundError, StoreError, StoreWriteError
 from c2c.store import open_store
-from c2c.store.sqlite import SQLiteStore
+from c2c.store.sqlite.backend import SQLiteStore
 from c2c.testing import free_port
 
 WORKERS = Path(__file__).with_name("store_workers.py")

@@ -14,8 +14,8 @@ from c2c.artifact.chunks import CHUNK_TOKENS
 from c2c.errors import ChunkCorruptError, ConfigError
 from c2c.store import open_store
 from c2c.store.manifest import Manifest
-from c2c.store.redis import _s
-from c2c.store.redis_config import RedisConfig, key_prefix
+from c2c.store.redis.backend import _s
+from c2c.store.redis.config import RedisConfig, key_prefix
 
 
 def test_url_options_are_ours_and_the_rest_goes_to_redis_py():
@@ -111,7 +111,7 @@ def test_both_blob_read_paths_verify_what_they_read(redis_server, monkeypatch):
     from c2c.errors import StoreCorruptError
 
     store = open_store(redis_server.url(chunk_mb=0.25))
-    assert store._direct_reads  # c2c.store.resp by default; the pipelined path follows cluster redirects
+    assert store._direct_reads  # c2c.store.redis.resp by default; the pipelined path follows cluster redirects
     data = sized_artifact_bytes(3, 600_000)
     c = store.put(data, stream="s")
     for direct in (True, False):
@@ -143,7 +143,7 @@ def test_a_redis_py_without_the_internals_resp_reads_fails_loudly(redis_server, 
     import redis
 
     from c2c.errors import StoreError
-    from c2c.store import resp
+    from c2c.store.redis import resp
 
     class NoSock(redis.Connection):  # a redis-py whose connections keep their socket elsewhere
         def __init__(self, **kw):
@@ -162,7 +162,7 @@ def test_a_redis_py_without_the_internals_resp_reads_fails_loudly(redis_server, 
     resp.require(redis_server.client())  # this redis-py has them all
 
     def refuse(client):
-        raise StoreError("c2c.store.resp reads blobs through redis-py's X")
+        raise StoreError("c2c.store.redis.resp reads blobs through redis-py's X")
 
     monkeypatch.setattr(resp, "require", refuse)  # the store checks at open, before any read
     with pytest.raises(StoreError, match="redis-py's X"):

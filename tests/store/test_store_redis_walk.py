@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from store_helpers import artifact_bytes
 
-import c2c.store.redis as redis_store
+import c2c.store.redis.backend as redis_store
 from c2c.store import open_store
 
 pytestmark = pytest.mark.redis

@@ -6,7 +6,8 @@ import pytest
 
 from c2c.errors import ConfigError
 from c2c.store import default_url, open_store, store_url
-from c2c.store.sqlite import SQLiteConfig, SQLiteStore
+from c2c.store.sqlite.backend import SQLiteStore
+from c2c.store.sqlite.config import SQLiteConfig
 
 
 def test_default_is_sqlite_under_c2c_home(tmp_path, monkeypatch):

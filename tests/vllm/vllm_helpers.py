@@ -53,7 +53,7 @@ def tamper_chunk(store, commit_id: str) -> None:
 
     ``store``: a domain's part of a SQLite or Redis store (``open_store(url).in_domain(d)``).
     """
-    from c2c.store.redis import RedisStore
+    from c2c.store.redis.backend import RedisStore
 
     digest = store._load(commit_id)[2][-1][0]
     if isinstance(store, RedisStore):  # the chunk's key

@@ -79,7 +79,7 @@ def register(sub) -> None:
 
 def config_from(args: argparse.Namespace):
     """The :class:`~c2c.serve.ServeConfig` the flags describe."""
-    from c2c.serve.serve_config import DEFAULT_MODEL, MB, PREFILL_CHUNK, ServeConfig
+    from c2c.serve.config import DEFAULT_MODEL, MB, PREFILL_CHUNK, ServeConfig
 
     per_tenant_mb = args.session_budget_per_tenant_mb
     return ServeConfig(models=tuple(args.model or (DEFAULT_MODEL,)), store_url=args.store, host=args.host,

@@ -7,7 +7,7 @@ any OpenAI client, and use :mod:`c2c.client` for the native endpoints.
 Modules, one idea each (the HTTP layer is thin; the logic is in the library modules):
 
 ================  ==============================================================
-``serve_config``  :class:`ServeConfig`, every option, frozen
+``config``        :class:`ServeConfig`, every option, frozen
 ``auth``          bearer tokens -> (agent, trust domain), compared in constant time
 ``render``        messages -> tokens, turn by turn, so prefixes are reused exactly
 ``reuse``         a held cache brought up to a rendering (reuse, import, prefill)
@@ -31,7 +31,7 @@ Modules, one idea each (the HTTP layer is thin; the logic is in the library modu
 
 from __future__ import annotations
 
-from c2c.serve.serve_config import ServeConfig
+from c2c.serve.config import ServeConfig
 
 __all__ = ["ServeConfig", "run"]
 

@@ -14,7 +14,7 @@ import time
 from c2c.errors import ClientTimeoutError, HostNotAllowedError, RequestTooLargeError
 from c2c.serve.http_errors import error_body, error_bytes
 from c2c.serve.metrics import Metrics
-from c2c.serve.serve_config import MB, is_loopback
+from c2c.serve.config import MB, is_loopback
 
 _ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/c2c/events", "/v1/c2c/advise", "/healthz", "/metrics",
            "/docs", "/openapi.json")

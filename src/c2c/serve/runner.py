@@ -24,7 +24,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from c2c.errors import ClientTimeoutError
 from c2c.serve.app import build_app
 from c2c.serve.http_errors import error_body
-from c2c.serve.serve_config import ServeConfig
+from c2c.serve.config import ServeConfig
 from c2c.serve.server import Server
 from c2c.trust.redact import redact_access_log
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from c2c.runtime import zoo
 from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import TokenTable
-from c2c.serve.serve_config import ServeConfig
+from c2c.serve.config import ServeConfig
 from c2c.serve.exchange import Exchange
 from c2c.serve.mapped import load_maps
 from c2c.serve.metrics import Metrics

@@ -29,7 +29,7 @@ from c2c.errors import ConfigError, ContextEditError, ContextLengthError, Prefix
 from c2c.runtime.pace import Pace
 from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import Principal
-from c2c.serve.serve_config import ServeConfig
+from c2c.serve.config import ServeConfig
 from c2c.runtime.edit import close_gaps
 from c2c.serve import context_edit
 from c2c.serve.context_edit import EditSpec

@@ -2,7 +2,7 @@
 
 C2C is used inside one trust domain (MISSION §2.3). On a shared Redis each
 domain's agents connect as that domain's user, whose ACL allows only keys under
-``c2c:{<domain>}:`` (see :func:`c2c.store.redis_config.key_prefix`), so one domain's
+``c2c:{<domain>}:`` (see :func:`c2c.store.redis.config.key_prefix`), so one domain's
 agents cannot read another's caches even on the same server.
 """
 
@@ -13,7 +13,7 @@ from urllib.parse import quote, urlparse, urlunparse
 import redis
 
 from c2c.errors import ConfigError, StoreError
-from c2c.store.redis_config import key_prefix
+from c2c.store.redis.config import key_prefix
 
 
 def domain_username(domain: str) -> str:

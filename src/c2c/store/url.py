@@ -1,9 +1,9 @@
 """`open_store(url)`: pick a backend by URL scheme.
 
 =========================  ==============================================
-``sqlite:////ABS/PATH``    :class:`~c2c.store.sqlite.SQLiteStore`, the embedded default
+``sqlite:////ABS/PATH``    :class:`~c2c.store.sqlite.backend.SQLiteStore`, the embedded default
 ``sqlite:///REL/PATH``     the same, relative to the working directory
-``redis://HOST:PORT/DB``   :class:`~c2c.store.redis.RedisStore`
+``redis://HOST:PORT/DB``   :class:`~c2c.store.redis.backend.RedisStore`
 ``rediss://...``           the same over TLS
 ``redis://...?cluster=1``  the same on a Redis Cluster (database 0), from any node
 =========================  ==============================================
@@ -48,12 +48,12 @@ def open_store(url: str | None = None) -> Store:
     url = store_url(url)
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "sqlite":
-        from c2c.store.sqlite import SQLiteStore  # lazy: only the backend the URL names is imported
+        from c2c.store.sqlite.backend import SQLiteStore  # lazy: only the backend the URL names is imported
 
         return SQLiteStore.from_url(url)
     if scheme in ("redis", "rediss"):
         try:
-            from c2c.store.redis import RedisStore  # lazy: redis-py is an extra
+            from c2c.store.redis.backend import RedisStore  # lazy: redis-py is an extra
         except ImportError as e:
             raise ConfigError(f"the Redis store needs redis-py ({e}); install it with `pip install 'c2c[redis]'`"
                               ) from None

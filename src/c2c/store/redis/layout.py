@@ -1,7 +1,7 @@
 """A Redis store domain's layout, and the migration of older ones on open.
 
 Layout 1 kept each commit's artifact as ``P blob:<sha>:<i>`` pieces; layout 2 keeps
-chunks with reference counts (:mod:`c2c.store.redis_lua`). The first handle that opens
+chunks with reference counts (:mod:`c2c.store.redis.lua`). The first handle that opens
 a domain still in layout 1 migrates it, one commit per ``MIGRATE`` script run (each
 commit's pieces become format-1 chunks, hashed here), while it holds ``P migrating``;
 other handles wait for ``P layout``.

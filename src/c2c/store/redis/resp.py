@@ -57,7 +57,7 @@ class Redirected(Exception):
 
 
 def _unsupported(missing: str) -> StoreError:
-    return StoreError(f"c2c.store.resp reads blobs through redis-py's {missing}, which redis-py "
+    return StoreError(f"c2c.store.redis.resp reads blobs through redis-py's {missing}, which redis-py "
                       f"{redis.__version__} does not have; install the redis version pyproject.toml names "
                       "(pip install 'redis>=8.1,<9')")
 

@@ -1,5 +1,5 @@
 """`SQLiteStore`: the embedded default, ``sqlite:////ABSOLUTE/PATH`` or ``sqlite:///RELATIVE/PATH``
-(:mod:`c2c.store.sqlite_config`).
+(:mod:`c2c.store.sqlite.config`).
 
 ``PATH`` is a directory::
 
@@ -22,8 +22,8 @@ a put's transaction checks that every chunk file it adds a row for exists; a row
 deleted (its count reached 0) before its file. So a collector racing a put never
 leaves a commit with a missing chunk, and a crash never leaves a row without its file.
 
-Older schemas migrate on open (:mod:`c2c.store.sqlite_schema`); the chunk files are
-:mod:`c2c.store.sqlite_chunks`'.
+Older schemas migrate on open (:mod:`c2c.store.sqlite.schema`); the chunk files are
+:mod:`c2c.store.sqlite.chunks`'.
 
 Several processes may share one directory: SQLite serializes the writers and
 WAL lets readers proceed while one writes.
@@ -58,9 +58,9 @@ from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, Sta
                                  superseded_reason)
 from c2c.store.gc import Retention, retain_after_put
 from c2c.store.ingest import prepare_put
-from c2c.store.sqlite_chunks import WRITERS, ChunkFiles, unlink_count
-from c2c.store.sqlite_config import SQLiteConfig
-from c2c.store.sqlite_schema import SCHEMA_VERSION, migrate
+from c2c.store.sqlite.chunks import WRITERS, ChunkFiles, unlink_count
+from c2c.store.sqlite.config import SQLiteConfig
+from c2c.store.sqlite.schema import SCHEMA_VERSION, migrate
 from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 

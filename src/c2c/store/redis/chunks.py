@@ -1,7 +1,7 @@
 """Moving a Redis store's chunks: uploads under a put's token, and reads straight into the artifact's buffer.
 
-A chunk is one string ``P chunk:<digest>`` (:mod:`c2c.store.redis_lua`); its bytes lie in
-many runs of the artifact, which a read fills in place (:func:`c2c.store.resp.get_into`)
+A chunk is one string ``P chunk:<digest>`` (:mod:`c2c.store.redis.lua`); its bytes lie in
+many runs of the artifact, which a read fills in place (:func:`c2c.store.redis.resp.get_into`)
 while the chunk before is hashed on a helper thread. Cluster redirects (a slot moving)
 fall back to redis-py's pipelines, which follow them.
 """
@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from c2c.errors import ChunkCorruptError, ChunkMissingError, StoreWriteError
-from c2c.store import resp
+from c2c.store.redis import resp
 
 READ_GROUP = 8      # chunks per pipelined round trip when reading through redis-py (cluster redirects)
 UPLOAD_GROUP = 16   # chunks per pipelined round trip when uploading
@@ -22,7 +22,7 @@ UPLOAD_GROUP = 16   # chunks per pipelined round trip when uploading
 def upload(store, token: str, view: memoryview, manifest, which) -> list[int]:
     """Send chunks ``which`` under ``token`` as expiring keys (runs on an ingest thread); returns ``which``.
 
-    A chunk's runs go out as they lie in the artifact (:func:`c2c.store.resp.set_from`); while a
+    A chunk's runs go out as they lie in the artifact (:func:`c2c.store.redis.resp.set_from`); while a
     cluster slot moves, redis-py's pipelines (which follow the redirect) send them joined instead.
     """
     ttl = store.config.upload_ttl_s

@@ -1,22 +1,22 @@
 """`RedisStore`: a store shared across processes and machines, ``redis://HOST:PORT/DB``.
 
-The URL and its options (domain, cluster, timeouts, ...): :class:`~c2c.store.redis_config.RedisConfig`.
+The URL and its options (domain, cluster, timeouts, ...): :class:`~c2c.store.redis.config.RedisConfig`.
 
 Metadata is in hashes, each chunk of a commit (:mod:`c2c.store.manifest`) is a string
 ``chunk:<digest>`` with a reference count in the domain's ``refs`` hash (under the
 domain's hash tag, so on its one cluster slot), and stale events go to a Redis Stream
-that a consumer reads from its last cursor (key layout: :mod:`c2c.store.redis_lua`).
+that a consumer reads from its last cursor (key layout: :mod:`c2c.store.redis.lua`).
 
 A put asks which of its chunks the domain lacks, uploads those under a temporary
 token (each expires on its own after ``upload_ttl_s``), then one Lua script checks
 the parents and the quota, adopts the uploaded chunks and counts a reference to each
 chunk, all at once. A writer killed mid-upload leaves only expiring chunks; nothing
 is visible, and nothing is counted, until the script ran. Older layouts migrate on
-open (:mod:`c2c.store.redis_layout`).
+open (:mod:`c2c.store.redis.layout`).
 
 An invalidation (and the supersession a put causes) marks the dependents in
 steps of at most :data:`WALK_BATCH` commits, one short script each, so a big
-DAG never blocks the server for long (see :mod:`c2c.store.redis_lua`). The call
+DAG never blocks the server for long (see :mod:`c2c.store.redis.lua`). The call
 returns once every dependent is stale; until then a dependent not yet reached
 still reads as fresh, and a commit put under one meanwhile ends stale too.
 
@@ -45,14 +45,14 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from c2c.errors import CommitNotFoundError, ConfigError, StoreError, StoreWriteError
-from c2c.store import redis_lua, resp
+from c2c.store.redis import lua as redis_lua, resp
 from c2c.store.gc import Retention, retain_after_put
 from c2c.store.ingest import prepare_put
 from c2c.store.interface import (BlobDigest, Commit, CommitId, CommitRecord, StaleEvent, Store, check_id,
                                  check_reason, check_stream, invalidated_reason)
-from c2c.store.redis_chunks import drop_upload, read_chunks, upload
-from c2c.store.redis_config import RedisConfig, key_prefix
-from c2c.store.redis_layout import check_issued, ensure_layout
+from c2c.store.redis.chunks import drop_upload, read_chunks, upload
+from c2c.store.redis.config import RedisConfig, key_prefix
+from c2c.store.redis.layout import check_issued, ensure_layout
 from c2c.store.usage import DomainUsage, StoreStats, check_quota, check_quota_value
 from c2c.trust.keys import check_domain
 
@@ -74,7 +74,7 @@ class RedisStore(Store):
         self.domain = config.domain
         self.prefix = key_prefix(config.domain)
         self._owner = True
-        self._direct_reads = True  # blobs via c2c.store.resp; the pipelined path stays for redirects (and tests)
+        self._direct_reads = True  # blobs via c2c.store.redis.resp; the pipelined path stays for redirects (and tests)
         # a refused or reset connection (a restarting server) is retried twice; a timeout is not,
         # so a silent server fails after one socket_timeout_s
         retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2,
@@ -338,7 +338,7 @@ class RedisStore(Store):
 
     # -------------------------------------------------------------- the walk
     def _walk(self, root: str) -> list[StaleEvent]:
-        """Run the walk below ``root`` (see :mod:`c2c.store.redis_lua`) until its list is empty.
+        """Run the walk below ``root`` (see :mod:`c2c.store.redis.lua`) until its list is empty.
 
         Each round reads the first :data:`WALK_BATCH` entries and one SSCAN page of each entry's
         children, then marks them in script runs of at most :data:`WALK_BATCH` children each.
