@@ -314,42 +314,10 @@ def stale_error(record: CommitRecord):
         f"Re-pull store.latest({c.stream!r}), or pass allow_stale=True to continue on stale context")
 
 
-class Store(ABC):
-    """Versioned, append-only commit store, in one trust domain. Open one with :func:`c2c.store.open_store`.
+class Commits(ABC):
+    """The commits of one trust domain: append-only versions on streams, read whole or only what a reader lacks, and
+    their stored bytes checked (:meth:`verify`)."""
 
-    Every backend passes ``tests/store/test_conformance.py``. Methods raise
-    :class:`CommitNotFoundError` for unknown ids, :class:`StoreWriteError` when a
-    write could not be made durable (nothing half-written is ever visible), and
-    :class:`StoreCorruptError` when stored bytes no longer hash to their digest.
-    """
-
-    url: str
-    domain: str
-
-    @abstractmethod
-    def in_domain(self, domain: str) -> "Store":
-        """A handle on trust domain ``domain`` of the same store (sharing this one's connection).
-
-        Closing it leaves this handle open; closing this one closes both.
-
-        Raises:
-            ConfigError: ``domain`` is not a valid trust-domain name.
-        """
-
-    @abstractmethod
-    def grant(self, commit_id: str, domains: Sequence[str]) -> None:
-        """Let each of ``domains`` find ``commit_id`` of this domain (:meth:`granted` there).
-
-        Raises:
-            CommitNotFoundError: this domain has no such commit.
-            ConfigError: a domain name is not valid.
-        """
-
-    @abstractmethod
-    def granted(self, commit_id: str) -> str | None:
-        """The domain that granted this domain ``commit_id``, or None."""
-
-    # ----------------------------------------------------------------- writing
     @abstractmethod
     def put(self, data: bytes | bytearray | memoryview, *, stream: str | None = None,
             parents: Sequence[str] = ()) -> Commit:
@@ -369,19 +337,6 @@ class Store(ABC):
             StoreWriteError: disk full, permission denied, server down; nothing visible changed.
         """
 
-    @abstractmethod
-    def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
-        """Mark ``commit_id`` and every transitive dependent stale; returns the new events.
-
-        Commits already stale keep their first cause and are not re-announced.
-
-        Raises:
-            ConfigError: ``reason`` is blank or longer than :data:`MAX_REASON_CHARS` once
-                stripped (see :func:`check_reason`); nothing is marked.
-            CommitNotFoundError: ``commit_id`` is not in this store.
-        """
-
-    # ----------------------------------------------------------------- reading
     @abstractmethod
     def show(self, commit_id: str) -> CommitRecord:
         """The commit's facts and staleness, without its bytes."""
@@ -466,16 +421,44 @@ class Store(ABC):
         """Commits newest first, of one stream or of all; without bytes."""
 
     @abstractmethod
-    def children(self, commit_id: str) -> tuple[CommitId, ...]:
-        """Ids of the commits that list ``commit_id`` as a parent."""
-
-    @abstractmethod
     def streams(self) -> list[str]:
         """Every stream name, sorted."""
 
     @abstractmethod
     def resolve(self, prefix: str) -> CommitId:
         """The one full id starting with ``prefix`` (at least 4 hex chars), for humans and the CLI."""
+
+    def verify(self) -> list[BlobProblem]:
+        """Re-read every commit, re-hashing each chunk; the problems found (empty when all is intact)."""
+        problems = []
+        for rec in self.log():
+            try:
+                self.fetch(rec.id, allow_stale=True)
+            except StoreCorruptError as e:
+                problems.append(BlobProblem(commit=rec.id, problem=str(e)))
+            except CommitNotFoundError:
+                pass  # removed by a concurrent gc
+        return problems
+
+
+class Lineage(ABC):
+    """The dependency graph of commits and its invalidation: who depends on whom, what went stale, in order."""
+
+    @abstractmethod
+    def invalidate(self, commit_id: str, *, reason: str) -> list[StaleEvent]:
+        """Mark ``commit_id`` and every transitive dependent stale; returns the new events.
+
+        Commits already stale keep their first cause and are not re-announced.
+
+        Raises:
+            ConfigError: ``reason`` is blank or longer than :data:`MAX_REASON_CHARS` once
+                stripped (see :func:`check_reason`); nothing is marked.
+            CommitNotFoundError: ``commit_id`` is not in this store.
+        """
+
+    @abstractmethod
+    def children(self, commit_id: str) -> tuple[CommitId, ...]:
+        """Ids of the commits that list ``commit_id`` as a parent."""
 
     @abstractmethod
     def events(self, after: str = "0", *, limit: int = 1000, wait_s: float = 0.0) -> list[StaleEvent]:
@@ -484,7 +467,37 @@ class Store(ABC):
         With ``wait_s > 0`` it waits up to that long for the first new event.
         """
 
-    # ------------------------------------------------------------ bounds, usage
+
+class Sharing(ABC):
+    """Trust domains of one store: a handle per domain, and the commits one domain grants another."""
+
+    @abstractmethod
+    def in_domain(self, domain: str) -> "Store":
+        """A handle on trust domain ``domain`` of the same store (sharing this one's connection).
+
+        Closing it leaves this handle open; closing this one closes both.
+
+        Raises:
+            ConfigError: ``domain`` is not a valid trust-domain name.
+        """
+
+    @abstractmethod
+    def grant(self, commit_id: str, domains: Sequence[str]) -> None:
+        """Let each of ``domains`` find ``commit_id`` of this domain (:meth:`granted` there).
+
+        Raises:
+            CommitNotFoundError: this domain has no such commit.
+            ConfigError: a domain name is not valid.
+        """
+
+    @abstractmethod
+    def granted(self, commit_id: str) -> str | None:
+        """The domain that granted this domain ``commit_id``, or None."""
+
+
+class Admin(ABC):
+    """What bounds a store and keeps it clean: quota, retention, usage, and collecting what nothing references."""
+
     @abstractmethod
     def set_quota(self, max_bytes: int | None) -> None:
         """Bound this domain's stored bytes (None: no bound). Puts past it raise QuotaExceededError.
@@ -513,19 +526,6 @@ class Store(ABC):
     def stats(self):
         """:class:`~c2c.store.usage.StoreStats`: the usage of every domain this handle can list."""
 
-    # --------------------------------------------------------------- lifecycle
-    def verify(self) -> list[BlobProblem]:
-        """Re-read every commit, re-hashing each chunk; the problems found (empty when all is intact)."""
-        problems = []
-        for rec in self.log():
-            try:
-                self.fetch(rec.id, allow_stale=True)
-            except StoreCorruptError as e:
-                problems.append(BlobProblem(commit=rec.id, problem=str(e)))
-            except CommitNotFoundError:
-                pass  # removed by a concurrent gc
-        return problems
-
     @abstractmethod
     def delete_leaf(self, commit_id: str) -> bool:
         """Remove a commit, atomically, only if nothing depends on it; chunks no other commit uses are freed.
@@ -536,6 +536,22 @@ class Store(ABC):
     @abstractmethod
     def sweep_orphans(self, grace_s: float) -> int:
         """Remove chunks and partial uploads no commit references, older than ``grace_s``."""
+
+
+class Store(Commits, Lineage, Sharing, Admin):
+    """Versioned, append-only commit store, in one trust domain. Open one with :func:`c2c.store.open_store`.
+
+    Its surface splits by concern: :class:`Commits` (write and read), :class:`Lineage` (the dependency graph and
+    invalidation), :class:`Sharing` (domains and grants) and :class:`Admin` (quota, retention, collection); a
+    caller that needs one concern may type against that one. Every backend passes
+    ``tests/store/test_store_conformance.py``. Methods raise
+    :class:`CommitNotFoundError` for unknown ids, :class:`StoreWriteError` when a
+    write could not be made durable (nothing half-written is ever visible), and
+    :class:`StoreCorruptError` when stored bytes no longer hash to their digest.
+    """
+
+    url: str
+    domain: str
 
     def close(self) -> None:
         """Release connections; the store must not be used afterwards."""
