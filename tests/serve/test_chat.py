@@ -118,3 +118,45 @@ def test_logit_bias_bans_a_token(tiny_server):
     r = chat(tiny_server.client("analyst"), [SYSTEM, {"role": "user", "content": "Stop soon."}], max_tokens=40,
              logit_bias={"258": -100})
     assert r.usage.completion_tokens == 40 and r.choices[0].finish_reason == "length"
+
+
+def test_logprobs_and_top_logprobs_in_openais_shape_whole_and_streamed(tiny_server):
+    """#55, part: logprobs up to 20, as OpenAI and vLLM give them; the stream carries the same entries."""
+    client = tiny_server.client("analyst")
+    msgs = [SYSTEM, {"role": "user", "content": "Count."}]
+    r = chat(client, msgs, max_tokens=6, logprobs=True, top_logprobs=4)
+    content = r.choices[0].logprobs.content
+    assert 0 < len(content) <= 6 and "".join(c.token for c in content) == r.choices[0].message.content
+    for c in content:
+        assert c.logprob <= 0 and len(c.top_logprobs) == 4 and c.top_logprobs[0].logprob >= c.logprob - 1e-6
+        assert c.bytes == list(c.token.encode())
+    streamed = [e for ch in client.chat.completions.create(model="tiny-qwen2", messages=msgs, max_tokens=6,
+                                                           temperature=0, logprobs=True, top_logprobs=4, stream=True)
+                if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(c.token, round(c.logprob, 4)) for c in content]
+    plain = chat(client, msgs, max_tokens=6)
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == r.choices[0].message.content
+
+
+def test_n_choices_decode_from_one_prefill_each_its_own_draw(tiny_server):
+    """#55, part: n up to 8. Greedy choices agree; seeded sampled ones are each reproducible and not copies."""
+    client = tiny_server.client("analyst")
+    msgs = [SYSTEM, {"role": "user", "content": "Say something."}]
+    greedy = chat(client, msgs, max_tokens=5, n=3)
+    assert [c.index for c in greedy.choices] == [0, 1, 2]
+    assert len({c.message.content for c in greedy.choices}) == 1
+    one = chat(client, msgs, max_tokens=5)
+    assert greedy.choices[0].message.content == one.choices[0].message.content
+    assert greedy.usage.completion_tokens == 3 * one.usage.completion_tokens
+    assert greedy.usage.prompt_tokens == one.usage.prompt_tokens
+    kw = dict(model="tiny-qwen2", messages=msgs, max_tokens=8, temperature=1.0, seed=7, n=4)
+    a = client.chat.completions.create(**kw)
+    b = client.chat.completions.create(**kw)
+    texts = [c.message.content for c in a.choices]
+    assert texts == [c.message.content for c in b.choices] and len(set(texts)) > 1
+    stream = client.chat.completions.create(**kw, stream=True)
+    got: dict[int, str] = {}
+    for ch in stream:
+        for c in ch.choices:
+            got[c.index] = got.get(c.index, "") + (c.delta.content or "")
+    assert [got[i] for i in range(4)] == texts

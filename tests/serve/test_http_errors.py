@@ -44,7 +44,7 @@ SCHEMA = ("invalid_request", None)  # refused by the schema: no c2c class
     ({"model": "tiny-qwen2"}, 400, *SCHEMA),                                          # no messages
     ({**GOOD, "messages": [{"role": "wizard", "content": "x"}]}, 400, *SCHEMA),
     ({**GOOD, "temperature": -1}, 400, *SCHEMA),
-    ({**GOOD, "n": 2}, 400, *SCHEMA),
+    ({**GOOD, "n": 9}, 400, *SCHEMA),                                                 # at most 8
     ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, *SCHEMA),
     ({**GOOD, "c2c": {"mode": "sideways"}}, 400, *SCHEMA),
     ({**GOOD, "c2c": {"unknown": 1}}, 400, *SCHEMA),
@@ -224,8 +224,9 @@ def test_events_timeout_is_bounded(tiny_server, query):
     ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ({"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "functions"),   # legacy: was ignored, 200
     ({"function_call": "auto"}, "function_call"),                                        # legacy: was ignored, 200
-    ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
-    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),                                               # needs logprobs
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),                            # at most 20
+    ({"n": 2, "c2c": {"session": "s-n"}}, "n"),                                          # a session is one reply
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": [SYSTEM, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages.1.tool_calls"),
@@ -237,4 +238,4 @@ def test_a_field_this_server_does_not_serve_is_refused_naming_it(tiny_server, ex
     assert resp.status_code == 400, resp.text
     e = error_of(resp)
     assert (e["code"], e["param"], e["c2c_error"]) == ("invalid_request", param, None), e
-    assert "not supported" in e["message"]
+    assert param.split(".")[-1] in e["message"]

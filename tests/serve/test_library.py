@@ -117,12 +117,32 @@ def test_runtime_generate_samples_with_a_generator(tiny):
     assert rt.generate(ids, max_new_tokens=6).token_ids == rt.generate(ids, max_new_tokens=6).token_ids
 
 
+def test_generate_gives_each_tokens_logprobs_with_the_delta_that_completes_it(tiny):
+    rt = tiny("qwen2")
+    ids = render(rt, CONVO).token_ids
+    deltas = []
+    d = generate(rt, None, ids, Sampling(max_tokens=10, temperature=0, logprobs=3), on_delta=deltas.append)
+    streamed = [e for x in deltas for e in x.logprobs]
+    assert len(d.logprobs) == len(d.token_ids) and streamed == list(d.logprobs)
+    full, past = rt.prefill(list(ids))
+    for t, e in zip(d.token_ids, d.logprobs):   # the model's own distribution, token by token
+        lp = torch.log_softmax(full.float(), dim=-1)
+        assert e["logprob"] == pytest.approx(float(lp[t]), abs=1e-4) and e["token"] == rt.decode([t])
+        assert len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["logprob"] >= e["logprob"] - 1e-6  # greedy
+        assert [x["logprob"] for x in e["top_logprobs"]] == sorted((x["logprob"] for x in e["top_logprobs"]),
+                                                                    reverse=True)
+        assert e["bytes"] == list(e["token"].encode())
+        full, past = rt.prefill([t], past)
+    with pytest.raises(ConfigError):
+        Sampling(max_tokens=1, logprobs=21)
+
+
 def test_generate_streams_deltas_that_add_up_and_stops_when_told(tiny):
     rt = tiny("qwen2")
     ids = render(rt, CONVO).token_ids
     deltas: list[str] = []
-    d = generate(rt, None, ids, Sampling(max_tokens=12, temperature=0), on_delta=deltas.append)
-    assert "".join(deltas) == d.text and d.cache.token_ids[: len(ids)] == ids
+    d = generate(rt, None, ids, Sampling(max_tokens=12, temperature=0), on_delta=lambda x: deltas.append(x.text))
+    assert "".join(deltas) == d.text and d.cache.token_ids[: len(ids)] == ids and d.logprobs is None
     assert d.cache.seq_len == len(ids) + len(d.token_ids) - (d.finish_reason == "length")
     calls = []
 

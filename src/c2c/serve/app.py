@@ -105,7 +105,8 @@ def build_app(server: Server) -> FastAPI:
             if body.stream:
                 started = await stream.until_ready(job, channel, request.receive)
                 include = bool(body.stream_options and body.stream_options.include_usage)
-                return StreamingResponse(stream.chunks(job, channel, started, include_usage=include),
+                return StreamingResponse(stream.chunks(job, channel, started, include_usage=include,
+                                                       logprobs=bool(body.logprobs)),
                                          media_type="text/event-stream", headers=_SSE_HEADERS)
             done = await stream.result(job, channel, request.receive)
             return JSONResponse(completion_body(done), headers=c2c_headers(done))

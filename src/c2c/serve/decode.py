@@ -21,6 +21,8 @@ from c2c.runtime.protocol import Runtime
 from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 
+MAX_TOP_LOGPROBS = 20  # as OpenAI and vLLM
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling:
@@ -33,11 +35,23 @@ class Sampling:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None   # None: none; K: each token's log-probability and the K most likely (0..20)
 
     def __post_init__(self) -> None:
         check_sampling(self.temperature, self.top_p)
         if any(not -100 <= b <= 100 for _, b in self.logit_bias):
             raise ConfigError("logit_bias values must lie in [-100, 100]")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ConfigError(f"top_logprobs must lie in [0, {MAX_TOP_LOGPROBS}]")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of the reply as it grows: its text, and (when asked for) the log-probabilities of the tokens whose
+    text it completes, in OpenAI's shape (``{"token", "logprob", "bytes", "top_logprobs"}`` each)."""
+
+    text: str
+    logprobs: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,15 +70,18 @@ class Decoded:
     cache: KVCache
     prefill_s: float
     decode_s: float
+    logprobs: tuple[dict, ...] | None = None   # per token of ``text`` (None: not asked for)
 
 
 def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sampling: Sampling, *,
-             on_delta: Callable[[str], None] = lambda text: None, pace: Pace = ONE_PASS) -> Decoded:
+             on_delta: Callable[[Delta], None] = lambda delta: None, pace: Pace = ONE_PASS) -> Decoded:
     """Feed ``pending`` after ``cache`` (in passes of ``pace.chunk`` tokens: :meth:`Pace.feed`), then
     sample up to ``sampling.max_tokens`` tokens.
 
-    ``on_delta`` receives the reply's text as it grows (never a part of a stop string,
-    nor a half-decoded character); ``pace.between`` is called before every forward pass.
+    ``on_delta`` receives the reply as it grows (never a part of a stop string, nor a half-decoded character),
+    each token's log-probabilities with the delta that completes its text; ``pace.between`` is called before
+    every forward pass. Log-probabilities are the model's own (``log_softmax`` of its logits, before
+    ``logit_bias`` and temperature), as vLLM reports them by default.
     """
     gen = torch.Generator(device=runtime.device)
     gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
@@ -76,8 +93,11 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
     bias_ids = torch.tensor([i for i, _ in sampling.logit_bias], dtype=torch.long, device=logits.device)
     bias = torch.tensor([b for _, b in sampling.logit_bias], dtype=logits.dtype, device=logits.device)
     out: list[int] = []
-    text, emitted, finish, sampled = "", 0, "length", 0
+    entries: list[dict] = []      # one per token of ``out`` (when asked for)
+    ends: list[int] = []          # the reply's length in characters once each token of ``out`` is in
+    text, emitted, sent, finish, sampled = "", 0, 0, "length", 0
     for step in range(sampling.max_tokens):
+        raw = logits
         if len(bias_ids):
             logits = logits.clone()
             logits[bias_ids] += bias  # (vocab,)
@@ -87,26 +107,50 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
             finish = "stop"
             break
         out.append(tok)
+        if sampling.logprobs is not None:
+            entries.append(_logprob_entry(runtime, raw, tok, sampling.logprobs))
         text = runtime.decode(out)
+        ends.append(len(text))
         cut = _first_stop(text, sampling.stop)
         if cut is not None:
             text, finish = text[:cut], "stop"
+            if entries:  # the tokens of the stop string are no part of the reply
+                entries = [e for i, e in enumerate(entries) if i == 0 or ends[i - 1] < cut]
             break
         safe = len(text) - hold
         while safe > emitted and text[safe - 1] == "\ufffd":  # maybe half a character: wait for the rest
             safe -= 1
         if safe > emitted:
-            on_delta(text[emitted:safe])
-            emitted = safe
+            done = sum(1 for e in ends if e <= safe)
+            on_delta(Delta(text[emitted:safe], tuple(entries[sent:done])))
+            emitted, sent = safe, max(sent, done)
         if step == sampling.max_tokens - 1:
             break
         pace.between()
         logits = seq.feed([tok])
-    if len(text) > emitted:
-        on_delta(text[emitted:])
+    if len(text) > emitted or sent < len(entries):
+        on_delta(Delta(text[emitted:], tuple(entries[sent:])))
     return Decoded(token_ids=tuple(out), text=text, finish_reason=finish, completion_tokens=sampled,
-                   cache=seq.cache(),
-                   prefill_s=t1 - t0, decode_s=time.perf_counter() - t1)
+                   cache=seq.cache(), prefill_s=t1 - t0, decode_s=time.perf_counter() - t1,
+                   logprobs=tuple(entries) if sampling.logprobs is not None else None)
+
+
+def _logprob_entry(runtime: Runtime, logits: torch.Tensor, tok: int, top: int) -> dict:
+    """``tok``'s log-probability under ``logits`` ``(vocab,)``, and the ``top`` most likely tokens', in OpenAI's
+    shape (a token's text, its UTF-8 bytes, and its log-probability)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)  # (vocab,)
+
+    def one(t: int) -> dict:
+        s = runtime.decode([t])
+        return {"token": s, "logprob": max(float(lp[t]), -9999.0), "bytes": list(s.encode("utf-8"))}
+
+    entry = one(tok)
+    if top:
+        values, ids = torch.topk(lp, top)
+        entry["top_logprobs"] = [one(int(t)) for t in ids]
+    else:
+        entry["top_logprobs"] = []
+    return entry
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> int | None:

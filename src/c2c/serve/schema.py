@@ -21,9 +21,10 @@ Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 ``temperature: 0`` is greedy and deterministic.
 
 NOTE: OpenAI fields this server does not know are ignored (clients such as
-LangChain send a few); those it cannot honour (``n > 1``, ``tools`` and the legacy
-``functions``/``function_call``, ``logprobs``/``top_logprobs``, a JSON ``response_format``) are
-refused, the error's ``param`` naming the field. Inside ``c2c`` every unknown key is refused.
+LangChain send a few); those it cannot honour (``tools`` and the legacy
+``functions``/``function_call``, a JSON ``response_format``, ``n > 1`` with a session) are
+refused, the error's ``param`` naming the field. ``logprobs``/``top_logprobs`` (up to 20) and ``n``
+(up to 8) are served. Inside ``c2c`` every unknown key is refused.
 
 Every request body is checked whole before its fields (:class:`RequestBody`): each
 string in it, keys and ignored fields included, must encode as UTF-8 (JSON's
@@ -35,7 +36,7 @@ value overflows further down.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -43,8 +44,9 @@ from pydantic_core import PydanticCustomError
 from c2c.canon import non_utf8_at
 from c2c.errors import ConfigError
 from c2c.serve.context_edit import EditSpec
+from c2c.serve.decode import MAX_TOP_LOGPROBS
 from c2c.serve.render import Message
-from c2c.serve.service import ChatRequest, Completion, PublishSpec, Started
+from c2c.serve.service import MAX_N, ChatRequest, Completion, PublishSpec, Started
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$"
 MAX_TOKENS = 1 << 24          # max_tokens, max_completion_tokens: far past any context, so a ContextLengthError decides
@@ -104,7 +106,7 @@ class ChatMessageIn(InModel):
     @model_validator(mode="after")
     def _no_tools(self) -> "ChatMessageIn":
         if self.tool_calls:
-            raise _unsupported("tool_calls", "tool calls are not supported by this server: send the tool's result "
+            raise _unsupported("tool_calls", "tool_calls are not supported by this server yet: send the tool's result "
                                              "as text in a user or tool message")
         return self
 
@@ -167,7 +169,8 @@ class ChatCompletionIn(RequestBody):
                                                 description="token id -> bias in [-100, 100]")
     stream: bool = False
     stream_options: StreamOptionsIn | None = None
-    n: int | None = Field(default=None, ge=1, le=1, description="only 1")
+    n: int | None = Field(default=None, ge=1, le=MAX_N,
+                          description=f"choices, up to {MAX_N}: the prompt is prefilled once, its K/V forked for each")
     tools: list[Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -182,9 +185,14 @@ class ChatCompletionIn(RequestBody):
             if getattr(self, name):
                 raise _unsupported(name, f"the field {name} is not supported by this server yet (tool calling "
                                    "is planned); describe the tools in the system message, or leave the field out")
-        if self.logprobs or self.top_logprobs:
-            raise _unsupported("logprobs" if self.logprobs else "top_logprobs",
-                               "logprobs are not supported by this server; leave logprobs and top_logprobs out")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise _unsupported("top_logprobs", "top_logprobs needs logprobs: true")
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise _unsupported("top_logprobs", f"top_logprobs must lie in [0, {MAX_TOP_LOGPROBS}]")
+        c = self.c2c
+        if (self.n or 1) > 1 and c is not None and (c.session or c.publish or c.edit):
+            raise _unsupported("n", "n > 1 gives several replies, and a session (or its publish or edit) continues "
+                                    "one: send n: 1 with c2c.session, publish or edit")
         if self.response_format and self.response_format.get("type", "text") != "text":
             kind = str(self.response_format.get("type"))[:40]
             raise _unsupported("response_format", f"response_format type {kind!r} is not supported by this server "
@@ -206,6 +214,7 @@ class ChatCompletionIn(RequestBody):
             top_p=1.0 if self.top_p is None else self.top_p, seed=self.seed,
             stop=tuple([self.stop] if isinstance(self.stop, str) else (self.stop or [])),
             logit_bias=tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items()),
+            logprobs=(self.top_logprobs or 0) if self.logprobs else None, n=self.n or 1,
             session=c.session, attach=tuple(c.attach), mode=c.mode, timeout_s=c.timeout_s, stream=self.stream,
             edit=None if c.edit is None else EditSpec(drop=tuple(c.edit.drop), reposition=c.edit.reposition,
                                                       repair=c.edit.repair),
@@ -262,7 +271,8 @@ class Choice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = Field(default=None, description='{"content": [{"token", "logprob", "bytes", '
+                                                                      '"top_logprobs"}, ...]} when asked for')
 
 
 class ChatCompletionOut(BaseModel):
@@ -298,8 +308,10 @@ def usage(c: Completion) -> dict[str, Any]:
 
 def completion_body(c: Completion) -> dict[str, Any]:
     return {"id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text},
-                         "finish_reason": c.finish_reason, "logprobs": None}],
+            "choices": [{"index": i, "message": {"role": "assistant", "content": r.text},
+                         "finish_reason": r.finish_reason,
+                         "logprobs": None if r.logprobs is None else {"content": list(r.logprobs)}}
+                        for i, r in enumerate(c.replies)],
             "usage": usage(c), "c2c": c.c2c}
 
 
@@ -323,9 +335,11 @@ def c2c_headers(c: Completion) -> dict[str, str]:
 
 
 def chunk_body(s: Started, *, delta: dict[str, Any] | None = None, finish_reason: str | None = None,
-               extra: dict[str, Any] | None = None, choices: bool = True) -> dict[str, Any]:
+               extra: dict[str, Any] | None = None, choices: bool = True, index: int = 0,
+               logprobs: Sequence[dict] | None = None) -> dict[str, Any]:
     body = {"id": s.id, "object": "chat.completion.chunk", "created": s.created, "model": s.model,
-            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish_reason, "logprobs": None}]
+            "choices": [{"index": index, "delta": delta or {}, "finish_reason": finish_reason,
+                         "logprobs": None if logprobs is None else {"content": list(logprobs)}}]
             if choices else []}
     body.update(extra or {})
     return body

@@ -33,7 +33,7 @@ from c2c.serve.config import ServeConfig
 from c2c.runtime.edit import close_gaps
 from c2c.serve import context_edit
 from c2c.serve.context_edit import EditSpec
-from c2c.serve.decode import Sampling, generate
+from c2c.serve.decode import Decoded, Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
 from c2c.serve.render import Message, Part, continuation, prefix_ids, render, split_system
@@ -67,24 +67,47 @@ class ChatRequest:
     mode: str = "auto"
     publish: PublishSpec | None = None
     timeout_s: float | None = None
-    stream: bool = False           # send ("delta", text) events as the reply grows
+    stream: bool = False           # send ("delta", (choice, Delta)) events as the replies grow
     edit: EditSpec | None = None   # drop messages from the session's cache (c2c.serve.context_edit)
+    logprobs: int | None = None    # None: none; K: each token's log-probability and its K most likely
+    n: int = 1                     # choices, each its own decode from the prompt's one prefill (no session)
+
+
+#: the most choices one request may ask for (``n``)
+MAX_N = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """One choice of a completion: its text, why it ended, and its tokens' log-probabilities (when asked for)."""
+
+    text: str
+    finish_reason: str
+    logprobs: tuple[dict, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Completion:
-    """The result of one request (serialized by :mod:`c2c.serve.schema`)."""
+    """The result of one request (serialized by :mod:`c2c.serve.schema`): ``replies``, one per choice;
+    ``completion_tokens`` counts all of them."""
 
     id: str
     created: int
     model: str
-    text: str
-    finish_reason: str
+    replies: tuple[Reply, ...]
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
     c2c: dict[str, Any] = field(default_factory=dict)
     usage_extra: dict[str, int] = field(default_factory=dict)   # more ``usage`` fields (an edit's counts)
+
+    @property
+    def text(self) -> str:
+        return self.replies[0].text
+
+    @property
+    def finish_reason(self) -> str:
+        return self.replies[0].finish_reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +284,7 @@ class ChatService:
         if any(not 0 <= i < vocab for i, _ in req.logit_bias):
             raise ConfigError(f"logit_bias names a token id outside {req.model}'s vocabulary [0, {vocab})")
         sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
-                            stop=req.stop, logit_bias=req.logit_bias)
+                            stop=req.stop, logit_bias=req.logit_bias, logprobs=req.logprobs)
         job.check()
         prepared = prepare(rt, held_cache, rendering, pace)
         records = _accounted(records, prepared.per_part, prefix_kv is not None)
@@ -280,8 +303,7 @@ class ChatService:
         t_prep = time.perf_counter()
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         job.emit("ready", Started(id=cid, created=created, model=req.model))
-        decoded = generate(rt, prepared.cache, prepared.pending, sampling, pace=pace,
-                           on_delta=(lambda text: job.emit("delta", text)) if req.stream else (lambda text: None))
+        decoded, others = self._decode(job, rt, prepared, sampling, pace, req)
         session.cache = decoded.cache
         session.state, session.turns = "warm", session.turns + 1
         t_gen = time.perf_counter()
@@ -299,7 +321,8 @@ class ChatService:
                                               text_parents=via_text, share=req.publish.share, pace=pace)
             self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])
         t_end = time.perf_counter()
-        for kind, n in (("prompt", n_prompt), ("cached", prepared.cached), ("completion", decoded.completion_tokens)):
+        completion_tokens = decoded.completion_tokens + sum(d.completion_tokens for d in others)
+        for kind, n in (("prompt", n_prompt), ("cached", prepared.cached), ("completion", completion_tokens)):
             self.metrics.tokens.labels(kind=kind).inc(n)
         c2c = {
             "session": None if req.session is None else {
@@ -309,8 +332,9 @@ class ChatService:
             "attach": records, "attached": list(session.attached), "publish": published,
             "edit": None if edited is None else edited.record(session.cache),
             "timings": {"queue_s": job.queued_s, "attach_s": t_attach - t0, "prefill_s": t_prep - t_attach
-                        + decoded.prefill_s, "decode_s": decoded.decode_s, "publish_s": t_end - t_gen,
-                        "forward_s": decoded.prefill_s + decoded.decode_s,
+                        + sum(d.prefill_s for d in (decoded, *others)),
+                        "decode_s": sum(d.decode_s for d in (decoded, *others)), "publish_s": t_end - t_gen,
+                        "forward_s": sum(d.prefill_s + d.decode_s for d in (decoded, *others)),
                         "total_s": t_end - t0 + job.queued_s},
         }
         extra = {}
@@ -318,10 +342,29 @@ class ChatService:
             e = c2c["edit"]
             extra = {"dropped_tokens": e["dropped_tokens"], "repositioned_tokens": e["repositioned_tokens"],
                      "recomputed_tokens": e["recomputed_tokens"], "prefilled_tokens": c2c["prefilled_tokens"]}
-        return Completion(id=cid, created=created, model=req.model, text=decoded.text,
-                          finish_reason=decoded.finish_reason, prompt_tokens=n_prompt,
-                          completion_tokens=decoded.completion_tokens, cached_tokens=prepared.cached, c2c=c2c,
+        return Completion(id=cid, created=created, model=req.model,
+                          replies=tuple(Reply(text=d.text, finish_reason=d.finish_reason, logprobs=d.logprobs)
+                                        for d in (decoded, *others)), prompt_tokens=n_prompt,
+                          completion_tokens=completion_tokens, cached_tokens=prepared.cached, c2c=c2c,
                           usage_extra=extra)
+
+    def _decode(self, job: Job, rt: Runtime, prepared, sampling: Sampling, pace: Pace,
+                req: ChatRequest) -> tuple[Decoded, tuple[Decoded, ...]]:
+        """The request's ``n`` replies: the first, and the others. With ``n > 1`` the prompt is prefilled once
+        (all but its last token) and each choice decodes from that cache, never copying it (a cache is
+        immutable: each choice's engine sequence starts from it). A seeded request gives choice ``i`` the
+        seed ``seed + i``: reproducible, and not ``n`` copies of one draw."""
+        def emit(i: int):
+            return (lambda d: job.emit("delta", (i, d))) if req.stream else (lambda d: None)
+
+        cache, pending = prepared.cache, prepared.pending
+        if req.n > 1 and len(pending) > 1:
+            _, cache = pace.prefill(rt, pending[:-1], cache)
+            pending = pending[-1:]
+        out = [generate(rt, cache, pending, replace(sampling, seed=None if sampling.seed is None else
+                                                    (sampling.seed + i) % (1 << 63)),
+                        pace=pace, on_delta=emit(i)) for i in range(req.n)]
+        return out[0], tuple(out[1:])
 
     def _attachments(self, principal: Principal, req: ChatRequest, rt: Runtime, session: Session,
                      prefix: tuple[int, ...], pace: Pace) -> "_Attached":
@@ -354,7 +397,9 @@ class ChatService:
             attach, mode = session.attached, session.attach_mode
             at = 0
             for c, n in zip(session.attached, session.parts_of):
-                if state.get(c) == "gone" or (c in session.via_text and self.exchange.freshness(principal, c) == "gone"):
+                gone = state.get(c) == "gone" or (c in session.via_text
+                                                  and self.exchange.freshness(principal, c) == "gone")
+                if gone:
                     kept[c] = session.attachments[at: at + n]
                 elif c in continued and state.get(c) != "stale":
                     kept[c] = ()

@@ -76,8 +76,11 @@ async def result(job: Job, channel: Channel, receive: Callable) -> Completion:
         job.cancel.set()  # harmless once done; stops the job if we leave early (a timeout, a cancelled task)
 
 
-async def chunks(job: Job, channel: Channel, started: Started, *, include_usage: bool) -> AsyncIterator[str]:
-    """SSE lines of a streamed completion, from its first chunk to ``data: [DONE]``."""
+async def chunks(job: Job, channel: Channel, started: Started, *, include_usage: bool,
+                 logprobs: bool = False) -> AsyncIterator[str]:
+    """SSE lines of a streamed completion, from its first chunk to ``data: [DONE]``; each delta carries its
+    tokens' log-probabilities when ``logprobs``, and its choice's index (``n > 1``)."""
+    opened = {0}
     try:
         yield sse(chunk_body(started, delta={"role": "assistant", "content": ""}))
         while True:
@@ -86,9 +89,17 @@ async def chunks(job: Job, channel: Channel, started: Started, *, include_usage:
             except C2CError as e:
                 kind, value = "error", e
             if kind == "delta":
-                yield sse(chunk_body(started, delta={"content": value}))
+                index, delta = value
+                if index and index not in opened:   # each choice opens with its role, as choice 0 did
+                    opened.add(index)
+                    yield sse(chunk_body(started, index=index, delta={"role": "assistant", "content": ""}))
+                yield sse(chunk_body(started, index=index, delta={"content": delta.text},
+                                     logprobs=delta.logprobs if logprobs else None))
             elif kind == "done":
-                yield sse(chunk_body(started, finish_reason=value.finish_reason, extra={"c2c": value.c2c}))
+                last = len(value.replies) - 1
+                for i, reply in enumerate(value.replies):   # the last choice's finish chunk carries the c2c record
+                    yield sse(chunk_body(started, index=i, finish_reason=reply.finish_reason,
+                                         extra={"c2c": value.c2c} if i == last else None))
                 if include_usage:
                     yield sse(chunk_body(started, choices=False, extra={"usage": usage(value)}))
                 break
