@@ -153,14 +153,20 @@ def test_one_public_function_is_called_decide():
     assert not hasattr(c2c.trust, "decide") and c2c.trust.domain_rule("lab", "ops").transport == "text"
 
 
-def test_no_two_modules_share_a_name_but_the_cli_commands_named_after_what_they_drive():
-    """A module's name says what it holds; only cli/<group>.py repeats a name, by design (``c2c keys`` is
-    cli/keys.py, over trust/keys.py)."""
+#: the jobs a package may name a module after, whatever package it is (its package says whose job it is):
+#: a store backend's ``backend``, a package's own ``config``, ``chunks`` and ``schema``
+ROLES = {"backend.py", "config.py", "chunks.py", "schema.py"}
+
+
+def test_no_two_modules_share_a_name_but_the_cli_commands_and_the_roles_of_a_package():
+    """A module's name says what it holds. A name repeats only where it is a job every such package has, named
+    once in :data:`ROLES` (``store/redis/config.py`` and ``serve/config.py``: whose config is the package's
+    name), or for cli/<group>.py, named after what it drives (``c2c keys`` is cli/keys.py, over trust/keys.py)."""
     by_name: dict[str, list[str]] = {}
     for path in sorted(SRC.rglob("*.py")):
         if path.name != "__init__.py":
             by_name.setdefault(path.name, []).append(str(path.relative_to(SRC)))
-    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1 and name not in ROLES}
     outside_cli = {name: [p for p in paths if not p.startswith("cli/")] for name, paths in shared.items()}
     assert all(len(paths) == 1 for paths in outside_cli.values()), shared
     assert set(shared) <= {"keys.py", "verify.py"}, shared

@@ -57,7 +57,7 @@ _CURSOR = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")  # what either store issues:
 def event_cursor(value: str) -> str:
     """An events cursor (``?after=`` or ``Last-Event-ID``) shaped like one a store issues, else ConfigError.
 
-    The store checks its own range too (:meth:`c2c.store.interface.Store.events`).
+    The store checks its own range too (:meth:`c2c.store.interface.Lineage.events`).
     """
     if not _CURSOR.fullmatch(value):
         raise ConfigError(f"event cursor {value[:64]!r} is not one this server issued; give the id of the "

@@ -2,7 +2,7 @@
 
 A receiver that already holds a prefix of a commit's tokens (its team's shared
 prefix, its own session) asks the store for the rest only
-(:meth:`~c2c.store.interface.Store.fetch` with a :class:`~c2c.store.manifest.HeldPrefix`),
+(:meth:`~c2c.store.interface.Commits.fetch` with a :class:`~c2c.store.manifest.HeldPrefix`),
 then writes its own K/V for the held chunks into their places. Each of those is
 checked against the digest the commit's signed header names: the bytes handed on
 are exactly the commit's, and the usual checks (``Artifact.decode``,

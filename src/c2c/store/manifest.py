@@ -81,7 +81,7 @@ class HeldPrefix:
     """What a receiver already holds: the chunk keys (and, if computed, digests) of its own cache from
     position 0.
 
-    A store's :meth:`~c2c.store.interface.Store.fetch` then leaves out every chunk of a commit
+    A store's :meth:`~c2c.store.interface.Commits.fetch` then leaves out every chunk of a commit
     whose key is among them: same model, dtype and tokens up to that chunk's end, so the same
     K/V positions. With ``digests`` (computed once for a cache the receiver keeps, such as its
     team's shared prefix), only chunks whose bytes are the receiver's too are left out, so
