@@ -6,8 +6,9 @@ problem and say what to do instead.
 
     C2CError
     ├── ConfigError                 bad argument, flag or environment variable
-    │   └── ContextEditError          an instruction to drop messages from a session's cache that the
-    │                                 history contradicts, or out of range (400); the session is unchanged
+    │   ├── ContextEditError          an instruction to drop messages from a session's cache that the
+    │   │                             history contradicts, or out of range (400); the session is unchanged
+    │   └── SchemaError               a response_format schema the structured-output engine cannot compile
     ├── ModelError                  a model cannot be found, pulled or loaded
     │   └── UnknownModelError       name is not in the zoo and not a directory
     ├── RuntimeUnsupportedError     the runtime cannot do this exactly (e.g. a slice
@@ -91,6 +92,12 @@ class ConfigError(C2CError):
 class ContextEditError(ConfigError):
     """An instruction to drop messages from a session's cache that cannot be applied: an index out of range,
     the system message, a drop the history contradicts, or an earlier drop left out. Nothing was changed."""
+
+
+class SchemaError(ConfigError):
+    """A ``response_format`` JSON schema the structured-output engine cannot compile; ``param`` names the field."""
+
+    param = "response_format"
 
 
 class ModelError(C2CError):
@@ -360,6 +367,7 @@ class FuserDataError(FuserError):
 # QuotaExceededError       429     quota_exceeded           a publish would take the caller's domain past its store quota
 # ContextEditError         400     invalid_edit             a drop out of range, of the system message, or that the
 #                                                           history contradicts (the session is left as it was)
+# SchemaError              400     invalid_schema           a response_format schema that does not compile (param)
 # ConfigError              400     invalid_value            a bad value (stream name, label, id, cursor, sampling)
 # StoreError               503     store_unavailable        the store failed
 # ModelError               503     model_unavailable        a model failed
@@ -390,6 +398,7 @@ HTTP_TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (StoreCorruptError, 422, "store_corrupt"),
     (QuotaExceededError, 429, "quota_exceeded"),
     (ContextEditError, 400, "invalid_edit"),
+    (SchemaError, 400, "invalid_schema"),
     (ConfigError, 400, "invalid_value"),
     (StoreError, 503, "store_unavailable"),
     (ModelError, 503, "model_unavailable"),
@@ -419,8 +428,8 @@ def error_payload(e: C2CError) -> tuple[int, dict]:
         {"error": {"message", "type", "code", "param": null, "c2c_error": "StaleCommitError"}}
     """
     status, code = status_of(e)
-    return status, {"error": {"message": str(e), "type": type_of(status), "code": code, "param": None,
-                              "c2c_error": type(e).__name__}}
+    return status, {"error": {"message": str(e), "type": type_of(status), "code": code,
+                              "param": getattr(e, "param", None), "c2c_error": type(e).__name__}}
 
 
 def error_named(name: str, message: str) -> C2CError:

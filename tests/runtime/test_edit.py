@@ -160,3 +160,33 @@ def test_an_unreadable_record_still_marks_a_cache_edited():
     for junk in ("edited", [1, 2], {"steps": [{"dropped": "x"}]}, {"no": "steps"}):
         e = Edits.read(junk)
         assert e == Edits() and "does not read" in e.summary()
+
+
+def test_a_cut_keeps_every_edit_that_reaches_a_token_it_keeps(rt):
+    """Edits.before trims a cut cache's record to the edits that still reach it: never fewer (found by a review:
+    a step named positions that closing an earlier open gap then moved below them)."""
+    ids = list(range(3, 43))
+    _, cache = rt.prefill(ids)
+    one, _ = drop(rt, cache, [(10, 15)], reposition=False)          # a gap left open at 10
+    two, _ = drop(rt, one, [(20, 25)], reposition=True)              # named at its gapped positions, then moved
+    assert len(two.head(23).edits.steps) >= 2 and two.head(23).edits.dropped == 10   # token 20 was at 30
+    closed, _ = close_gaps(rt, drop(rt, one, [(20, 25)], reposition=False)[0])
+    assert closed.head(23).edits.dropped == 10
+    plain, _ = drop(rt, cache, [(10, 15)])                           # no gap left open: the record trims exactly
+    later, _ = drop(rt, plain, [(25, 30)])
+    assert later.head(20).edits.dropped == 5 and later.head(26).edits.dropped == 10
+    assert later.head(10).edits is None and later.head(10).exact
+
+
+def test_an_edited_piece_placed_after_another_cache_is_never_cut_back_to_exact(rt):
+    """A slice of an edited cache, re-positioned and appended after a receiver's context, keeps its record whole
+    whatever the cut: its steps name the sender's positions (found by a review: a cut made it exact)."""
+    ids = list(range(3, 63))
+    _, cache = rt.prefill(ids)
+    edited, _ = drop(rt, cache, [(20, 25)])
+    piece = rt.reposition(edited.slice(40, 48), 10)
+    _, mine = rt.prefill(list(range(100, 110)))
+    both = mine.append(piece)
+    for n in range(11, both.seq_len + 1):
+        assert not both.head(n).exact, n
+    assert both.head(10).exact

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from serve_helpers import SYSTEM, c2c_field, chat
 
@@ -160,3 +161,63 @@ def test_n_choices_decode_from_one_prefill_each_its_own_draw(tiny_server):
         for c in ch.choices:
             got[c.index] = got.get(c.index, "") + (c.delta.content or "")
     assert [got[i] for i in range(4)] == texts
+
+
+PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
+          "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0},
+                         "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}}}
+
+
+def _valid_person(doc) -> bool:
+    return (isinstance(doc, dict) and set(doc) == {"name", "age", "tags"} and isinstance(doc["name"], str)
+            and len(doc["name"]) <= 12 and isinstance(doc["age"], int) and doc["age"] >= 0
+            and isinstance(doc["tags"], list) and len(doc["tags"]) <= 3 and set(doc["tags"]) <= {"a", "b"})
+
+
+def test_a_json_schema_reply_always_parses_and_validates_even_from_random_weights(tiny_server):
+    """#55, part: structured output by constrained decoding (llguidance, as vLLM's guidance backend). tiny-qwen2 has
+    random weights: unconstrained it writes noise, so every valid reply here is the grammar's doing."""
+    client = tiny_server.client("analyst")
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    msgs = [SYSTEM, {"role": "user", "content": "A person, as JSON."}]
+    for seed in range(4):   # sampled, so each draw walks another path through the grammar
+        r = client.chat.completions.create(model="tiny-qwen2", messages=msgs, max_tokens=120, temperature=1.0,
+                                           seed=seed, response_format=rf)
+        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+        assert _valid_person(json.loads(r.choices[0].message.content)), r.choices[0].message.content
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny-qwen2", messages=msgs, max_tokens=120, temperature=0, response_format=rf, stream=True)
+        if c.choices)
+    assert _valid_person(json.loads(streamed))
+    obj = chat(client, msgs, max_tokens=60, response_format={"type": "json_object"})
+    if obj.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(obj.choices[0].message.content), dict)
+    else:   # the object ran out of tokens: what there is is the start of one
+        assert obj.choices[0].message.content.startswith("{")
+
+
+def test_a_schema_the_engine_cannot_compile_is_a_400_naming_response_format(tiny_server):
+    resp = httpx.post(tiny_server.url("/v1/chat/completions"), headers=tiny_server.headers("analyst"), timeout=60,
+                      json={"model": "tiny-qwen2", "messages": [SYSTEM, {"role": "user", "content": "x"}],
+                            "response_format": {"type": "json_schema", "json_schema": {
+                                "name": "bad", "schema": {"type": "object", "properties": {"x": {"type": "strin"}}}}}})
+    assert resp.status_code == 400, resp.text
+    e = resp.json()["error"]
+    assert (e["code"], e["param"], e["c2c_error"]) == ("invalid_schema", "response_format", "SchemaError"), e
+    assert "strin" in e["message"]
+
+
+def test_langchain_with_structured_output_gets_a_validated_object(tiny_server):
+    """LangChain's ``with_structured_output(Model, method="json_schema")`` against c2c serve: it was a 400."""
+    pytest.importorskip("langchain_openai")
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel, Field
+
+    class Finding(BaseModel):
+        host: str = Field(max_length=10)
+        severity: int = Field(ge=1, le=5)
+
+    llm = ChatOpenAI(base_url=tiny_server.base_url, api_key="tok-analyst-0123456789abcdef", model="tiny-qwen2",
+                     temperature=0, max_tokens=80, max_retries=0)
+    got = llm.with_structured_output(Finding, method="json_schema").invoke("Which host failed, and how badly?")
+    assert isinstance(got, Finding) and 1 <= got.severity <= 5 and len(got.host) <= 10

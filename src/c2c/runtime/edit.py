@@ -110,7 +110,10 @@ def drop(runtime: Runtime, cache: KVCache, spans: Sequence[tuple[int, int]], *, 
         out, recomputed = _repair(runtime, out, spans, how, probe_layers, pace)
     step = EditStep(dropped=record, repositioned=moved, recomputed=recomputed, repair=str(how),
                     tokens=sum(b - a for a, b in spans))
-    return replace(out, edits=(cache.edits or Edits()).plus(Edits(steps=(step,)))), step
+    edits = (cache.edits or Edits()).plus(Edits(steps=(step,)))
+    if reposition and cache.gaps:  # gaps left open before moved too: the record's positions no longer bound them
+        edits = edits.moved(min(spans[0][0], cache.gaps[0][0]))
+    return replace(out, edits=edits), step
 
 
 def close_gaps(runtime: Runtime, cache: KVCache) -> tuple[KVCache, int]:
@@ -124,7 +127,8 @@ def close_gaps(runtime: Runtime, cache: KVCache) -> tuple[KVCache, int]:
         run = cache.take(a, b)                                  # contiguous positions, no gaps inside
         out = out.append(runtime.reposition(replace(run, edits=None), out.end))
         moved += b - a
-    return replace(out, gaps=(), edits=cache.edits), moved
+    edits = cache.edits.moved(cache.start + cache.gaps[0][0], moved) if cache.edits is not None else None
+    return replace(out, gaps=(), edits=edits), moved
 
 
 def _repair(runtime: Runtime, cache: KVCache, spans: list[tuple[int, int]], how: Repair,

@@ -83,6 +83,14 @@ class Edits:
         starts = [a for s in self.steps for a, _ in s.dropped]
         return min(starts) if starts else None
 
+    def moved(self, at: int, tokens: int = 0) -> "Edits":
+        """This record after the tokens from position ``at`` on were moved to other positions than those its
+        steps name (open gaps closed, or the cache re-positioned and placed after another): a step with the
+        empty span ``[at, at)``, so that :meth:`before` keeps every step for a cut past ``at``, whatever
+        positions they name. Conservative: a cut up to ``at`` may keep steps it need not."""
+        return self.plus(Edits(steps=(EditStep(dropped=((at, at),), repositioned=tokens, repair="moved",
+                                               tokens=0),)))
+
     def before(self, end: int) -> "Edits | None":
         """The record of a part of the cache that ends at position ``end`` (a cut keeps a prefix): the steps
         whose effect reaches a position below ``end``; None when none does (the part is exact).
@@ -90,8 +98,11 @@ class Edits:
         A step's effect starts at its first dropped position ``s``, in the positions of its time. A later
         step that drops before a token moves it down, but never below its own first dropped position. So
         every token a step ``k`` touched sits at or after ``min(s_k, s_k+1, ...)``, and the steps kept are
-        those with that minimum below ``end``: always the oldest ones. A record with a step whose spans are
-        unknown (one this build does not read) is kept whole."""
+        those with that minimum below ``end``: always the oldest ones. That holds while the positions a step
+        names are those its tokens still sit at, but for later drops: where tokens moved otherwise (open gaps
+        closed, a cache re-positioned), :meth:`moved` adds a step at the first moved position, which bounds
+        every step before it. A record with a step whose spans are unknown (a record this build does not
+        read) is kept whole."""
         starts = [min((a for a, _ in s.dropped), default=None) for s in self.steps]
         if not starts or None in starts:
             return self
@@ -112,7 +123,9 @@ class Edits:
         if len(steps) > MAX_EDIT_STEPS:
             old, steps = steps[: len(steps) - MAX_EDIT_STEPS + 1], steps[len(steps) - MAX_EDIT_STEPS + 1:]
             spans = [sp for s in old for sp in s.dropped]
-            folded = EditStep(dropped=(min(spans),) if spans else (), tokens=sum(s.dropped_tokens for s in old),
+            whole = all(s.dropped for s in old)  # a step with no span (moved) keeps the record whole: so does this
+            folded = EditStep(dropped=(min(spans),) if spans and whole else (),
+                              tokens=sum(s.dropped_tokens for s in old),
                               repositioned=sum(s.repositioned for s in old),
                               recomputed=sum(s.recomputed for s in old),
                               repair=f"folded:{sum(_steps_in(s) for s in old)}")
@@ -155,6 +168,12 @@ def _steps_in(step: EditStep) -> int:
     """How many edits ``step`` stands for (a folded one: those it folded)."""
     kind, _, n = step.repair.partition(":")
     return int(n) if kind == "folded" and n.isdigit() else 1
+
+
+def _placed(e: Edits | None, at: int) -> Edits | None:
+    """The record of an edited cache placed at position ``at`` after another: the positions its steps name were
+    where it was made (:meth:`Edits.moved`)."""
+    return None if e is None else e.moved(at)
 
 
 def _merge(a: Edits | None, b: Edits | None) -> Edits | None:
@@ -344,7 +363,7 @@ class KVCache:
             return replace(self, keys=tuple(torch.cat([a, b], dim=2) for a, b in zip(self.keys, other.keys)),
                            values=tuple(torch.cat([a, b], dim=2) for a, b in zip(self.values, other.values)),
                            token_ids=self.token_ids + other.token_ids, gaps=gaps,
-                           edits=_merge(self.edits, other.edits))
+                           edits=_merge(self.edits, _placed(other.edits, other.start)))
         keys, values = [], []
         for k1, v1, k2, v2, w in zip(self.keys, self.values, other.keys, other.values, self.windows):
             keep = self.layer_length(T, w)
@@ -352,7 +371,7 @@ class KVCache:
             values.append(torch.cat([v1, v2], dim=2)[:, :, -keep:] if keep else v2[:, :, :0])
         return replace(
             self, keys=tuple(keys), values=tuple(values), token_ids=self.token_ids + other.token_ids,
-            edits=_merge(self.edits, other.edits),
+            edits=_merge(self.edits, _placed(other.edits, other.start)),
         )
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> "KVCache":

@@ -36,6 +36,7 @@ capability           members                                                used
 :class:`Gradients`   ``logits_with_grad``                                   training the fuser
 :class:`Adapters`    ``attach_adapter``, ``detach_adapter``, ``train_adapter``  LoRA roles
 :class:`RopeCodec`   ``rope_remove``, ``rope_apply``, ``vocab_digest``      cross-model maps (``c2c.xmodel``)
+:class:`Grammars`    ``grammar_tokenizer``                                  structured output (``response_format``)
 ===================  =====================================================  ==============================
 
 The transformers engine has every capability; llama.cpp has none of them.
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Any, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
@@ -237,6 +238,15 @@ class RopeCodec(Protocol):
 
 
 @runtime_checkable
+class Grammars(Protocol):
+    """Constrained decoding (:mod:`c2c.runtime.grammar`): the model's vocabulary as the structured-output engine
+    (llguidance) reads it."""
+
+    def grammar_tokenizer(self) -> Any:
+        """The vocabulary as an ``llguidance.LLTokenizer`` (built once)."""
+
+
+@runtime_checkable
 class Stepper(Protocol):
     """One sequence grown pass by pass (a served turn: its prompt's chunks, then one token per step)."""
 
@@ -262,6 +272,9 @@ CAPABILITIES: dict[type, str] = {
               "with --backend transformers",
     RopeCodec: "cross-model maps need the transformers backend (it re-applies RoPE with the model's own rotary "
                "embedding); load the model with --backend transformers",
+    Grammars: "structured output (response_format json_object or json_schema) constrains each step to the tokens "
+              "a grammar allows, over the transformers backend's tokenizer; serve the model with --backend "
+              "transformers, or leave response_format out",
 }
 C = TypeVar("C")
 

@@ -16,8 +16,9 @@ from typing import Callable, Sequence
 import torch
 
 from c2c.errors import ConfigError
+from c2c.runtime.grammar import Constraint, Grammar
 from c2c.runtime.pace import ONE_PASS, Pace
-from c2c.runtime.protocol import Runtime
+from c2c.runtime.protocol import Grammars, Runtime, require
 from c2c.runtime.sampling import check_sampling, sample_next
 from c2c.runtime.kvcache import KVCache
 
@@ -36,6 +37,7 @@ class Sampling:
     stop: tuple[str, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None   # None: none; K: each token's log-probability and the K most likely (0..20)
+    grammar: Grammar | None = None  # every step constrained to what it allows (structured output)
 
     def __post_init__(self) -> None:
         check_sampling(self.temperature, self.top_p)
@@ -83,6 +85,8 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
     every forward pass. Log-probabilities are the model's own (``log_softmax`` of its logits, before
     ``logit_bias`` and temperature), as vLLM reports them by default.
     """
+    constraint = Constraint(sampling.grammar, require(runtime, Grammars).grammar_tokenizer()) \
+        if sampling.grammar is not None else None
     gen = torch.Generator(device=runtime.device)
     gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
     t0 = time.perf_counter()
@@ -101,21 +105,25 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
         if len(bias_ids):
             logits = logits.clone()
             logits[bias_ids] += bias  # (vocab,)
+        if constraint is not None:
+            logits = constraint.mask(logits)  # (vocab,): what the grammar does not allow next is -inf
         tok = sample_next(logits, temperature=sampling.temperature, top_p=sampling.top_p, generator=gen)
         sampled += 1
         if tok in runtime.eos_ids:
             finish = "stop"
             break
+        if constraint is not None:
+            constraint.accept(tok)
         out.append(tok)
         if sampling.logprobs is not None:
             entries.append(_logprob_entry(runtime, raw, tok, sampling.logprobs))
         text = runtime.decode(out)
-        ends.append(len(text))
+        ends.append(len(text.rstrip("\ufffd")))   # what is whole so far: a half character is not in it yet
         cut = _first_stop(text, sampling.stop)
         if cut is not None:
             text, finish = text[:cut], "stop"
             if entries:  # the tokens of the stop string are no part of the reply
-                entries = [e for i, e in enumerate(entries) if i == 0 or ends[i - 1] < cut]
+                entries = [e for i, e in enumerate(entries) if (ends[i - 1] if i else 0) < cut]
             break
         safe = len(text) - hold
         while safe > emitted and text[safe - 1] == "\ufffd":  # maybe half a character: wait for the rest
@@ -124,6 +132,9 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
             done = sum(1 for e in ends if e <= safe)
             on_delta(Delta(text[emitted:safe], tuple(entries[sent:done])))
             emitted, sent = safe, max(sent, done)
+        if constraint is not None and constraint.complete:   # the grammar allows nothing more
+            finish = "stop"
+            break
         if step == sampling.max_tokens - 1:
             break
         pace.between()

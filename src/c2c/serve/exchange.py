@@ -374,7 +374,9 @@ def _kept_text(artifact: Artifact, cid: str, *, required: bool = True, runtime: 
     if isinstance(kept, dict) and isinstance(kept.get("text"), str):
         return kept["text"]
     h = artifact.header
-    if runtime is not None and h.tokens is not None and h.fingerprint.tokenizer_digest == runtime.tokenizer_digest:
+    declared = h.start > 0 or h.prefix.length > 0  # a whole cache without a declared prefix may open on a system turn
+    if runtime is not None and h.tokens is not None and declared and \
+            h.fingerprint.tokenizer_digest == runtime.tokenizer_digest:
         ids = h.tokens[h.prefix.length:] if h.start == 0 else h.tokens
         text = runtime.decode(ids).strip() if ids else ""
         if text:
@@ -382,7 +384,8 @@ def _kept_text(artifact: Artifact, cid: str, *, required: bool = True, runtime: 
     if not required:
         return ""
     raise HandoffError(f"commit {cid[:12]} keeps no text and its tokens cannot be read as text here (withheld, of "
-                       "another tokenizer, or nothing beyond its shared prefix); attach it with mode full or slice")
+                       "another tokenizer, no shared prefix declared, or nothing beyond it); attach it with mode "
+                       "full or slice")
 
 
 def _text_between(rendering: Rendering, start: int, end: int) -> str:

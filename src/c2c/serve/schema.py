@@ -22,9 +22,10 @@ Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 
 NOTE: OpenAI fields this server does not know are ignored (clients such as
 LangChain send a few); those it cannot honour (``tools`` and the legacy
-``functions``/``function_call``, a JSON ``response_format``, ``n > 1`` with a session) are
-refused, the error's ``param`` naming the field. ``logprobs``/``top_logprobs`` (up to 20) and ``n``
-(up to 8) are served. Inside ``c2c`` every unknown key is refused.
+``functions``/``function_call``, ``n > 1`` with a session) are refused, the error's ``param``
+naming the field. ``logprobs``/``top_logprobs`` (up to 20), ``n`` (up to 8) and
+``response_format`` ``json_object``/``json_schema`` (constrained decoding) are served. Inside
+``c2c`` every unknown key is refused.
 
 Every request body is checked whole before its fields (:class:`RequestBody`): each
 string in it, keys and ignored fields included, must encode as UTF-8 (JSON's
@@ -46,7 +47,7 @@ from c2c.errors import ConfigError
 from c2c.serve.context_edit import EditSpec
 from c2c.serve.decode import MAX_TOP_LOGPROBS
 from c2c.serve.render import Message
-from c2c.serve.service import MAX_N, ChatRequest, Completion, PublishSpec, Started
+from c2c.serve.service import MAX_N, ChatRequest, Completion, JsonFormat, PublishSpec, Started
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$"
 MAX_TOKENS = 1 << 24          # max_tokens, max_completion_tokens: far past any context, so a ContextLengthError decides
@@ -82,6 +83,24 @@ class RequestBody(InModel):
             raise PydanticCustomError("invalid_utf8", "{param} is not valid UTF-8 (a lone surrogate such as "
                                       "\\ud800); send text that encodes as UTF-8", {"param": where or "body"})
         return data
+
+
+def _json_format(rf: dict[str, Any] | None) -> JsonFormat | None:
+    """OpenAI's ``response_format`` as a :class:`JsonFormat` (None for ``text`` or none); a malformed one is refused
+    naming the field. Whether the schema compiles is the structured-output engine's to say, at submit."""
+    kind = (rf or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JsonFormat()
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise _unsupported("response_format.json_schema", "response_format json_schema takes "
+                               "json_schema: {name, schema: a JSON Schema object, strict}")
+        return JsonFormat(schema=spec.get("schema", {}))
+    raise _unsupported("response_format.type", f"response_format type {str(kind)[:40]!r} is not one of 'text', "
+                                               "'json_object' or 'json_schema'")
 
 
 def _unsupported(param: str, message: str) -> PydanticCustomError:
@@ -193,10 +212,7 @@ class ChatCompletionIn(RequestBody):
         if (self.n or 1) > 1 and c is not None and (c.session or c.publish or c.edit):
             raise _unsupported("n", "n > 1 gives several replies, and a session (or its publish or edit) continues "
                                     "one: send n: 1 with c2c.session, publish or edit")
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            kind = str(self.response_format.get("type"))[:40]
-            raise _unsupported("response_format", f"response_format type {kind!r} is not supported by this server "
-                                                  "(only 'text'); ask for JSON in the prompt instead")
+        _json_format(self.response_format)   # refused here, by name, when malformed
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         if len(stops) > 4 or not all(stops):
             raise ValueError("stop: give at most 4 non-empty strings")
@@ -215,6 +231,7 @@ class ChatCompletionIn(RequestBody):
             stop=tuple([self.stop] if isinstance(self.stop, str) else (self.stop or [])),
             logit_bias=tuple((int(k), float(v)) for k, v in (self.logit_bias or {}).items()),
             logprobs=(self.top_logprobs or 0) if self.logprobs else None, n=self.n or 1,
+            json=_json_format(self.response_format),
             session=c.session, attach=tuple(c.attach), mode=c.mode, timeout_s=c.timeout_s, stream=self.stream,
             edit=None if c.edit is None else EditSpec(drop=tuple(c.edit.drop), reposition=c.edit.reposition,
                                                       repair=c.edit.repair),

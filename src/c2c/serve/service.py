@@ -27,7 +27,8 @@ from typing import Any
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import ConfigError, ContextEditError, ContextLengthError, PrefixMismatchError, UnknownModelError
 from c2c.runtime.pace import Pace
-from c2c.runtime.protocol import Runtime
+from c2c.runtime.grammar import Grammar
+from c2c.runtime.protocol import Grammars, Runtime, require
 from c2c.serve.auth import Principal
 from c2c.serve.config import ServeConfig
 from c2c.runtime.edit import close_gaps
@@ -41,6 +42,13 @@ from c2c.serve.reuse import extend, prepare, truncate
 from c2c.serve.sessions import Session, SessionKey, SessionPool
 from c2c.serve.worker import Channel, Job, ModelWorker
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class JsonFormat:
+    """``response_format``: JSON that validates against ``schema`` (None: any JSON object, ``json_object``)."""
+
+    schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +79,8 @@ class ChatRequest:
     edit: EditSpec | None = None   # drop messages from the session's cache (c2c.serve.context_edit)
     logprobs: int | None = None    # None: none; K: each token's log-probability and its K most likely
     n: int = 1                     # choices, each its own decode from the prompt's one prefill (no session)
+    json: JsonFormat | None = None  # response_format json_object / json_schema (compiled at submit)
+    grammar: Grammar | None = None  # ``json`` compiled for the request's model (:meth:`ChatService.submit`)
 
 
 #: the most choices one request may ask for (``n``)
@@ -168,11 +178,16 @@ class ChatService:
 
         Raises:
             UnknownModelError, ContextLengthError (too many characters to fit: :meth:`check_size`),
+            SchemaError (a ``response_format`` schema that does not compile), RuntimeUnsupportedError
+            (structured output on an engine without :class:`~c2c.runtime.protocol.Grammars`),
             QueueFullError, ServeError (shutting down).
         """
         name = self.model_name(request.model)
         request = replace(request, model=name)
         self.check_size(request)
+        if request.json is not None:  # compiled before it queues: a schema that does not compile is a 400 now
+            tokenizer = require(self.runtimes[name], Grammars).grammar_tokenizer()
+            request = replace(request, grammar=Grammar.json(request.json.schema, tokenizer))
         timeout = min(request.timeout_s or math.inf, self.config.request_timeout_s)
         job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout, owner=principal)
         return self.workers[name].submit(job)
@@ -284,7 +299,7 @@ class ChatService:
         if any(not 0 <= i < vocab for i, _ in req.logit_bias):
             raise ConfigError(f"logit_bias names a token id outside {req.model}'s vocabulary [0, {vocab})")
         sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
-                            stop=req.stop, logit_bias=req.logit_bias, logprobs=req.logprobs)
+                            stop=req.stop, logit_bias=req.logit_bias, logprobs=req.logprobs, grammar=req.grammar)
         job.check()
         prepared = prepare(rt, held_cache, rendering, pace)
         records = _accounted(records, prepared.per_part, prefix_kv is not None)
@@ -405,7 +420,8 @@ class ChatService:
                     kept[c] = ()
                 at += n
         found = [self.exchange.attach(cid, runtime=rt, principal=principal, prefix_ids=prefix, mode=mode,
-                                      held=session.cache, pace=pace) for cid in attach if cid not in kept]
+                                      held=session.cache, pace=pace) for cid in attach
+                 if cid not in kept and cid not in continued]   # a continued one needs nothing of the store
         for a in found:
             self.metrics.handoffs.labels(path=a.path, reason=a.metric_reason).inc()
             self.metrics.handoff_bytes.labels(direction="attach").inc(a.nbytes)
@@ -422,13 +438,14 @@ class ChatService:
                 if cid in session.via_text:
                     via_text.append(cid)
                 continue
-            a = by_id[cid]
             if cid in continued:  # stale, and continued: the caller's messages carry it; nothing goes in
-                records.append(({**a.record, "used": "text", "imported_tokens": 0,
-                                 "reason": a.record["reason"] + "; the session continued its conversation: its "
-                                 "messages are re-prefilled as sent (drops included), nothing is inserted"}, 0))
+                records.append(({"commit": cid, "requested": mode, "path": "text", "used": "text", "stale": True,
+                                 "reason": "went stale since it was attached; the session continued its "
+                                           "conversation: its messages are re-prefilled as sent (drops included), "
+                                           "nothing is inserted"}, 0))
                 via_text.append(cid)
                 continue
+            a = by_id[cid]
             parts.append(a.parts)
             records.append((a.record, len(a.parts)))
             if a.path == "text":
@@ -438,7 +455,7 @@ class ChatService:
                          records=records, prefix_kv=first.prefix_kv if first is not None else None,
                          continues=first.tokens if first is not None and len(attach) == 1 and
                          first.path in ("cache", "text") else None,
-                         unheld=any(c in continued for c in by_id))
+                         unheld=any(c in continued and c not in kept for c in attach))
 
     def close(self) -> None:
         """Refuse new requests, finish the queued ones (up to the shutdown timeout), stop the workers."""

@@ -143,6 +143,14 @@ class TransformersRuntime(ChatTurns):
         return tk.render_chat(self.tokenizer, messages, add_generation_prompt)
 
     @cached_property
+    def _grammar_tokenizer(self):
+        return tk.grammar_tokenizer(self.tokenizer)
+
+    def grammar_tokenizer(self):
+        """The vocabulary as llguidance reads it (:class:`~c2c.runtime.protocol.Grammars`), built once."""
+        return self._grammar_tokenizer
+
+    @cached_property
     def bos_ids(self) -> tuple[int, ...]:
         return tuple(tk.bos_ids(self.tokenizer))
 

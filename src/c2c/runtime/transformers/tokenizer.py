@@ -111,3 +111,11 @@ def folder_digest(path) -> str:
 
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return hashlib.sha256(tokenizer_material(tokenizer)).hexdigest()
+
+
+def grammar_tokenizer(tokenizer):
+    """``tokenizer`` as llguidance reads it (each token's bytes, its end-of-sequence token), for constrained
+    decoding (:mod:`c2c.runtime.grammar`)."""
+    import llguidance.hf  # lazy: it loads transformers' tokenizer machinery, needed only for structured output
+
+    return llguidance.hf.from_tokenizer(tokenizer)
