@@ -14,7 +14,9 @@ compile is a :class:`~c2c.errors.SchemaError`, 400, naming ``response_format``).
 
 from __future__ import annotations
 
+import functools
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,13 @@ import torch
 from c2c.errors import SchemaError
 
 MAX_SCHEMA_BYTES = 64 * 1024  # a schema larger than this is refused before it is compiled
+
+
+@functools.cache
+def _masks() -> ThreadPoolExecutor:
+    """The one thread that computes next-token masks ahead (made on first use). NOTE: one is enough: a served model
+    runs one forward pass at a time (:mod:`c2c.serve.worker`), so at most one mask is worth computing meanwhile."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="c2c-grammar")
 
 
 @dataclass(frozen=True)
@@ -60,15 +69,30 @@ class Grammar:
 
 
 class Constraint:
-    """One decode's place in a :class:`Grammar`: which tokens may come next, and whether it is complete."""
+    """One decode's place in a :class:`Grammar`: which tokens may come next, and whether it is complete.
+
+    The next step's allowed tokens are computed on a thread of their own while the model runs the step's
+    forward pass (:meth:`prefetch`, as vLLM overlaps them): the engine's mask work leaves the GIL, so it
+    costs the decode loop almost nothing but the masking itself.
+    """
 
     def __init__(self, grammar: Grammar, tokenizer: Any):
         self._matcher = llguidance.LLMatcher(tokenizer, grammar.text)
         self._bitmask = llg_torch.allocate_token_bitmask(1, tokenizer.vocab_size)   # (1, ceil(vocab / 32))
+        self._pending: Future | None = None
+
+    def prefetch(self) -> None:
+        """Start computing what may come next (call after :meth:`accept`, before the next forward pass)."""
+        if self._pending is None and not self.complete:
+            self._pending = _masks().submit(llg_torch.fill_next_token_bitmask, self._matcher, self._bitmask, 0)
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
         """``logits`` ``(vocab,)`` with every token the grammar does not allow next at -inf (a new tensor)."""
-        llg_torch.fill_next_token_bitmask(self._matcher, self._bitmask, 0)
+        if self._pending is None:
+            llg_torch.fill_next_token_bitmask(self._matcher, self._bitmask, 0)
+        else:
+            self._pending.result()
+            self._pending = None
         out = logits.float().clone()[None]                                        # (1, vocab)
         n = min(out.shape[-1], self._bitmask.shape[-1] * 32)
         llg_torch.apply_token_bitmask_inplace(out[:, :n], self._bitmask)
@@ -77,7 +101,7 @@ class Constraint:
         return out[0]
 
     def accept(self, token: int) -> None:
-        """Advance past ``token`` (one :meth:`mask` allowed)."""
+        """Advance past ``token`` (one :meth:`mask` allowed; never while a :meth:`prefetch` runs)."""
         if not self._matcher.consume_token(token):
             raise SchemaError(f"internal: the grammar refused a token it allowed ({self._matcher.get_error()})")
 

@@ -137,6 +137,8 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
             break
         if step == sampling.max_tokens - 1:
             break
+        if constraint is not None:
+            constraint.prefetch()   # the next step's allowed tokens, on a thread, while the model runs
         pace.between()
         logits = seq.feed([tok])
     if len(text) > emitted or sent < len(entries):
