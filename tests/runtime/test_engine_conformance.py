@@ -13,7 +13,7 @@ What every engine must show: it has every member of the protocol, with typed fac
 id that round-trips through its string; a split prefill continues like a whole one; ``generate``
 returns the cache of what it fed; a cache crosses artifact bytes and continues the same; a cache of
 another layout is refused; and it runs per capability: an engine that has a capability
-protocol (``Scoring``, ``Probes``, ``Offsets``, ``Gradients``, ``Adapters``, ``RopeCodec``)
+protocol (``Scoring``, ``Probes``, ``Offsets``, ``Gradients``, ``Adapters``, ``RopeCodec``, ``Grammars``)
 passes its operations (right shapes), and one without it is refused by
 ``c2c.runtime.protocol.require`` with a ``RuntimeUnsupportedError`` naming the way out, never an
 ``AttributeError`` (``c2c verify --mode sample`` included).
@@ -34,8 +34,9 @@ from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
 from c2c.handoff import SharedTransport, hand_off
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
-from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Offsets, Probes, RopeCodec,
-                                  Runtime, Scoring, require)
+from c2c.runtime.grammar import Grammar
+from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Grammars, Offsets, Probes,
+                                  RopeCodec, Runtime, Scoring, require)
 from c2c.team.agent import Agent, Team
 
 LLAMA = [pytest.mark.zoo, pytest.mark.llama_cpp]
@@ -62,7 +63,7 @@ WAY_OUT = ("--mode", "--backend", "mode full", "hand off", "use ", "load the")
 # the operations an engine may refuse (each checked by test_every_operation_works_or_is_refused...): the core's
 # reposition, and every capability's
 OPTIONAL = ("reposition", "logits", "logits_batch", "logits_with_grad", "probe_kv", "probe_first_layers",
-            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply")
+            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply", "grammar_tokenizer")
 
 
 def _load(zoo_model, engine: str, name: str, dtype: str | None) -> Runtime:
@@ -184,11 +185,15 @@ def _ops(rt: Runtime, cache: KVCache, ids: list[int]) -> dict:
                         lambda k: torch.allclose(k, cache.keys[0].float(), atol=1e-2, rtol=1e-2)),
         "rope_apply": (lambda: rt.rope_apply(0, torch.zeros(1, f.kv_heads, 3, f.head_dim), 5),
                        lambda k: k.shape == (1, f.kv_heads, 3, f.head_dim) and not k.any()),
+        # the vocabulary as the structured-output engine reads it: a grammar compiles against it
+        "grammar_tokenizer": (lambda: Grammar.json({"type": "object"}, rt.grammar_tokenizer()),
+                              lambda g: g.kind == "json_schema" and len(g.text) > 0),
     }
 # which capability each operation belongs to (None: the core protocol's)
 CAPABILITY_OF = {"reposition": None, "logits": Scoring, "logits_batch": Scoring, "logits_with_grad": Gradients,
                  "probe_kv": Probes, "probe_first_layers": Probes, "probe_layer0": Probes,
-                 "encode_with_offsets": Offsets, "rope_remove": RopeCodec, "rope_apply": RopeCodec}
+                 "encode_with_offsets": Offsets, "rope_remove": RopeCodec, "rope_apply": RopeCodec,
+                 "grammar_tokenizer": Grammars}
 
 
 def test_every_operation_works_or_is_refused_naming_the_way_out(rt):
