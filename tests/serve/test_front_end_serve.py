@@ -123,9 +123,9 @@ def test_an_id_another_domain_holds_reads_as_one_that_does_not_exist(tiny_server
 
 
 def test_a_commit_that_keeps_no_text_falls_back_to_its_own_tokens_in_auto(tiny_server):
-    """Probe 3 / #54: a commit the library or vLLM published keeps no text in its header; attached in auto where
-    a check fails, it was a 409 ("not published by c2c serve"). It is read as text from its own tokens after
-    its shared prefix (the sender's system turn never read out)."""
+    """Probe 3 / #54: a commit the library published keeps no text in its header; attached in auto where a check
+    fails, it was a 409 ("not published by c2c serve"). It is read as text from its own tokens after its
+    declared shared prefix (the sender's system turn never read out)."""
     from c2c.runtime import zoo
     from c2c.serve.render import Message, render
 

@@ -109,8 +109,3 @@ class Constraint:
     def complete(self) -> bool:
         """The grammar is done: nothing more may follow."""
         return self._matcher.is_stopped()
-
-    @property
-    def may_end(self) -> bool:
-        """What was generated is a whole match: the reply may end here."""
-        return self._matcher.is_accepting()

@@ -362,9 +362,10 @@ def _cache_parts(artifact: Artifact, label: str, text: str) -> tuple[tuple[Part,
 
 
 def _kept_text(artifact: Artifact, cid: str, *, required: bool = True, runtime: Runtime | None = None) -> str:
-    """The commit's text for a text handoff: what ``c2c serve`` kept in its header, else (a commit the library or
-    vLLM published) its own tokens after its shared prefix, decoded by ``runtime`` when its tokenizer is the
-    commit's (the sender's private system turn, in the prefix, is never read out).
+    """The commit's text for a text handoff: what ``c2c serve`` kept in its header, else (a commit the library
+    published) its own tokens after its declared shared prefix, decoded by ``runtime`` when its tokenizer is the
+    commit's (the sender's private system turn, in the prefix, is never read out). A vLLM commit declares every
+    token its prefix, so it has none to read out yet.
 
     Raises:
         HandoffError: ``required`` and no text can be had: none kept, and its tokens withheld, of another

@@ -43,8 +43,6 @@ class RedactQueries(logging.Filter):
         return True
 
 
-
-
 def redact_access_log(logger: str = "uvicorn.access") -> None:
     """Install :class:`RedactQueries` on ``logger`` (once: a second call adds nothing)."""
     log = logging.getLogger(logger)
