@@ -8,7 +8,8 @@ problem and say what to do instead.
     ├── ConfigError                 bad argument, flag or environment variable
     │   ├── ContextEditError          an instruction to drop messages from a session's cache that the
     │   │                             history contradicts, or out of range (400); the session is unchanged
-    │   └── SchemaError               a response_format schema the structured-output engine cannot compile
+    │   ├── SchemaError               a response_format schema the structured-output engine cannot compile
+    │   └── ToolCallError             tools, tool_choice or a tool-call history that cannot be served (400)
     ├── ModelError                  a model cannot be found, pulled or loaded
     │   └── UnknownModelError       name is not in the zoo and not a directory
     ├── RuntimeUnsupportedError     the runtime cannot do this exactly (e.g. a slice
@@ -95,9 +96,21 @@ class ContextEditError(ConfigError):
 
 
 class SchemaError(ConfigError):
-    """A ``response_format`` JSON schema the structured-output engine cannot compile; ``param`` names the field."""
+    """A JSON schema the structured-output engine cannot compile (``response_format``'s, or a tool's
+    ``parameters``); ``param`` names the field."""
 
-    param = "response_format"
+    def __init__(self, message: str, *, param: str = "response_format"):
+        super().__init__(message)
+        self.param = param
+
+
+class ToolCallError(ConfigError):
+    """``tools``, ``tool_choice`` or a tool-call history that cannot be served (a model whose chat template does
+    not render tools, a ``tool_call_id`` that answers no call); ``param`` names the field."""
+
+    def __init__(self, message: str, *, param: str = "tools"):
+        super().__init__(message)
+        self.param = param
 
 
 class ModelError(C2CError):
@@ -368,6 +381,8 @@ class FuserDataError(FuserError):
 # ContextEditError         400     invalid_edit             a drop out of range, of the system message, or that the
 #                                                           history contradicts (the session is left as it was)
 # SchemaError              400     invalid_schema           a response_format schema that does not compile (param)
+# ToolCallError            400     invalid_tools            tools a model cannot call, a tool history that does not
+#                                                           add up (param)
 # ConfigError              400     invalid_value            a bad value (stream name, label, id, cursor, sampling)
 # StoreError               503     store_unavailable        the store failed
 # ModelError               503     model_unavailable        a model failed
@@ -399,6 +414,7 @@ HTTP_TABLE: tuple[tuple[type[C2CError], int, str], ...] = (
     (QuotaExceededError, 429, "quota_exceeded"),
     (ContextEditError, 400, "invalid_edit"),
     (SchemaError, 400, "invalid_schema"),
+    (ToolCallError, 400, "invalid_tools"),
     (ConfigError, 400, "invalid_value"),
     (StoreError, 503, "store_unavailable"),
     (ModelError, 503, "model_unavailable"),

@@ -45,7 +45,8 @@ SCHEMA = ("invalid_request", None)  # refused by the schema: no c2c class
     ({**GOOD, "messages": [{"role": "wizard", "content": "x"}]}, 400, *SCHEMA),
     ({**GOOD, "temperature": -1}, 400, *SCHEMA),
     ({**GOOD, "n": 9}, 400, *SCHEMA),                                                 # at most 8
-    ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, *SCHEMA),
+    ({**GOOD, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "objekt"}}}]},
+     400, "invalid_schema", "SchemaError"),                                           # not a JSON Schema
     ({**GOOD, "c2c": {"mode": "sideways"}}, 400, *SCHEMA),
     ({**GOOD, "c2c": {"unknown": 1}}, 400, *SCHEMA),
     ({**GOOD, "model": "no-such-model"}, 404, "model_not_found", "UnknownModelError"),
@@ -221,7 +222,7 @@ def test_events_timeout_is_bounded(tiny_server, query):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),                                        # required, but no tools
     ({"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "functions"),   # legacy: was ignored, 200
     ({"function_call": "auto"}, "function_call"),                                        # legacy: was ignored, 200
     ({"top_logprobs": 2}, "top_logprobs"),                                               # needs logprobs
@@ -229,7 +230,8 @@ def test_events_timeout_is_bounded(tiny_server, query):
     ({"n": 2, "c2c": {"session": "s-n"}}, "n"),                                          # a session is one reply
     ({"response_format": {"type": "xml"}}, "response_format.type"),
     ({"messages": [SYSTEM, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages.1.tool_calls"),
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{x"}}]}]},
+     "messages.1.tool_calls.0.function.arguments"),
 ])
 def test_a_field_this_server_does_not_serve_is_refused_naming_it(tiny_server, extra, param):
     """Probe 3: these refusals carried ``param: null``, and the legacy ``functions``/``function_call`` were

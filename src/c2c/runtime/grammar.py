@@ -44,28 +44,39 @@ class Grammar:
     kind: str
 
     @classmethod
-    def json(cls, schema: dict[str, Any] | None, tokenizer: Any) -> "Grammar":
+    def json(cls, schema: dict[str, Any] | None, tokenizer: Any, *, kind: str | None = None,
+             field: str = "response_format") -> "Grammar":
         """The grammar of JSON that validates against ``schema`` (None: any JSON object), checked against the
-        model's ``tokenizer`` (:meth:`~c2c.runtime.protocol.Grammars.grammar_tokenizer`).
+        model's ``tokenizer`` (:meth:`~c2c.runtime.protocol.Grammars.grammar_tokenizer`). ``kind`` names what it
+        constrains (default ``json_object`` or ``json_schema``), ``field`` the request field an error names.
 
         Raises:
             SchemaError: not a JSON schema the engine compiles (a wrong type name, an unsupported keyword,
                 too large); the message is the engine's.
         """
-        kind = "json_object" if schema is None else "json_schema"
-        schema = {"type": "object"} if schema is None else schema
-        if not isinstance(schema, dict):
-            raise SchemaError("response_format.json_schema.schema must be a JSON object (a JSON Schema)")
-        if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
-            raise SchemaError(f"response_format's schema is over {MAX_SCHEMA_BYTES // 1024} KiB")
-        try:
-            text = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
-        except (ValueError, TypeError) as e:
-            raise SchemaError(f"response_format's schema does not compile: {str(e)[:300]}") from None
+        kind = kind or ("json_object" if schema is None else "json_schema")
+        text = _compile({"type": "object"} if schema is None else schema, field)
         error = llguidance.LLMatcher.validate_grammar(text, tokenizer)
         if error:
-            raise SchemaError(f"response_format's schema does not compile: {str(error)[:300]}")
+            raise SchemaError(f"{field}'s schema does not compile: {str(error)[:300]}", param=field)
         return cls(text=text, kind=kind)
+
+
+def _compile(schema: Any, field: str) -> str:
+    """``schema`` compiled to the engine's grammar text (what it means is checked once a tokenizer is given:
+    :meth:`Grammar.json`).
+
+    Raises:
+        SchemaError: not a JSON object, too large, or not a schema the engine compiles; ``param`` is ``field``.
+    """
+    if not isinstance(schema, dict):
+        raise SchemaError(f"{field} must be a JSON object (a JSON Schema)", param=field)
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        raise SchemaError(f"{field}'s schema is over {MAX_SCHEMA_BYTES // 1024} KiB", param=field)
+    try:
+        return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+    except (ValueError, TypeError) as e:
+        raise SchemaError(f"{field}'s schema does not compile: {str(e)[:300]}", param=field) from None
 
 
 class Constraint:

@@ -217,13 +217,15 @@ class LlamaCppRuntime(ChatTurns):
         env.globals["raise_exception"] = raise_exception
         return env.from_string(source)
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
-        """``messages`` rendered with the GGUF's own chat template (as transformers renders it)."""
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False, *,
+                    tools: list[dict] | None = None) -> str | None:
+        """``messages`` (and ``tools``) rendered with the GGUF's own chat template (as transformers renders it)."""
         if self._template is None:
             return None
         piece = lambda t: self.llm.detokenize([t], special=True).decode("utf-8", errors="replace")  # noqa: E731
         return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=piece(self.llm.token_bos()), eos_token=piece(self.llm.token_eos()))
+                                     tools=tools or None, bos_token=piece(self.llm.token_bos()),
+                                     eos_token=piece(self.llm.token_eos()))
 
     # ------------------------------------------------------------- state
     def _state_bytes(self) -> bytes:

@@ -123,8 +123,10 @@ class Runtime(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
-        """``messages`` rendered with the model's own chat template; ``None`` without one."""
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False, *,
+                    tools: list[dict] | None = None) -> str | None:
+        """``messages`` rendered with the model's own chat template, given ``tools`` (OpenAI's ``tools`` entries)
+        as the template places them; ``None`` without a template."""
 
     def render_turn(self, role: str, content: str) -> str: ...
 

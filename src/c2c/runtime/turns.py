@@ -13,7 +13,8 @@ from __future__ import annotations
 class ChatTurns:
     """Mixin for an engine with ``render_chat``: adds :meth:`render_turn` and :meth:`generation_prompt`."""
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False, *,
+                    tools: list[dict] | None = None) -> str | None:
         raise NotImplementedError
 
     def render_turn(self, role: str, content: str) -> str:

@@ -105,8 +105,9 @@ def build_app(server: Server) -> FastAPI:
             if body.stream:
                 started = await stream.until_ready(job, channel, request.receive)
                 include = bool(body.stream_options and body.stream_options.include_usage)
+                calls = bool(body.tools) and body.tool_choice != "none"
                 return StreamingResponse(stream.chunks(job, channel, started, include_usage=include,
-                                                       logprobs=bool(body.logprobs)),
+                                                       logprobs=bool(body.logprobs), tool_calls=calls),
                                          media_type="text/event-stream", headers=_SSE_HEADERS)
             done = await stream.result(job, channel, request.receive)
             return JSONResponse(completion_body(done), headers=c2c_headers(done))

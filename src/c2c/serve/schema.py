@@ -21,10 +21,11 @@ Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 ``temperature: 0`` is greedy and deterministic.
 
 NOTE: OpenAI fields this server does not know are ignored (clients such as
-LangChain send a few); those it cannot honour (``tools`` and the legacy
-``functions``/``function_call``, ``n > 1`` with a session) are refused, the error's ``param``
-naming the field. ``logprobs``/``top_logprobs`` (up to 20), ``n`` (up to 8) and
-``response_format`` ``json_object``/``json_schema`` (constrained decoding) are served. Inside
+LangChain send a few); those it cannot honour (the legacy ``functions``/``function_call``,
+``n > 1`` with a session) are refused, the error's ``param`` naming the field. ``tools``,
+``tool_choice`` and ``parallel_tool_calls`` (:mod:`c2c.serve.tools`), ``logprobs``/``top_logprobs``
+(up to 20), ``n`` (up to 8) and ``response_format`` ``json_object``/``json_schema`` (constrained
+decoding) are served. Inside
 ``c2c`` every unknown key is refused.
 
 Every request body is checked whole before its fields (:class:`RequestBody`): each
@@ -36,6 +37,7 @@ value overflows further down.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal, Sequence
 
@@ -47,7 +49,8 @@ from c2c.errors import ConfigError
 from c2c.serve.context_edit import EditSpec
 from c2c.serve.decode import MAX_TOP_LOGPROBS
 from c2c.serve.render import Message
-from c2c.serve.service import MAX_N, ChatRequest, Completion, JsonFormat, PublishSpec, Started
+from c2c.serve.tools import Tool, ToolCall, Tools
+from c2c.serve.service import MAX_N, ChatRequest, Completion, JsonFormat, PublishSpec, Reply, Started
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$"
 MAX_TOKENS = 1 << 24          # max_tokens, max_completion_tokens: far past any context, so a ContextLengthError decides
@@ -114,25 +117,91 @@ class TextPart(InModel):
     text: str
 
 
+class FunctionCallIn(InModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1, max_length=64)
+    arguments: str = Field(max_length=1 << 20, description="the arguments object, as JSON text")
+
+
+class ToolCallIn(InModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str = Field(min_length=1, max_length=256)
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+    def to_call(self) -> ToolCall:
+        return ToolCall(id=self.id, name=self.function.name, arguments=self.function.arguments)
+
+
 class ChatMessageIn(InModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = Field(default=None, min_length=1, max_length=64, pattern=_NAME,
                              description="also the label of the message's span, for publish labels")
-    tool_calls: list[Any] | None = None
+    tool_calls: list[ToolCallIn] | None = Field(default=None, max_length=128)
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=256)
 
     @model_validator(mode="after")
-    def _no_tools(self) -> "ChatMessageIn":
-        if self.tool_calls:
-            raise _unsupported("tool_calls", "tool_calls are not supported by this server yet: send the tool's result "
-                                             "as text in a user or tool message")
+    def _calls(self) -> "ChatMessageIn":
+        if self.tool_calls and self.role != "assistant":
+            raise _unsupported("tool_calls", "only an assistant message carries tool_calls")
+        for j, c in enumerate(self.tool_calls or ()):
+            try:
+                args = json.loads(c.function.arguments)
+            except ValueError:
+                args = None
+            if not isinstance(args, dict):
+                raise _unsupported(f"tool_calls.{j}.function.arguments", "a tool call's arguments must be the JSON "
+                                   f"text of an object; call {c.id[:64]!r} has {c.function.arguments[:80]!r}")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise _unsupported("tool_call_id", "only a tool message carries tool_call_id")
         return self
 
-    def to_message(self) -> Message:
+    def to_message(self, tool_names: dict[str, str]) -> Message:
+        """The message; ``tool_names`` maps the conversation's call ids to the tools they called (a tool
+        result's span is labelled by its tool's name)."""
         c = self.content
         text = "" if c is None else c if isinstance(c, str) else "".join(p.text for p in c)
-        return Message(role=self.role, content=text, name=self.name)
+        return Message(role=self.role, content=text, name=self.name,
+                       tool_calls=tuple(t.to_call() for t in self.tool_calls or ()), tool_call_id=self.tool_call_id,
+                       tool_name=tool_names.get(self.tool_call_id) if self.tool_call_id is not None else None)
+
+
+class FunctionIn(InModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str = Field(default="", max_length=64 * 1024)
+    parameters: dict[str, Any] | None = Field(default=None, description="a JSON Schema of the arguments object")
+    strict: bool | None = None
+
+
+class ToolIn(InModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["function"]
+    function: FunctionIn
+
+    def to_tool(self) -> Tool:
+        f = self.function
+        return Tool(name=f.name, description=f.description, parameters=f.parameters, strict=bool(f.strict))
+
+
+def _tool_choice(choice: Any, tools: Sequence[ToolIn]) -> tuple[str, str | None]:
+    """OpenAI's ``tool_choice`` as ``(mode, name)``; refused naming the field when it asks for what cannot be."""
+    if choice is None:
+        return ("auto" if tools else "none"), None
+    if choice in ("auto", "none", "required"):
+        if choice == "required" and not tools:
+            raise _unsupported("tool_choice", "tool_choice 'required' needs tools")
+        return choice, None
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if name not in {t.function.name for t in tools}:
+            raise _unsupported("tool_choice.function.name", f"tool_choice names {str(name)[:64]!r}, which is not "
+                               "one of the request's tools")
+        return "function", name
+    raise _unsupported("tool_choice", "tool_choice is 'auto', 'none', 'required' or "
+                                      "{'type': 'function', 'function': {'name': ...}}")
 
 
 class PublishIn(InModel):
@@ -190,7 +259,9 @@ class ChatCompletionIn(RequestBody):
     stream_options: StreamOptionsIn | None = None
     n: int | None = Field(default=None, ge=1, le=MAX_N,
                           description=f"choices, up to {MAX_N}: the prompt is prefilled once, its K/V forked for each")
-    tools: list[Any] | None = None
+    tools: list[ToolIn] | None = Field(default=None, max_length=128)
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
     logprobs: bool | None = None
     top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None
@@ -200,10 +271,19 @@ class ChatCompletionIn(RequestBody):
 
     @model_validator(mode="after")
     def _supported(self) -> "ChatCompletionIn":
-        for name in ("tools", "functions", "function_call"):
+        for name in ("functions", "function_call"):
             if getattr(self, name):
-                raise _unsupported(name, f"the field {name} is not supported by this server yet (tool calling "
-                                   "is planned); describe the tools in the system message, or leave the field out")
+                raise _unsupported(name, f"the legacy field {name} is not served: send it as tools (and "
+                                   "tool_choice), as OpenAI's current API does")
+        _tool_choice(self.tool_choice, self.tools or ())
+        if len({t.function.name for t in self.tools or ()}) != len(self.tools or ()):
+            raise _unsupported("tools", "two tools have one name")
+        calls: set[str] = set()
+        for i, m in enumerate(self.messages):
+            calls.update(c.id for c in m.tool_calls or ())
+            if m.tool_call_id is not None and m.tool_call_id not in calls:
+                raise _unsupported(f"messages.{i}.tool_call_id", f"message {i} answers tool call "
+                                   f"{m.tool_call_id[:64]!r}, which no earlier assistant message made")
         if self.top_logprobs is not None and not self.logprobs:
             raise _unsupported("top_logprobs", "top_logprobs needs logprobs: true")
         if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -223,8 +303,12 @@ class ChatCompletionIn(RequestBody):
 
     def to_request(self) -> ChatRequest:
         c = self.c2c or C2CIn()
+        names = {t.id: t.function.name for m in self.messages for t in m.tool_calls or ()}
+        mode, name = _tool_choice(self.tool_choice, self.tools or ())
+        tools = Tools(tools=tuple(t.to_tool() for t in self.tools), choice=mode, name=name,
+                      parallel=self.parallel_tool_calls) if self.tools else None
         return ChatRequest(
-            model=self.model, messages=tuple(m.to_message() for m in self.messages),
+            model=self.model, messages=tuple(m.to_message(names) for m in self.messages), tools=tools,
             max_tokens=self.max_completion_tokens or self.max_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p, seed=self.seed,
@@ -281,7 +365,9 @@ class Usage(BaseModel):
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None = Field(description="null when the reply is only tool calls")
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, description='[{"id", "type": "function", '
+                                                    '"function": {"name", "arguments": JSON text}}, ...]')
 
 
 class Choice(BaseModel):
@@ -325,11 +411,17 @@ def usage(c: Completion) -> dict[str, Any]:
 
 def completion_body(c: Completion) -> dict[str, Any]:
     return {"id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": r.text},
-                         "finish_reason": r.finish_reason,
+            "choices": [{"index": i, "message": message(r), "finish_reason": r.finish_reason,
                          "logprobs": None if r.logprobs is None else {"content": list(r.logprobs)}}
                         for i, r in enumerate(c.replies)],
             "usage": usage(c), "c2c": c.c2c}
+
+
+def message(r: Reply) -> dict[str, Any]:
+    """A reply as OpenAI's assistant message: ``content`` null when it is only tool calls."""
+    if not r.tool_calls:
+        return {"role": "assistant", "content": r.text}
+    return {"role": "assistant", "content": r.text or None, "tool_calls": [c.to_dict() for c in r.tool_calls]}
 
 
 def c2c_headers(c: Completion) -> dict[str, str]:

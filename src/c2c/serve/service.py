@@ -37,9 +37,10 @@ from c2c.serve.context_edit import EditSpec
 from c2c.serve.decode import Decoded, Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
-from c2c.serve.render import Message, Part, continuation, prefix_ids, render, split_system
+from c2c.serve.render import Message, Part, continuation, render, split_system
 from c2c.serve.reuse import extend, prepare, truncate
 from c2c.serve.sessions import Session, SessionKey, SessionPool
+from c2c.serve.tools import ToolCall, Tools
 from c2c.serve.worker import Channel, Job, ModelWorker
 
 
@@ -80,7 +81,8 @@ class ChatRequest:
     logprobs: int | None = None    # None: none; K: each token's log-probability and its K most likely
     n: int = 1                     # choices, each its own decode from the prompt's one prefill (no session)
     json: JsonFormat | None = None  # response_format json_object / json_schema (compiled at submit)
-    grammar: Grammar | None = None  # ``json`` compiled for the request's model (:meth:`ChatService.submit`)
+    tools: Tools | None = None     # tools, tool_choice, parallel_tool_calls (c2c.serve.tools)
+    grammar: Grammar | None = None  # ``json`` or a forced call, compiled for the request's model (:meth:`ChatService.submit`)
 
 
 #: the most choices one request may ask for (``n``)
@@ -89,11 +91,13 @@ MAX_N = 8
 
 @dataclass(frozen=True, kw_only=True)
 class Reply:
-    """One choice of a completion: its text, why it ended, and its tokens' log-probabilities (when asked for)."""
+    """One choice of a completion: its content (``""`` when it is only calls), why it ended, the tool calls it
+    makes, and its tokens' log-probabilities (when asked for)."""
 
     text: str
     finish_reason: str
     logprobs: tuple[dict, ...] | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,9 +189,22 @@ class ChatService:
         name = self.model_name(request.model)
         request = replace(request, model=name)
         self.check_size(request)
-        if request.json is not None:  # compiled before it queues: a schema that does not compile is a 400 now
-            tokenizer = require(self.runtimes[name], Grammars).grammar_tokenizer()
-            request = replace(request, grammar=Grammar.json(request.json.schema, tokenizer))
+        tools, rt = request.tools, self.runtimes[name]
+        if tools is not None and isinstance(rt, Grammars):   # each tool's parameters compile: checked before it queues
+            for i, t in enumerate(tools.tools):
+                if t.parameters is not None:
+                    Grammar.json(t.parameters, rt.grammar_tokenizer(), field=f"tools.{i}.function.parameters")
+        schema, kind = None, None
+        if tools is not None and tools.calls and (tools.forced or request.json is not None):
+            schema = tools.forced_schema() if tools.forced else \
+                tools.either_schema(request.json.schema if request.json is not None else None)
+            kind = "tool_calls"
+        elif request.json is not None:
+            schema, kind = request.json.schema, None
+        if schema is not None or request.json is not None:  # compiled before it queues: a 400 now if it cannot be
+            tokenizer = require(rt, Grammars).grammar_tokenizer()
+            request = replace(request, grammar=Grammar.json(schema, tokenizer, kind=kind,
+                                                             field="tools" if kind else "response_format"))
         timeout = min(request.timeout_s or math.inf, self.config.request_timeout_s)
         job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout, owner=principal)
         return self.workers[name].submit(job)
@@ -250,18 +267,19 @@ class ChatService:
             edited = context_edit.apply(rt, session.cache, req.messages, req.edit, dropped_before=session.dropped,
                                         held=session.held, pace=pace)
             messages, held_cache = edited.kept, edited.cache
-        system, rest = split_system(messages)
+        _, rest = split_system(messages)
         if req.publish is not None:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
                                         [m.label for m in rest] + ["assistant"], req.publish.share)
-        prefix = prefix_ids(rt, system)
+        entries = req.tools.entries() if req.tools is not None else ()
+        own = render(rt, messages, tools=entries)   # the request's own messages; the attachments go after its prefix
+        prefix = own.prefix_ids
         got = self._attachments(principal, req, rt, session, prefix, pace)
         attachments, attached, via_text, records, prefix_kv, continues = (
             got.parts, got.attached, got.via_text, got.records, got.prefix_kv, got.continues)
         if got.unheld:  # a continued commit went stale: its K/V on the caller's messages are re-prefilled
             held_cache = truncate(held_cache, len(prefix))
         t_attach = time.perf_counter()
-        own = render(rt, messages)   # the request's own messages; the attachments go after its prefix
         rendering = own.after_prefix(attachments)
         parts_of = tuple(n for _, n in records) if records else session.parts_of
         if continues is not None:  # the messages may begin with the commit's own conversation: then they carry it
@@ -323,9 +341,11 @@ class ChatService:
         session.state, session.turns = "warm", session.turns + 1
         t_gen = time.perf_counter()
         published = None
+        replies = tuple(self._reply(d, req.tools) for d in (decoded, *others))
         if req.publish is not None:
-            whole = render(rt, messages + (Message(role="assistant", content=decoded.text),),
-                           attachments=session.attachments, generation_prompt=False)
+            said = Message(role="assistant", content=replies[0].text, tool_calls=replies[0].tool_calls)
+            whole = render(rt, messages + (said,), tools=entries, attachments=session.attachments,
+                           generation_prompt=False)
             session.cache, _ = extend(rt, session.cache, whole.token_ids, pace)
             commit_cache, _ = close_gaps(rt, session.cache)  # a commit's positions are contiguous
             if not req.publish.labels:  # a whole cache is stored as it is: no forward pass from here on
@@ -357,11 +377,16 @@ class ChatService:
             e = c2c["edit"]
             extra = {"dropped_tokens": e["dropped_tokens"], "repositioned_tokens": e["repositioned_tokens"],
                      "recomputed_tokens": e["recomputed_tokens"], "prefilled_tokens": c2c["prefilled_tokens"]}
-        return Completion(id=cid, created=created, model=req.model,
-                          replies=tuple(Reply(text=d.text, finish_reason=d.finish_reason, logprobs=d.logprobs)
-                                        for d in (decoded, *others)), prompt_tokens=n_prompt,
+        return Completion(id=cid, created=created, model=req.model, replies=replies, prompt_tokens=n_prompt,
                           completion_tokens=completion_tokens, cached_tokens=prepared.cached, c2c=c2c,
                           usage_extra=extra)
+
+    @staticmethod
+    def _reply(d: Decoded, tools: Tools | None) -> Reply:
+        """A decode as a reply: its text read as tool calls where the request has tools (:meth:`Tools.parse`)."""
+        content, calls = tools.parse(d.text) if tools is not None else (d.text, ())
+        return Reply(text=content or "", finish_reason="tool_calls" if calls else d.finish_reason,
+                     logprobs=d.logprobs, tool_calls=calls)
 
     def _decode(self, job: Job, rt: Runtime, prepared, sampling: Sampling, pace: Pace,
                 req: ChatRequest) -> tuple[Decoded, tuple[Decoded, ...]]:

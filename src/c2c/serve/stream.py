@@ -17,7 +17,8 @@ from typing import Any, AsyncIterator, Callable
 from c2c.errors import C2CError, RequestTimeoutError
 from c2c.serve.http_errors import body, error_body
 from c2c.serve.schema import chunk_body, usage
-from c2c.serve.service import Completion, Started
+from c2c.serve.service import Completion, Reply, Started
+from c2c.serve.tools import held_back
 from c2c.serve.worker import Channel, Job
 
 
@@ -77,10 +78,16 @@ async def result(job: Job, channel: Channel, receive: Callable) -> Completion:
 
 
 async def chunks(job: Job, channel: Channel, started: Started, *, include_usage: bool,
-                 logprobs: bool = False) -> AsyncIterator[str]:
+                 logprobs: bool = False, tool_calls: bool = False) -> AsyncIterator[str]:
     """SSE lines of a streamed completion, from its first chunk to ``data: [DONE]``; each delta carries its
-    tokens' log-probabilities when ``logprobs``, and its choice's index (``n > 1``)."""
-    opened = {0}
+    tokens' log-probabilities when ``logprobs``, and its choice's index (``n > 1``).
+
+    With ``tool_calls`` (the request has tools it may call) text that may be, or become, a call is held back
+    (:func:`~c2c.serve.tools.held_back`) until the reply is whole; then what is content is sent, and each call
+    as OpenAI streams one: a delta ``{"tool_calls": [{"index", "id", "type", "function": {"name",
+    "arguments"}}]}``, the finish reason ``tool_calls``.
+    """
+    opened, said, sent = {0}, {}, {}   # per choice: the text so far, and how much of it went out as content
     try:
         yield sse(chunk_body(started, delta={"role": "assistant", "content": ""}))
         while True:
@@ -93,11 +100,22 @@ async def chunks(job: Job, channel: Channel, started: Started, *, include_usage:
                 if index and index not in opened:   # each choice opens with its role, as choice 0 did
                     opened.add(index)
                     yield sse(chunk_body(started, index=index, delta={"role": "assistant", "content": ""}))
-                yield sse(chunk_body(started, index=index, delta={"content": delta.text},
+                text = delta.text
+                if tool_calls:
+                    said[index] = whole = said.get(index, "") + delta.text
+                    upto = len(whole) - held_back(whole)
+                    text = whole[sent.get(index, 0):upto] if upto > sent.get(index, 0) else ""
+                    sent[index] = max(upto, sent.get(index, 0))
+                    if not text:
+                        continue
+                yield sse(chunk_body(started, index=index, delta={"content": text},
                                      logprobs=delta.logprobs if logprobs else None))
             elif kind == "done":
                 last = len(value.replies) - 1
                 for i, reply in enumerate(value.replies):   # the last choice's finish chunk carries the c2c record
+                    if tool_calls:
+                        for d in _rest(reply, said.get(i, ""), sent.get(i, 0)):
+                            yield sse(chunk_body(started, index=i, delta=d))
                     yield sse(chunk_body(started, index=i, finish_reason=reply.finish_reason,
                                          extra={"c2c": value.c2c} if i == last else None))
                 if include_usage:
@@ -112,3 +130,18 @@ async def chunks(job: Job, channel: Channel, started: Started, *, include_usage:
         yield "data: [DONE]\n\n"
     finally:
         job.cancel.set()  # the client left mid-stream (or we are done): stop generating
+
+
+def _rest(reply: Reply, said: str, sent: int) -> list[dict[str, Any]]:
+    """The deltas a held-back reply still owes: the content not sent yet, then one delta per tool call."""
+    out: list[dict[str, Any]] = []
+    content, gone = reply.text, said[:sent]
+    if reply.tool_calls:
+        more = content[len(gone):] if content.startswith(gone) else ""
+    else:   # not a call after all: all of it is content
+        more = said[sent:]
+    if more:
+        out.append({"content": more})
+    for k, c in enumerate(reply.tool_calls):
+        out.append({"tool_calls": [{"index": k, **c.to_dict()}]})
+    return out

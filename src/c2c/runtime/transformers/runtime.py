@@ -138,9 +138,10 @@ class TransformersRuntime(ChatTurns):
         """Token ids of ``text`` and each token's character span ``[a, b)`` (for the fuser)."""
         return tk.encode_with_offsets(self.tokenizer, text)
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
-        """``messages`` rendered with the model's own chat template; ``None`` without one."""
-        return tk.render_chat(self.tokenizer, messages, add_generation_prompt)
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False, *,
+                    tools: list[dict] | None = None) -> str | None:
+        """``messages`` (and ``tools``) rendered with the model's own chat template; ``None`` without one."""
+        return tk.render_chat(self.tokenizer, messages, add_generation_prompt, tools=tools)
 
     @cached_property
     def _grammar_tokenizer(self):

@@ -80,11 +80,13 @@ def bos_ids(tokenizer) -> list[int]:
     return list(probe[: len(probe) - len(bare)]) if probe[-len(bare):] == bare else []
 
 
-def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = False) -> str | None:
-    """Render with the tokenizer's chat template, or ``None`` when it has none."""
+def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = False, *,
+                tools: list[dict] | None = None) -> str | None:
+    """Render with the tokenizer's chat template (given ``tools``), or ``None`` when it has none."""
     if not tokenizer.chat_template:
         return None
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         tools=tools or None)
 
 
 def tokenizer_material(tokenizer, *, template: bool = True) -> bytes:
