@@ -34,3 +34,14 @@ def roomy_server(tmp_path_factory):
                           "--session-budget-mb", "64", "--default-max-tokens", "4").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen_server(tmp_path_factory):
+    """The server's default model, Qwen2.5-Coder-0.5B-Instruct (a zoo model: tests that use it are marked zoo), with
+    the two domains' tokens: tool calling, and the examples that call tools."""
+    root = tmp_path_factory.mktemp("serve-qwen")
+    server = ServeProcess(make_home(root), "--model", "Qwen2.5-Coder-0.5B-Instruct",
+                          "--tokens", str(write_tokens(root / "tokens.json")), "--session-budget-mb", "64").start()
+    yield server
+    server.stop()

@@ -60,18 +60,23 @@ def roomy_server(tmp_path_factory):
     server.stop()
 
 
-def test_agent_context_example_drops_old_tool_results_from_the_cache(roomy_server):
-    tiny_server = roomy_server
-    env = {"C2C_BASE_URL": tiny_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0], "C2C_MODEL": "tiny-qwen2",
-           "PATH": "/usr/bin:/bin"}
+@pytest.mark.zoo
+def test_agent_context_example_calls_its_tool_and_drops_old_results_from_the_cache(qwen_server):
+    """A real tool loop on the default model: each step's reply is a read_log call, its result goes back with the
+    call's id, and from the fourth result on the oldest leave the session's cache."""
+    env = {"C2C_BASE_URL": qwen_server.base_url, "C2C_API_KEY": TOKENS["analyst"][0],
+           "C2C_MODEL": "Qwen2.5-Coder-0.5B-Instruct", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, str(EXAMPLES / "agent_context.py")], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     steps = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
-    assert len(steps) == 6 and all("(messages [])" in s and "exact True" in s for s in steps[:3])
-    for s, newly in zip(steps[3:], ("[2]", "[4]", "[6]")):   # one more of the 6 tool results each step
+    assert len(steps) == 6 and all("read_log({'service': " in s for s in steps), steps
+    assert all("(messages [])" in s and "exact True" in s for s in steps[:4])
+    for s, newly in zip(steps[4:], ("[3]", "[5]")):   # the message index of the oldest tool result kept, dropped
         assert f"(messages {newly})" in s and "exact False" in s and "dropped 0 tokens" not in s, s
-    assert "dropped: [2, 4, 6]" in proc.stdout and "answer:" in proc.stdout
+    cached = [int(s.split("cached ")[1].split(",")[0]) for s in steps]
+    assert all(c > 0 for c in cached[1:])   # every later step continues from the session's (edited) cache
+    assert "dropped: [3, 5, 7]" in proc.stdout and "answer:" in proc.stdout
 
 
 def test_agent_context_langgraph_example_drops_through_the_graph(roomy_server):
@@ -89,3 +94,19 @@ def test_agent_context_langgraph_example_drops_through_the_graph(roomy_server):
     cached = [int(s.rsplit(" ", 1)[1]) for s in steps]
     assert all(c > 0 for c in cached[1:])       # every later step continues from the session's (edited) cache
     assert "messages kept in the graph: 13" in proc.stdout and "dropped: [2, 4, 6]" in proc.stdout
+
+
+@pytest.mark.zoo
+def test_two_tool_using_agents_in_langgraph_hand_over_the_cache(qwen_server):
+    """The analyst's conversation holds its tool calls and their results; the writer, with the same catalogue,
+    goes on from its K/V (the continuation shape)."""
+    for module in ("langgraph", "langchain_openai"):
+        pytest.importorskip(module)
+    env = {"C2C_BASE_URL": qwen_server.base_url, "C2C_API_KEY": TOKENS["writer"][0], "PATH": "/usr/bin:/bin",
+           "HOME": str(qwen_server.home)}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "langgraph_tools_handoff.py")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert lines["calls"] == "api-1, db-2"                       # each forced call read the service asked for
+    assert lines["handoff"] == f"{lines['commit'][:12]}:full"   # the writer went on from the analyst's cache

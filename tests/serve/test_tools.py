@@ -142,22 +142,6 @@ def test_a_model_whose_template_cannot_render_tools_is_refused_naming_it_and_too
 
 
 # ------------------------------------------------------------- the server on its default model
-@pytest.fixture(scope="module")
-def qwen_server(tmp_path_factory):
-    from serve_helpers import ServeProcess, make_home, write_tokens
-
-    root = tmp_path_factory.mktemp("serve-qwen-tools")
-    server = ServeProcess(make_home(root), "--model", "Qwen2.5-Coder-0.5B-Instruct",
-                          "--tokens", str(write_tokens(root / "tokens.json")), "--session-budget-mb", "64").start()
-    yield server
-    server.stop()
-
-
-def qwen(server, **kw):
-    return server.client("analyst").chat.completions.create(model="Qwen2.5-Coder-0.5B-Instruct", temperature=0,
-                                                             max_tokens=kw.pop("max_tokens", 60), **kw)
-
-
 def ask(server, *, agent="analyst", **kw):
     return server.client(agent).chat.completions.create(
         model="Qwen2.5-Coder-0.5B-Instruct", messages=kw.pop("messages", [SYSTEM, {"role": "user", "content": "Weather in Oslo?"}]),
@@ -380,3 +364,39 @@ def test_the_agents_sdk_sends_a_function_tool_with_an_output_type_and_gets_the_c
     result, report = asyncio.run(both())
     assert ran == ["Paris"] and result.final_output == "It is sunny and 21 C in Paris."
     assert isinstance(report.final_output, Report) and report.final_output.city
+
+
+# ------------------------------------------------------------- tool-using agents hand caches to each other
+@pytest.mark.zoo
+def test_a_tool_using_analyst_hands_its_cache_to_a_writer_with_the_same_catalogue(qwen_server):
+    """The analyst calls a tool, reads its result and answers, publishing its session; the writer continues that
+    conversation (the continuation shape) with the same tools: the commit's K/V lie on its messages, nothing of
+    them is prefilled, and the answer is the one of reading them all. A writer with another catalogue has another
+    shared prefix (the catalogue is in the system turn): in auto it reads the commit as text, and the reason says
+    so; in full it is refused."""
+    call = {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    convo = [SYSTEM, {"role": "user", "content": "Weather in Oslo?"},
+             {"role": "assistant", "content": None, "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "call_w1", "content": "Oslo: 4 C, snow, wind from the north."}]
+    r1 = ask(qwen_server, messages=convo, tool_choice="none", temperature=0, max_tokens=12,
+             extra_body={"c2c": {"session": "tools-analyst", "publish": {"stream": "tools-analyst"}}})
+    pub = c2c_field(r1)["publish"]
+    assert pub["kind"] == "full"
+    handed = convo + [{"role": "assistant", "content": r1.choices[0].message.content},
+                      {"role": "user", "content": "Write one line for the newsletter."}]
+    kw = dict(messages=handed, agent="writer", tool_choice="none", temperature=0, max_tokens=8)
+    cold = ask(qwen_server, **kw)
+    r2 = ask(qwen_server, **kw, extra_body={"c2c": {"attach": [pub["commit"]], "mode": "full"}})
+    [rec] = c2c_field(r2)["attach"]
+    assert rec["path"] == "cache" and rec["used"] == "full" and rec["prefilled_tokens"] == 0
+    assert rec["imported_tokens"] == pub["tokens"]
+    assert r2.usage.prompt_tokens == cold.usage.prompt_tokens
+    assert r2.choices[0].message.content == cold.choices[0].message.content
+    other = [TOOLS[1]]   # the writer's catalogue lacks get_weather
+    r3 = ask(qwen_server, **{**kw, "tools": other}, extra_body={"c2c": {"attach": [pub["commit"]], "mode": "auto"}})
+    [rec3] = c2c_field(r3)["attach"]
+    assert rec3["used"] == "text" and "tool catalogue" in rec3["reason"]
+    import openai
+    with pytest.raises(openai.ConflictError) as e:
+        ask(qwen_server, **{**kw, "tools": other}, extra_body={"c2c": {"attach": [pub["commit"]], "mode": "full"}})
+    assert e.value.body["c2c_error"] == "PrefixMismatchError"

@@ -35,7 +35,7 @@ from c2c.runtime.edit import Repair, close_gaps, drop
 from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
-from c2c.serve.render import Message, Rendering, turn
+from c2c.serve.render import Message, Rendering
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +49,14 @@ class EditSpec:
 
 @dataclass(frozen=True)
 class Held:
-    """A message a session's cache holds: its index in the caller's history, its digest, its tokens ``[a, b)``."""
+    """A message a session's cache holds: its index in the caller's history, its digest, its tokens ``[a, b)``
+    and their digest (:func:`tokens_digest`: what the cache must still hold there for the message to be cut out)."""
 
     index: int
     digest: str
     a: int
     b: int
+    tokens: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +102,12 @@ class Edited:
 
 
 def digest(m: Message) -> str:
-    return hashlib.sha256(f"{m.role}\0{m.name or ''}\0{m.content}".encode()).hexdigest()
+    calls = "\0".join(f"{c.id}\0{c.name}\0{c.arguments}" for c in m.tool_calls)
+    return hashlib.sha256(f"{m.role}\0{m.name or ''}\0{m.content}\0{calls}\0{m.tool_call_id or ''}".encode()).hexdigest()
+
+
+def tokens_digest(ids: Sequence[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
 def check(messages: Sequence[Message], spec: EditSpec, *, dropped_before: frozenset[int],
@@ -155,8 +162,7 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
     try:
         for h in held:
             if h.index in new:
-                if h.a == 0 or h.b > cache.seq_len or \
-                        cache.token_ids[h.a:h.b] != turn(runtime, messages[h.index]).token_ids:
+                if h.a == 0 or h.b > cache.seq_len or tokens_digest(cache.token_ids[h.a:h.b]) != h.tokens:
                     # token 0 (no BOS, no system message) or not held as recorded: cut there, prefill the rest
                     cache = cache.head(h.a) if h.a > 0 else None
                     break
@@ -184,5 +190,7 @@ def held_messages(rendering: Rendering, messages: Sequence[Message], kept_index:
         at += len(p.token_ids)
     turns = [i for i in kept_index if not (i == 0 and messages[0].role in ("system", "developer"))]
     first = 1 + attachments
-    return tuple(Held(index=i, digest=digest(messages[i]), a=offsets[first + j][0], b=offsets[first + j][1])
+    ids = rendering.token_ids
+    return tuple(Held(index=i, digest=digest(messages[i]), a=offsets[first + j][0], b=offsets[first + j][1],
+                      tokens=tokens_digest(ids[offsets[first + j][0]:offsets[first + j][1]]))
                  for j, i in enumerate(turns))

@@ -277,6 +277,12 @@ class ChatService:
         got = self._attachments(principal, req, rt, session, prefix, pace)
         attachments, attached, via_text, records, prefix_kv, continues = (
             got.parts, got.attached, got.via_text, got.records, got.prefix_kv, got.continues)
+        if req.tools is not None:   # the catalogue is in the prefix: a prefix that differs says so
+            for rec, _ in records:
+                if any(c.get("name") == "prefix" and c.get("ok") is False for c in rec.get("checks", ())):
+                    rec["reason"] += ("; this request's shared prefix holds its tool catalogue (the chat template "
+                                      "writes the tools into the system turn): a sender with other tools, or none, "
+                                      "has another prefix")
         if got.unheld:  # a continued commit went stale: its K/V on the caller's messages are re-prefilled
             held_cache = truncate(held_cache, len(prefix))
         t_attach = time.perf_counter()
