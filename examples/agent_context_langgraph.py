@@ -41,8 +41,9 @@ class State(TypedDict):
 
 def tool(state: State) -> dict:
     k = state["step"]
-    return {"messages": [AIMessage(content=f"Reading log {k + 1}."), ToolMessage(content=LOGS[k], tool_call_id=str(k))],
-            "step": k + 1}
+    call = {"name": "read_log", "args": {"n": k + 1}, "id": f"call_{k}"}   # the call, and its result by its id
+    return {"messages": [AIMessage(content=f"Reading log {k + 1}.", tool_calls=[call]),
+                         ToolMessage(content=LOGS[k], tool_call_id=call["id"])], "step": k + 1}
 
 
 def model(state: State) -> dict:
