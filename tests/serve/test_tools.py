@@ -142,6 +142,11 @@ def test_a_model_whose_template_cannot_render_tools_is_refused_naming_it_and_too
 
 
 # ------------------------------------------------------------- the server on its default model
+def qwen(server, **kw):
+    return server.client("analyst").chat.completions.create(model="Qwen2.5-Coder-0.5B-Instruct", temperature=0,
+                                                             max_tokens=kw.pop("max_tokens", 60), **kw)
+
+
 def ask(server, *, agent="analyst", **kw):
     return server.client(agent).chat.completions.create(
         model="Qwen2.5-Coder-0.5B-Instruct", messages=kw.pop("messages", [SYSTEM, {"role": "user", "content": "Weather in Oslo?"}]),

@@ -100,12 +100,13 @@ def build_app(server: Server) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=ChatCompletionOut, responses=_ERRORS)
     async def chat_completions(body: ChatCompletionIn, request: Request, who: Principal = Depends(principal)):
         channel = Channel(asyncio.get_running_loop())
-        job = service.submit(who, body.to_request(), channel)
+        asked = body.to_request()
+        job = service.submit(who, asked, channel)
         try:
             if body.stream:
                 started = await stream.until_ready(job, channel, request.receive)
                 include = bool(body.stream_options and body.stream_options.include_usage)
-                calls = bool(body.tools) and body.tool_choice != "none"
+                calls = asked.tools is not None and asked.tools.calls
                 return StreamingResponse(stream.chunks(job, channel, started, include_usage=include,
                                                        logprobs=bool(body.logprobs), tool_calls=calls),
                                          media_type="text/event-stream", headers=_SSE_HEADERS)

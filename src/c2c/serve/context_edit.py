@@ -56,7 +56,7 @@ class Held:
     digest: str
     a: int
     b: int
-    tokens: str = ""
+    tokens: str
 
 
 @dataclass(frozen=True, kw_only=True)

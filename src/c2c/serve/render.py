@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -226,14 +227,7 @@ def _name(runtime: Runtime) -> str:
 
 def _shared(part: str, whole: str) -> int:
     """How many characters of ``part`` begin ``whole``."""
-    if whole.startswith(part):
-        return len(part)
-    n = 0
-    for a, b in zip(part, whole):
-        if a != b:
-            break
-        n += 1
-    return n
+    return len(os.path.commonprefix([part, whole]))
 
 
 def _cut(runtime: Runtime, whole: str, ends: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -246,8 +240,7 @@ def _cut(runtime: Runtime, whole: str, ends: Sequence[int]) -> tuple[list[int], 
     ids = runtime.encode(whole)
     cuts = []
     for c in ends:
-        head = runtime.encode(whole[:c])
-        n = next((i for i, (a, b) in enumerate(zip(head, ids)) if a != b), min(len(head), len(ids)))
+        n = len(os.path.commonprefix([runtime.encode(whole[:c]), ids]))
         cuts.append(max(n, cuts[-1] if cuts else 0))
     return ids, cuts
 

@@ -173,7 +173,6 @@ class FunctionIn(InModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str = Field(default="", max_length=64 * 1024)
     parameters: dict[str, Any] | None = Field(default=None, description="a JSON Schema of the arguments object")
-    strict: bool | None = None
 
 
 class ToolIn(InModel):
@@ -183,7 +182,7 @@ class ToolIn(InModel):
 
     def to_tool(self) -> Tool:
         f = self.function
-        return Tool(name=f.name, description=f.description, parameters=f.parameters, strict=bool(f.strict))
+        return Tool(name=f.name, description=f.description, parameters=f.parameters)
 
 
 def _tool_choice(choice: Any, tools: Sequence[ToolIn]) -> tuple[str, str | None]:

@@ -194,17 +194,13 @@ class ChatService:
             for i, t in enumerate(tools.tools):
                 if t.parameters is not None:
                     Grammar.json(t.parameters, rt.grammar_tokenizer(), field=f"tools.{i}.function.parameters")
-        schema, kind = None, None
-        if tools is not None and tools.calls and (tools.forced or request.json is not None):
-            schema = tools.forced_schema() if tools.forced else \
-                tools.either_schema(request.json.schema if request.json is not None else None)
-            kind = "tool_calls"
-        elif request.json is not None:
-            schema, kind = request.json.schema, None
-        if schema is not None or request.json is not None:  # compiled before it queues: a 400 now if it cannot be
-            tokenizer = require(rt, Grammars).grammar_tokenizer()
-            request = replace(request, grammar=Grammar.json(schema, tokenizer, kind=kind,
-                                                             field="tools" if kind else "response_format"))
+        answer = request.json.schema if request.json is not None else None
+        if tools is not None and tools.calls and (tools.forced or request.json is not None):   # a call is constrained
+            schema = tools.forced_schema() if tools.forced else tools.either_schema(answer)
+            request = replace(request, grammar=Grammar.json(schema, require(rt, Grammars).grammar_tokenizer(),
+                                                             kind="tool_calls", field="tools"))
+        elif request.json is not None:  # compiled before it queues: a schema that does not compile is a 400 now
+            request = replace(request, grammar=Grammar.json(answer, require(rt, Grammars).grammar_tokenizer()))
         timeout = min(request.timeout_s or math.inf, self.config.request_timeout_s)
         job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout, owner=principal)
         return self.workers[name].submit(job)

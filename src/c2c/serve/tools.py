@@ -42,7 +42,6 @@ class Tool:
     name: str
     description: str = ""
     parameters: dict[str, Any] | None = None
-    strict: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """OpenAI's entry, as the chat template reads it."""
@@ -118,10 +117,9 @@ class Tools:
         return {"type": "array", "items": one, "minItems": 1} if self.parallel else one
 
     def either_schema(self, answer: dict[str, Any] | None) -> dict[str, Any]:
-        """``tools`` with ``response_format`` in ``auto``: a call, or JSON of the format (``answer``; None:
-        any object, ``json_object``)."""
-        return {"anyOf": [self.forced_schema() if self.choice != "auto" else
-                          {"anyOf": [t.call_schema() for t in self.tools]}, answer or {"type": "object"}]}
+        """``tools`` with ``response_format`` in ``auto``: a call of one of the tools, or JSON of the format
+        (``answer``; None: any object, ``json_object``)."""
+        return {"anyOf": [t.call_schema() for t in self.tools] + [answer or {"type": "object"}]}
 
     def parse(self, text: str) -> tuple[str | None, tuple[ToolCall, ...]]:
         """``text`` read as ``(content, calls)``: the calls it makes (none when it makes none, or when what looks
