@@ -36,10 +36,19 @@ class Interval:
 
 @dataclass(frozen=True, kw_only=True)
 class Span(Interval):
-    """Tokens ``[start, end)`` of a context, with a label and a privacy flag."""
+    """Tokens ``[start, end)`` of a context, with a label, the other names it answers to and a privacy flag.
+
+    ``aliases``: e.g. a tool result's call id beside its tool's name (its label), so that a slice can name
+    one result of a tool that was called several times.
+    """
 
     label: str
     private: bool
+    aliases: tuple[str, ...] = ()
+
+    def named(self, labels: Sequence[str]) -> bool:
+        """Whether ``labels`` names this span, by its label or an alias."""
+        return self.label in labels or any(a in labels for a in self.aliases)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,11 +59,12 @@ class Context:
     prefix_len: int
     spans: tuple[Span, ...] = ()
 
-    def extend(self, ids: Sequence[int], label: str, *, private: bool | None = None) -> "Context":
+    def extend(self, ids: Sequence[int], label: str, *, private: bool | None = None,
+               aliases: Sequence[str] = ()) -> "Context":
         """Append ``ids`` as a new span; ``private`` defaults by label (see PRIVATE_LABELS)."""
         is_private = label in PRIVATE_LABELS if private is None else private
         n = len(self.token_ids)
-        span = Span(label=label, start=n, end=n + len(ids), private=is_private)
+        span = Span(label=label, start=n, end=n + len(ids), private=is_private, aliases=tuple(aliases))
         return replace(self, token_ids=self.token_ids + tuple(ids), spans=self.spans + (span,))
 
     def without(self, drop: Sequence[int]) -> "Context":
@@ -74,7 +84,7 @@ class Context:
         return replace(self, token_ids=tuple(ids), spans=tuple(spans))
 
     def spans_labelled(self, *labels: str) -> tuple[Span, ...]:
-        return tuple(s for s in self.spans if s.label in labels)
+        return tuple(s for s in self.spans if s.named(labels))
 
     def export_range(self, labels: Sequence[str]) -> tuple[int, int]:
         """The one contiguous token range covering the spans with ``labels``.
@@ -83,7 +93,7 @@ class Context:
             HandoffError: no such span, the spans are not contiguous, or a private
                 span lies between them (it would leak).
         """
-        chosen = [s for s in self.spans if s.label in labels]
+        chosen = [s for s in self.spans if s.named(labels)]
         if not chosen:
             raise HandoffError(f"no span labelled {list(labels)}; this context has {[s.label for s in self.spans]}")
         start, end = min(s.start for s in chosen), max(s.end for s in chosen)

@@ -261,6 +261,31 @@ def test_a_tool_result_is_labelled_by_its_tool_and_published_as_its_own_slice(qw
     assert pub["tokens"] < cold.usage.prompt_tokens      # the slice leaves the user's turn out
 
 
+@pytest.mark.zoo
+def test_a_tool_result_answers_to_its_call_id_so_one_result_of_a_tool_called_twice_is_a_slice(qwen_server):
+    calls = [{"id": f"call_{k}", "type": "function",
+              "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+             for k, city in ((1, "Oslo"), (2, "Bergen"))]
+    msgs = [SYSTEM, {"role": "user", "content": "private question: weather in Oslo and Bergen?"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Oslo: 4 C, snow"},
+            {"role": "tool", "tool_call_id": "call_2", "content": "Bergen: 7 C, rain all day long, wind from the west"}]
+
+    def publish(labels, session):
+        return ask(qwen_server, messages=msgs, tool_choice="none", temperature=0, max_tokens=4,
+                   extra_body={"c2c": {"session": session, "publish": {"labels": labels}}})
+
+    import openai
+
+    one = c2c_field(publish(["call_2", "assistant"], "by-id"))["publish"]
+    both = c2c_field(publish(["get_weather", "assistant"], "by-name"))["publish"]
+    assert one["kind"] == both["kind"] == "slice" and one["labels"] == ["call_2", "assistant"]
+    assert 0 < one["tokens"] < both["tokens"]        # Bergen's result and the reply, without Oslo's
+    with pytest.raises(openai.BadRequestError) as e:
+        publish(["call_9", "assistant"], "by-bad-id")
+    assert "call_9" in e.value.body["message"] and "call_2" in e.value.body["message"]
+
+
 # ------------------------------------------------------------- real clients
 @pytest.mark.zoo
 def test_the_default_model_calls_a_tool_in_auto_and_its_result_continues_the_session(qwen_server):

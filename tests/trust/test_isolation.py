@@ -85,3 +85,14 @@ def test_minimize_slices_keep_positions_and_drop_private_tokens(qwen):
     again = qwen.reposition(naive, clean.end - naive.seq_len)
     assert (again.values[-1] - clean.slice(clean.end - naive.seq_len, clean.end).values[-1]).abs().max() > 1e-3
     assert torch.equal(torch.tensor(clean.token_ids[-naive.seq_len:]), torch.tensor(naive.token_ids))
+
+
+def test_a_span_is_named_by_its_label_or_an_alias_and_a_private_one_stays_private_by_either():
+    ctx = (Context(token_ids=(1, 2), prefix_len=2).extend([3, 4], "get_weather", aliases=["call_1"])
+           .extend([5, 6, 7], "get_weather", aliases=["call_2"]).extend([8], "scratch", aliases=["call_3"]))
+    assert ctx.export_range(["call_2"]) == (4, 7)                 # one result of a tool called twice
+    assert ctx.export_range(["get_weather"]) == (2, 7)            # every result of the tool
+    assert [s.aliases for s in ctx.spans_labelled("call_1", "call_2")] == [("call_1",), ("call_2",)]
+    with pytest.raises(HandoffError, match="private"):
+        ctx.export_range(["call_3"])
+    assert ctx.without([0]).export_range(["call_2"]) == (2, 5)    # the alias moves with its span

@@ -41,7 +41,7 @@ class Message:
 
     An assistant message may carry ``tool_calls`` (its content then may be empty); a ``tool`` message answers
     the call ``tool_call_id``, and its span is labelled by ``name``, else by the called tool's name
-    (``tool_name``), else ``tool``.
+    (``tool_name``), else ``tool``; it answers to its ``tool_call_id`` too (:attr:`aliases`).
     """
 
     role: str
@@ -54,6 +54,11 @@ class Message:
     @property
     def label(self) -> str:
         return self.name or self.tool_name or self.role
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The other names its span answers to in ``publish.labels``: a tool result's ``tool_call_id``."""
+        return (self.tool_call_id,) if self.tool_call_id and self.tool_call_id != self.label else ()
 
     @property
     def text(self) -> str:
@@ -89,6 +94,7 @@ class Part:
     private: bool | None = None
     kv: KVCache | None = None
     text: str = ""
+    aliases: tuple[str, ...] = ()   # other names of its span (a tool result's call id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +122,7 @@ class Rendering:
         """The tokens as a :class:`~c2c.context.Context`: one span per part after the prefix, labelled."""
         ctx = Context(token_ids=self.prefix_ids, prefix_len=len(self.prefix_ids))
         for p in self.parts[1:]:
-            ctx = ctx.extend(p.token_ids, p.label, private=p.private)
+            ctx = ctx.extend(p.token_ids, p.label, private=p.private, aliases=p.aliases)
         return ctx
 
 
@@ -211,8 +217,8 @@ def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequen
     if bos and tuple(ids[:len(bos)]) != bos:
         ids, cuts = list(bos) + ids, [c + len(bos) for c in cuts]
     parts = [Part(label="prefix", token_ids=tuple(ids[:cuts[0]]))]
-    parts += [Part(label=m.label, token_ids=tuple(ids[cuts[k]:cuts[k + 1]]), text=f"{m.label}: {m.text}")
-              for k, m in enumerate(rest)]
+    parts += [Part(label=m.label, token_ids=tuple(ids[cuts[k]:cuts[k + 1]]), text=f"{m.label}: {m.text}",
+                   aliases=m.aliases) for k, m in enumerate(rest)]
     tail = tuple(ids[cuts[-1]:])
     if generation_prompt:
         parts.append(Part(label="prompt", token_ids=tail, private=False))

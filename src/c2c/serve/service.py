@@ -266,7 +266,8 @@ class ChatService:
         _, rest = split_system(messages)
         if req.publish is not None:
             self.exchange.check_publish(principal, req.publish.stream, req.publish.labels,
-                                        [m.label for m in rest] + ["assistant"], req.publish.share)
+                                        [n for m in rest for n in (m.label, *m.aliases)] + ["assistant"],
+                                        req.publish.share)
         entries = req.tools.entries() if req.tools is not None else ()
         own = render(rt, messages, tools=entries)   # the request's own messages; the attachments go after its prefix
         prefix = own.prefix_ids
