@@ -291,16 +291,9 @@ def report(records: list[dict], analysts: list[dict], args, wall_s: float) -> in
            "ratio_median": statistics.median(ratios), "ratio_ci": ratio_ci, "by_questions": by_q,
            "per_question_ratio_median": statistics.median(per_question), "diff_ci": diff_ci,
            "acceptance": acc}
-    prefix = Path(args.out)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps(out, indent=1, default=str))
-    with open(prefix.with_suffix(".jsonl"), "w") as f:
-        for r in records:
-            f.write(json.dumps(r, default=str) + "\n")
-    prefix.with_suffix(".md").write_text(markdown(out))
-    plot(out, prefix.with_suffix(".png"))
-    print(markdown(out))
-    return 0
+    out = json.loads(json.dumps(out, default=str))  # argparse's Paths and numpy scalars as JSON
+    return results.write(args.out, out, markdown(out), records=[json.loads(json.dumps(r, default=str)) for r in records],
+                         plot=lambda path: plot(out, path))
 
 
 def markdown(o: dict) -> str:

@@ -277,12 +277,12 @@ def test_a_tool_result_answers_to_its_call_id_so_one_result_of_a_tool_called_twi
 
     import openai
 
-    one = c2c_field(publish(["call_2", "assistant"], "by-id"))["publish"]
-    both = c2c_field(publish(["get_weather", "assistant"], "by-name"))["publish"]
-    assert one["kind"] == both["kind"] == "slice" and one["labels"] == ["call_2", "assistant"]
-    assert 0 < one["tokens"] < both["tokens"]        # Bergen's result and the reply, without Oslo's
+    one = c2c_field(publish(["call_2"], "by-id"))["publish"]
+    both = c2c_field(publish(["get_weather"], "by-name"))["publish"]
+    assert one["kind"] == both["kind"] == "slice" and one["labels"] == ["call_2"]
+    assert 0 < one["tokens"] < both["tokens"]        # Bergen's result, without Oslo's
     with pytest.raises(openai.BadRequestError) as e:
-        publish(["call_9", "assistant"], "by-bad-id")
+        publish(["call_9"], "by-bad-id")
     assert "call_9" in e.value.body["message"] and "call_2" in e.value.body["message"]
 
 
