@@ -13,7 +13,8 @@ What every engine must show: it has every member of the protocol, with typed fac
 id that round-trips through its string; a split prefill continues like a whole one; ``generate``
 returns the cache of what it fed; a cache crosses artifact bytes and continues the same; a cache of
 another layout is refused; and it runs per capability: an engine that has a capability
-protocol (``Scoring``, ``Probes``, ``Offsets``, ``Gradients``, ``Adapters``, ``RopeCodec``, ``Grammars``)
+protocol (``Scoring``, ``Probes``, ``Offsets``, ``Gradients``, ``Adapters``, ``RopeCodec``, ``Grammars``,
+``Batching``)
 passes its operations (right shapes), and one without it is refused by
 ``c2c.runtime.protocol.require`` with a ``RuntimeUnsupportedError`` naming the way out, never an
 ``AttributeError`` (``c2c verify --mode sample`` included).
@@ -30,13 +31,13 @@ import torch
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
-from c2c.errors import IncompatibleCacheError, RuntimeUnsupportedError
+from c2c.errors import ConfigError, IncompatibleCacheError, RuntimeUnsupportedError
 from c2c.handoff import SharedTransport, hand_off
 from c2c.runtime.facts import EngineId, ModelFacts
 from c2c.runtime.kvcache import KVCache
 from c2c.runtime.grammar import Grammar
-from c2c.runtime.protocol import (CAPABILITIES, Adapters, Gradients, Generation, Grammars, Offsets, Probes,
-                                  RopeCodec, Runtime, Scoring, require)
+from c2c.runtime.protocol import (CAPABILITIES, Adapters, Batching, Gradients, Generation, Grammars, Offsets,
+                                  Probes, RopeCodec, Runtime, Scoring, require)
 from c2c.team.agent import Agent, Team
 
 LLAMA = [pytest.mark.zoo, pytest.mark.llama_cpp]
@@ -63,7 +64,7 @@ WAY_OUT = ("--mode", "--backend", "mode full", "hand off", "use ", "load the")
 # the operations an engine may refuse (each checked by test_every_operation_works_or_is_refused...): the core's
 # reposition, and every capability's
 OPTIONAL = ("reposition", "logits", "logits_batch", "logits_with_grad", "probe_kv", "probe_first_layers",
-            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply", "grammar_tokenizer")
+            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply", "grammar_tokenizer", "step_together")
 
 
 def _load(zoo_model, engine: str, name: str, dtype: str | None) -> Runtime:
@@ -188,12 +189,14 @@ def _ops(rt: Runtime, cache: KVCache, ids: list[int]) -> dict:
         # the vocabulary as the structured-output engine reads it: a grammar compiles against it
         "grammar_tokenizer": (lambda: Grammar.json({"type": "object"}, rt.grammar_tokenizer()),
                               lambda g: g.kind == "json_schema" and len(g.text) > 0),
+        "step_together": (lambda: rt.step_together([rt.stepper(cache), rt.stepper(None)], ids[:2]),
+                          lambda xs: [x.shape for x in xs] == [(f.vocab_size,)] * 2),
     }
 # which capability each operation belongs to (None: the core protocol's)
 CAPABILITY_OF = {"reposition": None, "logits": Scoring, "logits_batch": Scoring, "logits_with_grad": Gradients,
                  "probe_kv": Probes, "probe_first_layers": Probes, "probe_layer0": Probes,
                  "encode_with_offsets": Offsets, "rope_remove": RopeCodec, "rope_apply": RopeCodec,
-                 "grammar_tokenizer": Grammars}
+                 "grammar_tokenizer": Grammars, "step_together": Batching}
 
 
 def test_every_operation_works_or_is_refused_naming_the_way_out(rt):
@@ -323,3 +326,45 @@ def test_a_stepper_grows_a_sequence_as_prefill_does(rt):
     s.feed([ids[0]])                                            # a pass after an export: exported afresh
     assert s.cache() is not cache and s.cache().token_ids == tuple(ids) + (ids[0],)
     assert cache.token_ids == tuple(ids) and cache.max_abs_diff(grown) == 0    # the earlier export is intact
+
+
+def _steps(rt: Runtime, seqs: list, first: list[int], n: int, together: bool) -> list[list[int]]:
+    """``n`` greedy decode steps of each sequence from its ``first`` token: all in one pass per step, or each alone."""
+    out = [[t] for t in first]
+    for _ in range(n):
+        logits = (rt.step_together(seqs, [o[-1] for o in out]) if together
+                  else [s.feed([o[-1]]) for s, o in zip(seqs, out)])
+        for o, x in zip(out, logits):
+            o.append(int(x.argmax()))
+    return out
+
+
+def test_batched_steps_continue_each_sequence_as_its_own_steps_do(rt):
+    """``Batching.step_together``: sequences of different lengths (one longer than tiny Gemma's 16-token window,
+    one fresh, one continued from an exported cache) decode in one pass per step to the tokens and caches their
+    own steps give. An engine without batched decode is refused naming the way out."""
+    if not isinstance(rt, Batching):
+        with pytest.raises(RuntimeUnsupportedError, match="--backend transformers"):
+            require(rt, Batching)
+        return
+    ids = (list(rt.bos_ids) + rt.encode(DOC))
+    prompts = [ids[:30], ids[:5], ids[:13]]
+    _, head = rt.prefill(ids[:9])
+
+    def fresh():
+        seqs = [rt.stepper(None), rt.stepper(None), rt.stepper(head)]
+        first = [int(s.feed(p if i < 2 else p[9:]).argmax()) for i, (s, p) in enumerate(zip(seqs, prompts))]
+        return seqs, first
+
+    alone, first = fresh()
+    together, first_b = fresh()
+    assert first == first_b
+    want = _steps(rt, alone, first, 6, together=False)
+    got = _steps(rt, together, first, 6, together=True)
+    assert got == want                                   # greedy tokens, fp32: the same
+    for a, b in zip(alone, together):
+        ca, cb = a.cache(), b.cache()
+        assert ca.token_ids == cb.token_ids and ca.seq_len == cb.seq_len
+        assert ca.max_abs_diff(cb) <= 1e-4               # rows of one matrix product round as rows of another
+    with pytest.raises(ConfigError):
+        rt.step_together(together, [1])                  # one token per sequence

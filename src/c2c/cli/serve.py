@@ -44,6 +44,9 @@ def register(sub) -> None:
                    help="prefill a prompt in forward passes of at most N tokens, so that another tenant's "
                         "request can run between two of them (0: one pass, fastest for a lone prompt; "
                         "default 64, measured)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="decode steps of up to N concurrent requests run in one forward pass, so that many agents "
+                        "decode at once for about the cost of one (1: one request per pass; default 16)")
     p.add_argument("--session-budget-mb", type=float, default=1024, metavar="M",
                    help="K/V megabytes all sessions may hold; past it the least recently used are evicted "
                         "(and rebuilt from their messages when used again; default 1024)")
@@ -79,13 +82,14 @@ def register(sub) -> None:
 
 def config_from(args: argparse.Namespace):
     """The :class:`~c2c.serve.ServeConfig` the flags describe."""
-    from c2c.serve.config import DEFAULT_MODEL, MB, PREFILL_CHUNK, ServeConfig
+    from c2c.serve.config import DEFAULT_MODEL, MAX_BATCH, MB, PREFILL_CHUNK, ServeConfig
 
     per_tenant_mb = args.session_budget_per_tenant_mb
     return ServeConfig(models=tuple(args.model or (DEFAULT_MODEL,)), store_url=args.store, host=args.host,
                        port=args.port, tokens_file=args.tokens, max_queue=args.max_queue,
                        max_queue_per_tenant=args.max_queue_per_tenant, fair_half_life_s=args.fair_half_life,
                        prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
+                       max_batch=MAX_BATCH if args.max_batch is None else args.max_batch,
                        session_budget_bytes=int(args.session_budget_mb * MB),
                        session_budget_per_tenant_bytes=None if per_tenant_mb is None else int(per_tenant_mb * MB),
                        max_sessions=args.max_sessions, max_sessions_per_tenant=args.max_sessions_per_tenant,

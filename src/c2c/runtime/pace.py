@@ -41,6 +41,9 @@ class Pace:
 
     chunk: int = 0
     between: Callable[[], None] = field(default=_nothing, compare=False, repr=False)
+    #: a decode step, when someone else takes it (a server batches the steps of its sequences): ``join(stepper,
+    #: token)`` feeds ``token`` after ``stepper`` and returns the logits ``(vocab,)``; None: :meth:`step` feeds it
+    join: Callable[[Stepper, int], torch.Tensor] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.chunk < 0:
@@ -63,6 +66,14 @@ class Pace:
                 self.between()
             logits = stepper.feed(ids[a:b])
         return logits
+
+    def step(self, stepper: Stepper, token: int) -> torch.Tensor:
+        """One decode step: ``token`` fed after ``stepper`` (by ``join`` when given, else ``between()`` and the
+        stepper's own pass); the logits ``(vocab,)``."""
+        if self.join is not None:
+            return self.join(stepper, token)
+        self.between()
+        return stepper.feed([token])
 
     def prefill(self, runtime: Runtime, ids: Sequence[int], past: KVCache | None) -> tuple[torch.Tensor, KVCache]:
         """``runtime.prefill(ids, past)`` pass by pass: (the last position's logits ``(vocab,)``, the grown

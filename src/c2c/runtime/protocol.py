@@ -37,6 +37,7 @@ capability           members                                                used
 :class:`Adapters`    ``attach_adapter``, ``detach_adapter``, ``train_adapter``  LoRA roles
 :class:`RopeCodec`   ``rope_remove``, ``rope_apply``, ``vocab_digest``      cross-model maps (``c2c.xmodel``)
 :class:`Grammars`    ``grammar_tokenizer``                                  structured output (``response_format``)
+:class:`Batching`    ``step_together``                                      ``c2c serve``'s batched decode
 ===================  =====================================================  ==============================
 
 The transformers engine has every capability; llama.cpp has none of them.
@@ -249,6 +250,16 @@ class Grammars(Protocol):
 
 
 @runtime_checkable
+class Batching(Protocol):
+    """Decode steps of several sequences in one forward pass (``c2c serve``'s batched decode): the weights are
+    read once per step for all of them."""
+
+    def step_together(self, seqs: Sequence["Stepper"], tokens: Sequence[int]) -> list[torch.Tensor]:
+        """Feed ``tokens[b]`` after what ``seqs[b]`` (this runtime's steppers) holds, all in one pass; each
+        sequence's last logits ``(vocab,)``. Each sequence is left as its own one-token feed leaves it."""
+
+
+@runtime_checkable
 class Stepper(Protocol):
     """One sequence grown pass by pass (a served turn: its prompt's chunks, then one token per step)."""
 
@@ -274,6 +285,8 @@ CAPABILITIES: dict[type, str] = {
               "with --backend transformers",
     RopeCodec: "cross-model maps need the transformers backend (it re-applies RoPE with the model's own rotary "
                "embedding); load the model with --backend transformers",
+    Batching: "its sequences decode one per forward pass (the server takes turns between them); serve the model "
+              "with --backend transformers for batched decode",
     Grammars: "structured output (response_format json_object or json_schema) constrains each step to the tokens "
               "a grammar allows, over the transformers backend's tokenizer; serve the model with --backend "
               "transformers, or leave response_format out",

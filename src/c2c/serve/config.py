@@ -13,6 +13,7 @@ from c2c.runtime.zoo import DEFAULT_MODEL
 
 MB = 1 << 20
 PREFILL_CHUNK = 64  # tokens per prefill pass (see ServeConfig.prefill_chunk)
+MAX_BATCH = 16      # decode steps per forward pass (see ServeConfig.max_batch)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +38,9 @@ class ServeConfig:
             prompts put a short tenant's p99 at 8.15x its p99 alone in one pass, 1.99x at 256, 1.76x at
             128, 1.08x at 64); it costs a lone long prompt 23-35% of its prefill speed, so a server with
             one tenant may set 0.
+        max_batch: decode steps of this many requests run in one forward pass (the weights read once for all of
+            them; :mod:`c2c.serve.worker`); 1 decodes one request per pass. An engine without batched decode
+            (llama.cpp) runs one per pass whatever this says, and ``/v1/models`` says so.
         session_budget_bytes: KV bytes all sessions may hold together; past it the least
             recently used lose their cache (and are rebuilt from their messages when used).
         session_budget_per_tenant_bytes: KV bytes one tenant's sessions may hold; past it that
@@ -70,6 +74,7 @@ class ServeConfig:
     max_queue_per_tenant: int | None = None
     fair_half_life_s: float = 5.0
     prefill_chunk: int = PREFILL_CHUNK
+    max_batch: int = MAX_BATCH
     session_budget_bytes: int = 1024 * MB
     session_budget_per_tenant_bytes: int | None = None
     max_sessions: int = 4096
@@ -96,6 +101,7 @@ class ServeConfig:
                                       ("--max-body-mb", self.max_body_bytes, 1024, MB),
                                       ("--default-max-tokens", self.default_max_tokens, 1, 1),
                                       ("--prefill-chunk", self.prefill_chunk, 0, 1),
+                                      ("--max-batch", self.max_batch, 1, 1),
                                       ("--session-budget-mb", self.session_budget_bytes, 0, MB),
                                       ("--max-queue-per-tenant", self.max_queue_per_tenant, 1, 1),
                                       ("--max-sessions-per-tenant", self.max_sessions_per_tenant, 1, 1),

@@ -82,7 +82,7 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
 
     ``on_delta`` receives the reply as it grows (never a part of a stop string, nor a half-decoded character),
     each token's log-probabilities with the delta that completes its text; ``pace.between`` is called before
-    every forward pass. Log-probabilities are the model's own (``log_softmax`` of its logits, before
+    every forward pass (a decode step goes through ``pace.step``, which a server batches). Log-probabilities are the model's own (``log_softmax`` of its logits, before
     ``logit_bias`` and temperature), as vLLM reports them by default.
     """
     constraint = Constraint(sampling.grammar, require(runtime, Grammars).grammar_tokenizer()) \
@@ -139,8 +139,7 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
             break
         if constraint is not None:
             constraint.prefetch()   # the next step's allowed tokens, on a thread, while the model runs
-        pace.between()
-        logits = seq.feed([tok])
+        logits = pace.step(seq, tok)   # alone, or in one pass with other sequences' steps (the server's batch)
     if len(text) > emitted or sent < len(entries):
         on_delta(Delta(text[emitted:], tuple(entries[sent:])))
     return Decoded(token_ids=tuple(out), text=text, finish_reason=finish, completion_tokens=sampled,

@@ -50,6 +50,14 @@ class Server:
         log.info("serving %s; store %s; %s", ", ".join(runtimes), store_url(config.store_url),
                  "open access in domain 'default'" if tokens.is_open else
                  f"tokens for domain(s) {', '.join(tokens.domains)}")
+        for name, worker in service.workers.items():
+            if worker.batch is None and config.max_batch > 1:
+                log.warning("%s decodes one request per forward pass: its engine (%s) has no batched decode; "
+                            "serve it with --backend transformers to batch", name, runtimes[name].engine_id.kind)
+            elif worker.batch is None:
+                log.info("%s decodes one request per forward pass (--max-batch 1)", name)
+            else:
+                log.info("%s decodes up to %d requests per forward pass (--max-batch)", name, worker.max_batch)
         for m in maps:
             rec = m.offer.calibration
             log.info("map %s: %s -> %s (%s)", m.offer.map_id[:12], m.source.name, m.target.name,

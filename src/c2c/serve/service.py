@@ -28,7 +28,7 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.errors import ConfigError, ContextEditError, ContextLengthError, PrefixMismatchError, UnknownModelError
 from c2c.runtime.pace import Pace
 from c2c.runtime.grammar import Grammar
-from c2c.runtime.protocol import Grammars, Runtime, require
+from c2c.runtime.protocol import Batching, Grammars, Runtime, require
 from c2c.serve.auth import Principal
 from c2c.serve.config import ServeConfig
 from c2c.runtime.edit import close_gaps
@@ -151,13 +151,18 @@ class ChatService:
                                 on_evict=lambda s: self.metrics.evictions.inc())
         self.workers = {name: ModelWorker(name, max_queue=config.max_queue, tenant_queue=self.shares.queue,
                                           half_life_s=config.fair_half_life_s,
-                                          on_depth=self.metrics.queue_depth.labels(model=name).set)
-                        for name in runtimes}
+                                          on_depth=self.metrics.queue_depth.labels(model=name).set,
+                                          batch=rt.step_together if isinstance(rt, Batching) else None,
+                                          max_batch=config.max_batch,
+                                          on_batch=self.metrics.batch.labels(model=name).observe)
+                        for name, rt in runtimes.items()}
 
     # ------------------------------------------------------------- queries
     def models(self) -> list[dict[str, Any]]:
         return [{"id": name, "object": "model", "created": 0, "owned_by": "c2c",
-                 "context_length": self.context[name]} for name in self.runtimes]
+                 "context_length": self.context[name],
+                 "c2c": {"max_batch": self.workers[name].max_batch,
+                         "batched_decode": self.workers[name].batch is not None}} for name in self.runtimes]
 
     def model_name(self, name: str) -> str:
         """The served model ``name`` refers to (exact, else case-insensitive).
@@ -202,7 +207,10 @@ class ChatService:
         elif request.json is not None:  # compiled before it queues: a schema that does not compile is a 400 now
             request = replace(request, grammar=Grammar.json(answer, require(rt, Grammars).grammar_tokenizer()))
         timeout = min(request.timeout_s or math.inf, self.config.request_timeout_s)
-        job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout, owner=principal)
+        # a session's requests run in order; a request without one runs beside the agent's others (its own lane)
+        lane = (principal, "session", request.session) if request.session else object()
+        job = Job(lambda job: self._run(job, principal, request), channel, timeout_s=timeout, owner=principal,
+                  lane=lane)
         return self.workers[name].submit(job)
 
     def check_size(self, request: ChatRequest) -> None:
@@ -247,7 +255,8 @@ class ChatService:
     def _turn(self, job: Job, principal: Principal, req: ChatRequest, rt: Runtime, session: Session, state: str,
               t0: float) -> Completion:
         edited, messages, held_cache = None, req.messages, session.cache
-        pace = Pace(chunk=self.config.prefill_chunk, between=job.check)  # every forward pass of this turn
+        # every forward pass of this turn; its decode steps in one pass with the other requests' (the batch)
+        pace = Pace(chunk=self.config.prefill_chunk, between=job.check, join=job.step)
         if req.edit is None and session.dropped:
             raise ContextEditError(
                 f"session {req.session!r} has dropped messages {sorted(session.dropped)}, and this request sends no "

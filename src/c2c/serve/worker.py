@@ -5,8 +5,9 @@ job that holds the model's *turn* may run the model, so no two threads ever run
 one model's forward passes at once. A job calls :meth:`Job.check` between
 forward passes; there the turn passes to the waiting job whose tenant (trust
 domain) has used the model least recently, and within that tenant to the agent
-that has (:class:`~c2c.serve.fairness.UsageClock`). One agent's own requests run
-one after another, oldest first. So another tenant's short request does not wait
+that has (:class:`~c2c.serve.fairness.UsageClock`). The requests of one lane (one
+session; a request without a session is a lane of its own) run one after another,
+oldest first. So another tenant's short request does not wait
 for a tenant's long generations to end: it goes at their next forward pass.
 
 Admission is bounded, and refused at once (:class:`~c2c.errors.QueueFullError`,
@@ -21,6 +22,15 @@ a job waiting for the turn leaves as soon as either is set, and a running one at
 its next :meth:`Job.check`. Results and streamed deltas reach the asyncio side
 through :class:`Channel`.
 
+Decode steps are batched. A job at a decode step (:meth:`Job.step`) queues for the turn
+like any other pass; the one that gets it runs, in one forward pass, the steps of every
+job waiting at a decode step then (up to ``max_batch``), first giving the jobs that
+decoded in the last batch a moment (:data:`GATHER_S`) to sample and come back. So the
+weights are read once per step for all the decoding agents, and a prefill chunk of
+another tenant still goes between two batched steps when the tenant's turn is due. A
+batched pass is charged to its jobs' tenants and agents in equal parts. An engine that
+cannot batch (``batch`` None) runs each step alone, as before.
+
 NOTE: a started job keeps its K/V while it waits for the turn, so a model holds
 as many live caches as it has started jobs: at most one per agent.
 """
@@ -33,7 +43,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 from c2c.errors import QueueFullError, RequestTimeoutError, ServeError
 from c2c.serve.auth import OPEN, Principal
@@ -41,6 +51,7 @@ from c2c.serve.fairness import UsageClock
 
 log = logging.getLogger("c2c")
 _POLL_S = 0.05  # how often a job waiting for the turn looks at its cancel flag and deadline
+GATHER_S = 0.02  # how long a batch waits for the last batch's jobs to come back with their next step
 
 
 class Cancelled(Exception):
@@ -69,14 +80,17 @@ class Job:
 
     ``run`` reports through :meth:`emit` and returns the final result, which becomes a
     ``("done", result)`` event; an exception becomes ``("error", exc)``. ``owner`` is whose
-    share the job counts against.
+    share the job counts against. Jobs of one ``lane`` (by default: of one owner) run one after another,
+    oldest first; a server gives each session its own lane, and each request without a session one of its own,
+    so that one agent's independent requests decode together.
     """
 
     def __init__(self, run: Callable[["Job"], Any], channel: Channel, *, timeout_s: float,
-                 owner: Principal = OPEN):
+                 owner: Principal = OPEN, lane: Hashable | None = None):
         self.run = run
         self.channel = channel
         self.owner = owner
+        self.lane = owner if lane is None else lane   # jobs of one lane run one after another, oldest first
         self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         self.cancel = threading.Event()
@@ -85,6 +99,9 @@ class Job:
         self.seq = 0
         self.worker: ModelWorker | None = None  # set when submitted
         self.turn_since = 0.0                   # perf_counter when it last got the turn
+        self.released = False                   # it said it runs no forward pass any more
+        self.step_in: tuple[Any, int] | None = None      # (stepper, token) waiting for a batched step
+        self.step_out: Any = None                        # its logits (or the pass's exception), once run
 
     def emit(self, kind: str, value: Any = None) -> None:
         self.channel.put(kind, value)
@@ -96,9 +113,18 @@ class Job:
         if self.worker is not None:
             self.worker.pass_turn(self)
 
+    def step(self, stepper: Any, token: int):
+        """One decode step (``token`` after ``stepper``), in one forward pass with the other jobs' steps that
+        wait then; its logits ``(vocab,)``. Raises as :meth:`check` does while it waits."""
+        self.raise_if_done()
+        if self.worker is None:
+            return stepper.feed([token])
+        return self.worker.step(self, stepper, token)
+
     def release_turn(self) -> None:
         """Give up the turn for good: the job runs no forward pass after this (e.g. it only stores and
         signs now), so the next job need not wait for it."""
+        self.released = True
         if self.worker is not None:
             self.worker.release(self)
 
@@ -126,8 +152,14 @@ class ModelWorker:
     """
 
     def __init__(self, name: str, *, max_queue: int, tenant_queue: int | None = None, half_life_s: float = 5.0,
-                 retry_after_s: float = 1.0, on_depth: Callable[[int], None] = lambda depth: None):
+                 retry_after_s: float = 1.0, on_depth: Callable[[int], None] = lambda depth: None,
+                 batch: Callable[[list, list[int]], list] | None = None, max_batch: int = 16,
+                 on_batch: Callable[[int], None] = lambda size: None):
         self.name = name
+        self.batch = batch if max_batch > 1 else None   # runs several steps in one pass (Batching.step_together)
+        self.max_batch = max_batch if batch is not None else 1
+        self._on_batch = on_batch
+        self._decoding: set[Job] = set()     # jobs whose last pass was a decode step: the next batch waits for them
         self.max_queue = max_queue
         self.tenant_queue = max_queue + 1 if tenant_queue is None else tenant_queue
         self.retry_after_s = retry_after_s
@@ -207,6 +239,7 @@ class ModelWorker:
         finally:
             self.release(job)
             with self._cv:
+                self._decoding.discard(job)
                 self._ready.pop(job.seq, None)
                 del self._jobs[job.seq]
                 self._held[job.owner.domain] -= 1
@@ -224,7 +257,11 @@ class ModelWorker:
             Cancelled, RequestTimeoutError: while waiting (the job no longer holds the turn then).
         """
         with self._cv:
-            if self._holder is not job:  # not running on this worker's turn (e.g. called after it ended)
+            self._decoding.discard(job)   # a pass of another kind: it decodes no more for now
+            if self._holder is not job:
+                if job.released:   # it said it runs no forward pass any more
+                    return
+                self._wait_for_turn(job)   # its last pass was a batched step, which left it without the turn
                 return
             now = time.perf_counter()
             self._charge(job, now)
@@ -234,9 +271,86 @@ class ModelWorker:
             self._holder = None
             self._wait_for_turn(job)
 
+    def step(self, job: Job, stepper: Any, token: int):
+        """``job``'s decode step, run in one forward pass with every step waiting when the turn comes (module
+        docstring); its logits. The job holds no turn afterwards: its next pass of another kind queues for it.
+
+        Raises:
+            Cancelled, RequestTimeoutError: while waiting; the exception of the batched pass, in every job of it.
+        """
+        with self._cv:
+            if self._holder is job:
+                self._charge(job, time.perf_counter())
+                self._holder = None
+            job.step_in, job.step_out = (stepper, token), None
+            self._decoding.add(job)
+            self._ready[job.seq] = job
+            self._hand_on()
+            self._cv.notify_all()   # a batch gathering its jobs may be waiting for this one
+            while self._holder is not job and job.step_out is None:
+                if job.cancel.is_set() or time.monotonic() > job.deadline:
+                    if job.step_in is not None:   # not taken into a batch: leave the queue
+                        self._ready.pop(job.seq, None)
+                        job.step_in = None
+                        self._decoding.discard(job)
+                        job.raise_if_done()
+                self._cv.wait(_POLL_S)
+            if job.step_out is not None:   # another job's batch ran this step
+                out, job.step_out = job.step_out, None
+                if isinstance(out, BaseException):
+                    raise out
+                return out
+            batch = self._gather(job)
+        t0 = time.perf_counter()
+        try:
+            steps = [j.step_in for j in batch]
+            if len(batch) == 1:
+                outs = [stepper.feed([token])]
+            else:
+                outs = self.batch([s for s, _ in steps], [t for _, t in steps])
+        except Exception as e:  # noqa: BLE001 - every job of the pass gets the pass's failure
+            outs = [e] * len(batch)
+        with self._cv:
+            now = time.perf_counter()
+            share = (now - t0) / len(batch)
+            for j, out in zip(batch, outs):
+                j.step_in = None
+                self._tenants.charge(j.owner.domain, share, now)
+                self._agents.charge((j.owner.domain, j.owner.agent), share, now)
+                if j is not job:
+                    j.step_out = out
+            self._on_batch(len(batch))
+            self._holder = None
+            self._hand_on()
+            self._cv.notify_all()
+        if isinstance(outs[0], BaseException):
+            raise outs[0]
+        return outs[0]
+
+    def _gather(self, leader: Job) -> list[Job]:
+        """(lock held, ``leader`` holds the turn) The jobs whose steps run in ``leader``'s pass: ``leader`` first,
+        then the jobs waiting at a step, oldest first, up to ``max_batch``; first waiting up to
+        :data:`GATHER_S` for the jobs of the last batch still sampling their next token."""
+        self._ready.pop(leader.seq, None)
+        if self.batch is None:
+            return [leader]
+        until = time.monotonic() + GATHER_S
+        while (time.monotonic() < until and len(self._steps_waiting()) + 1 < self.max_batch
+               and any(j.step_in is None and j is not leader for j in self._decoding)):
+            self._cv.wait(max(until - time.monotonic(), 0.0))
+        batch = [leader] + self._steps_waiting()[:self.max_batch - 1]
+        for j in batch[1:]:
+            del self._ready[j.seq]
+        return batch
+
+    def _steps_waiting(self) -> list[Job]:
+        """(lock held) The jobs queued at a decode step, oldest first."""
+        return sorted((j for j in self._ready.values() if j.step_in is not None), key=lambda j: j.seq)
+
     def release(self, job: Job) -> None:
         """``job`` runs no more forward passes: the turn goes on (a no-op if it does not hold it)."""
         with self._cv:
+            self._decoding.discard(job)
             if self._holder is job:
                 self._charge(job, time.perf_counter())
                 self._holder = None
@@ -265,13 +379,13 @@ class ModelWorker:
         self._cv.notify_all()
 
     def _pick(self, jobs: list[Job], now: float) -> Job | None:
-        """The tenant with the least recent use, its agent with the least, that agent's job; only an
-        agent's oldest unfinished job may go (an agent's requests run one after another, as the
-        same session's must)."""
-        first: dict[Principal, int] = {}
+        """The tenant with the least recent use, its agent with the least, that agent's oldest job; only a
+        lane's oldest unfinished job may go (a lane's requests run one after another, as the same session's
+        must)."""
+        first: dict[Hashable, int] = {}
         for j in self._jobs.values():  # in admission order
-            first.setdefault(j.owner, j.seq)
-        jobs = sorted((j for j in jobs if first[j.owner] == j.seq), key=lambda j: j.seq)
+            first.setdefault(j.lane, j.seq)
+        jobs = sorted((j for j in jobs if first[j.lane] == j.seq), key=lambda j: j.seq)
         if not jobs:
             return None
         tenant = self._tenants.least(dict.fromkeys(j.owner.domain for j in jobs), now)

@@ -1,4 +1,5 @@
-"""Our attention for transformers models: SDPA, except one bf16/fp16 query on a CPU, computed in fp32.
+"""Our attention for transformers models: SDPA, except one bf16/fp16 query on a CPU, computed in fp32, and a
+ragged batch of decode steps (:class:`Rows`), each row against its own sequence's K/V.
 
 Registered in transformers' registries under :data:`ATTENTION` when a model is loaded
 (:func:`register_attention`), never at import.
@@ -14,6 +15,19 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 ATTENTION = "c2c_sdpa"   # our attention implementation's name in transformers' registry
 
 
+class Rows:
+    """The K (or V) of a ragged batch: row ``b``'s own tensor ``(1, kv_heads, T_b, head_dim)``, of its own length.
+
+    What :class:`~c2c.runtime.transformers.forward.RaggedCache` hands the attention in place of one padded
+    tensor, so that sequences of different lengths decode in one forward pass without copying their caches
+    into a batch."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[torch.Tensor]):
+        self.rows = rows
+
+
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      is_causal=None, **kwargs):
     """transformers' SDPA, except for one query token in a half-precision dtype on CPU.
@@ -23,7 +37,15 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
     attention is computed here in fp32, grouped by K/V head (no repeat of K/V):
     ``query (1, H, 1, D)`` viewed as ``(1, Hkv, H/Hkv, D)`` against ``key (1, Hkv, T, D)``.
     The result is cast back to the query's dtype. Everything else goes to ``sdpa``.
+
+    ``key`` and ``value`` given as :class:`Rows` are a ragged batch of one query token per row
+    ``query (B, H, 1, D)``: each row attends to all of its own K/V (a decode step sees every token its
+    sequence holds; a sliding layer's rows hold only their window), exactly as that row alone would.
     """
+    if isinstance(key, Rows):
+        outs = [decode_attention(module, query[b:b + 1], k, v, None, dropout=dropout, scaling=scaling, **kwargs)[0]
+                for b, (k, v) in enumerate(zip(key.rows, value.rows))]   # each (1, 1, H, D)
+        return torch.cat(outs, dim=0), None                              # (B, 1, H, D)
     B, H, q_len, D = query.shape
     if (q_len != 1 or query.dtype not in (torch.bfloat16, torch.float16) or query.device.type != "cpu"
             or dropout or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None):

@@ -16,6 +16,7 @@ from transformers import DynamicCache
 
 from c2c.errors import ConfigError, RuntimeUnsupportedError
 from c2c.runtime.kvcache import KVCache
+from c2c.runtime.transformers.attention import Rows
 
 
 def to_hf(model, kv: KVCache | None, batch: int = 1) -> DynamicCache:
@@ -121,6 +122,63 @@ class Held:
             kv = _carry(from_hf(self._hf, tuple(self._ids), self._windows), self._past)
             self._kv = replace(kv, start=self._start) if self._start else kv
         return self._kv
+
+
+class RaggedCache:
+    """Several sequences' own transformers caches as one batch of decode steps (one new token per row).
+
+    A layer's ``update`` appends row ``b``'s new K/V to sequence ``b``'s own cache layer, as that sequence's
+    own step would, and hands the attention each row's whole K/V (:class:`~.attention.Rows`): no cache is
+    copied into a padded batch, and each sequence's cache is, after the step, what its own step leaves."""
+
+    def __init__(self, caches: list[DynamicCache]):
+        self.caches = caches
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        # key_states, value_states: (B, kv_heads, 1, head_dim), row b for caches[b]
+        ks, vs = [], []
+        for b, cache in enumerate(self.caches):
+            k, v = cache.layers[layer_idx].update(key_states[b:b + 1], value_states[b:b + 1])
+            ks.append(k)   # (1, kv_heads, T_b, head_dim)
+            vs.append(v)
+        return Rows(ks), Rows(vs)
+
+
+@torch.inference_mode()
+def step_together(model, seqs: Sequence["Held"], tokens: Sequence[int]) -> list[torch.Tensor]:
+    """One decode step of every sequence in one forward pass: ``tokens[b]`` fed after what ``seqs[b]`` holds
+    (each at its own position, its own length); the logits ``(vocab,)`` of each.
+
+    The weights are read once for the whole batch, which is where a CPU's decode time goes; attention runs
+    row by row against each sequence's own cache (:class:`RaggedCache`). Each sequence ends as its own
+    :meth:`Held.feed` of the token leaves it (bf16 rows may round apart from a lone step: a matrix product
+    of 8 rows blocks otherwise than one of 1).
+    """
+    if len(seqs) != len(tokens) or not seqs:
+        raise ConfigError("a batched step needs one token per sequence, and at least one sequence")
+    for s in seqs:
+        if s._broken:
+            raise RuntimeUnsupportedError(BROKEN)
+    fresh = [s for s in seqs if s._hf is None]
+    for s in fresh:   # a sequence that has run no pass yet holds no transformers cache: build it (once)
+        s._hf = to_hf(s._model, s._past)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([[int(t)] for t in tokens], dtype=torch.long, device=device)              # (B, 1)
+    position_ids = torch.tensor([[s._end] for s in seqs], dtype=torch.long, device=device)             # (B, 1)
+    ragged = RaggedCache([s._hf for s in seqs])
+    # a 4D mask is taken as given (no causal mask is built for the ragged batch); the attention ignores it
+    mask = torch.ones(len(seqs), 1, 1, 1, dtype=torch.bool, device=device)                           # (B, 1, 1, 1)
+    for s in seqs:
+        s._broken = True   # until the pass is through
+    out = model(input_ids=input_ids, cache=ragged, use_cache=True, logits_to_keep=1, position_ids=position_ids,
+                attention_mask=mask)
+    logits = out.logits[:, -1].float()                                                                  # (B, vocab)
+    for s, t in zip(seqs, tokens):
+        s._broken = False
+        s._ids.append(int(t))
+        s._end += 1
+        s._kv = None
+    return list(logits)
 
 
 @torch.inference_mode()

@@ -184,6 +184,13 @@ class TransformersRuntime(ChatTurns):
         self.check_cache(past)
         return fw.Held(self.model, past, self.facts.windows)
 
+    def step_together(self, seqs: Sequence[fw.Held], tokens: Sequence[int]) -> list[torch.Tensor]:
+        """One decode step of each of several sequences in one forward pass (``Batching``): ``tokens[b]``
+        after ``seqs[b]``; each row's logits ``(vocab,)``."""
+        if any(not isinstance(s, fw.Held) or s._model is not self.model for s in seqs):
+            raise ConfigError("a batched step takes this runtime's own sequences (its stepper())")
+        return fw.step_together(self.model, seqs, tokens)
+
     def logits(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(T, vocab)`` at every position of ``ids`` (for scoring)."""
         self.check_cache(past)
