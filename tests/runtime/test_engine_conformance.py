@@ -64,7 +64,7 @@ WAY_OUT = ("--mode", "--backend", "mode full", "hand off", "use ", "load the")
 # the operations an engine may refuse (each checked by test_every_operation_works_or_is_refused...): the core's
 # reposition, and every capability's
 OPTIONAL = ("reposition", "logits", "logits_batch", "logits_with_grad", "probe_kv", "probe_first_layers",
-            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply", "grammar_tokenizer", "step_together")
+            "probe_layer0", "encode_with_offsets", "rope_remove", "rope_apply", "grammar_tokenizer", "feed_together")
 
 
 def _load(zoo_model, engine: str, name: str, dtype: str | None) -> Runtime:
@@ -189,14 +189,14 @@ def _ops(rt: Runtime, cache: KVCache, ids: list[int]) -> dict:
         # the vocabulary as the structured-output engine reads it: a grammar compiles against it
         "grammar_tokenizer": (lambda: Grammar.json({"type": "object"}, rt.grammar_tokenizer()),
                               lambda g: g.kind == "json_schema" and len(g.text) > 0),
-        "step_together": (lambda: rt.step_together([rt.stepper(cache), rt.stepper(None)], ids[:2]),
+        "feed_together": (lambda: rt.feed_together([rt.stepper(cache), rt.stepper(None)], [ids[:1], ids[:3]]),
                           lambda xs: [x.shape for x in xs] == [(f.vocab_size,)] * 2),
     }
 # which capability each operation belongs to (None: the core protocol's)
 CAPABILITY_OF = {"reposition": None, "logits": Scoring, "logits_batch": Scoring, "logits_with_grad": Gradients,
                  "probe_kv": Probes, "probe_first_layers": Probes, "probe_layer0": Probes,
                  "encode_with_offsets": Offsets, "rope_remove": RopeCodec, "rope_apply": RopeCodec,
-                 "grammar_tokenizer": Grammars, "step_together": Batching}
+                 "grammar_tokenizer": Grammars, "feed_together": Batching}
 
 
 def test_every_operation_works_or_is_refused_naming_the_way_out(rt):
@@ -332,7 +332,7 @@ def _steps(rt: Runtime, seqs: list, first: list[int], n: int, together: bool) ->
     """``n`` greedy decode steps of each sequence from its ``first`` token: all in one pass per step, or each alone."""
     out = [[t] for t in first]
     for _ in range(n):
-        logits = (rt.step_together(seqs, [o[-1] for o in out]) if together
+        logits = (rt.feed_together(seqs, [[o[-1]] for o in out]) if together
                   else [s.feed([o[-1]]) for s, o in zip(seqs, out)])
         for o, x in zip(out, logits):
             o.append(int(x.argmax()))
@@ -340,9 +340,9 @@ def _steps(rt: Runtime, seqs: list, first: list[int], n: int, together: bool) ->
 
 
 def test_batched_steps_continue_each_sequence_as_its_own_steps_do(rt):
-    """``Batching.step_together``: sequences of different lengths (one longer than tiny Gemma's 16-token window,
-    one fresh, one continued from an exported cache) decode in one pass per step to the tokens and caches their
-    own steps give. An engine without batched decode is refused naming the way out."""
+    """``Batching.feed_together``: sequences of different lengths (one longer than tiny Gemma's 16-token window,
+    one fresh, one continued from an exported cache) prefill in one packed pass, then decode in one pass per step,
+    to the tokens and caches their own passes give. An engine without batched decode is refused naming the way out."""
     if not isinstance(rt, Batching):
         with pytest.raises(RuntimeUnsupportedError, match="--backend transformers"):
             require(rt, Batching)
@@ -351,13 +351,14 @@ def test_batched_steps_continue_each_sequence_as_its_own_steps_do(rt):
     prompts = [ids[:30], ids[:5], ids[:13]]
     _, head = rt.prefill(ids[:9])
 
-    def fresh():
+    def fresh(packed: bool):
         seqs = [rt.stepper(None), rt.stepper(None), rt.stepper(head)]
-        first = [int(s.feed(p if i < 2 else p[9:]).argmax()) for i, (s, p) in enumerate(zip(seqs, prompts))]
-        return seqs, first
+        parts = [prompts[0], prompts[1], prompts[2][9:]]
+        logits = rt.feed_together(seqs, parts) if packed else [s.feed(p) for s, p in zip(seqs, parts)]
+        return seqs, [int(x.argmax()) for x in logits]
 
-    alone, first = fresh()
-    together, first_b = fresh()
+    alone, first = fresh(packed=False)
+    together, first_b = fresh(packed=True)   # three prompts, one past the window, in one packed pass
     assert first == first_b
     want = _steps(rt, alone, first, 6, together=False)
     got = _steps(rt, together, first, 6, together=True)
@@ -367,4 +368,4 @@ def test_batched_steps_continue_each_sequence_as_its_own_steps_do(rt):
         assert ca.token_ids == cb.token_ids and ca.seq_len == cb.seq_len
         assert ca.max_abs_diff(cb) <= 1e-4               # rows of one matrix product round as rows of another
     with pytest.raises(ConfigError):
-        rt.step_together(together, [1])                  # one token per sequence
+        rt.feed_together(together, [[1]])                # a token list per sequence

@@ -41,9 +41,10 @@ class Pace:
 
     chunk: int = 0
     between: Callable[[], None] = field(default=_nothing, compare=False, repr=False)
-    #: a decode step, when someone else takes it (a server batches the steps of its sequences): ``join(stepper,
-    #: token)`` feeds ``token`` after ``stepper`` and returns the logits ``(vocab,)``; None: :meth:`step` feeds it
-    join: Callable[[Stepper, int], torch.Tensor] | None = field(default=None, compare=False, repr=False)
+    #: a pass that someone else runs (a server packs the passes of its requests into one forward pass):
+    #: ``join(stepper, ids)`` feeds ``ids`` after ``stepper`` and returns the last logits ``(vocab,)``; it also
+    #: does what ``between`` does. None: each pass is the stepper's own, after ``between()``
+    join: Callable[[Stepper, list[int]], torch.Tensor] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.chunk < 0:
@@ -57,9 +58,14 @@ class Pace:
             yield a, min(a + step, n)
 
     def feed(self, stepper: Stepper, ids: Sequence[int]) -> torch.Tensor:
-        """Feed ``ids`` to ``stepper`` pass by pass; the last position's logits ``(vocab,)``. An empty ``ids``
-        is one empty pass (the logits of what the sequence holds)."""
+        """Feed ``ids`` to ``stepper`` pass by pass (each by ``join`` when given); the last position's logits
+        ``(vocab,)``. An empty ``ids`` is one empty pass (the logits of what the sequence holds)."""
         ids = list(ids)
+        if self.join is not None and ids:
+            step = self.chunk if self.chunk > 0 else len(ids)
+            for a in range(0, len(ids), step):
+                logits = self.join(stepper, ids[a:a + step])
+            return logits
         logits = None
         for a, b in self.runs(len(ids)) if ids else [(0, 0)]:
             if not ids:
@@ -71,14 +77,14 @@ class Pace:
         """One decode step: ``token`` fed after ``stepper`` (by ``join`` when given, else ``between()`` and the
         stepper's own pass); the logits ``(vocab,)``."""
         if self.join is not None:
-            return self.join(stepper, token)
+            return self.join(stepper, [token])
         self.between()
         return stepper.feed([token])
 
     def prefill(self, runtime: Runtime, ids: Sequence[int], past: KVCache | None) -> tuple[torch.Tensor, KVCache]:
         """``runtime.prefill(ids, past)`` pass by pass: (the last position's logits ``(vocab,)``, the grown
         cache). The engine holds the sequence between passes (:meth:`Runtime.stepper`) and exports it once."""
-        if self.chunk == 0 or len(ids) <= self.chunk:  # one pass: the engine's own prefill
+        if self.join is None and (self.chunk == 0 or len(ids) <= self.chunk):  # one pass: the engine's own prefill
             self.between()
             return runtime.prefill(list(ids), past)
         seq = runtime.stepper(past)

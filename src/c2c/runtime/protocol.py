@@ -37,7 +37,7 @@ capability           members                                                used
 :class:`Adapters`    ``attach_adapter``, ``detach_adapter``, ``train_adapter``  LoRA roles
 :class:`RopeCodec`   ``rope_remove``, ``rope_apply``, ``vocab_digest``      cross-model maps (``c2c.xmodel``)
 :class:`Grammars`    ``grammar_tokenizer``                                  structured output (``response_format``)
-:class:`Batching`    ``step_together``                                      ``c2c serve``'s batched decode
+:class:`Batching`    ``feed_together``                                      ``c2c serve``'s batched passes
 ===================  =====================================================  ==============================
 
 The transformers engine has every capability; llama.cpp has none of them.
@@ -251,12 +251,12 @@ class Grammars(Protocol):
 
 @runtime_checkable
 class Batching(Protocol):
-    """Decode steps of several sequences in one forward pass (``c2c serve``'s batched decode): the weights are
-    read once per step for all of them."""
+    """Several sequences in one forward pass (``c2c serve``'s batched decode): the weights are read once per pass
+    for all of them, so decode steps ride along with one another and with a prefill chunk."""
 
-    def step_together(self, seqs: Sequence["Stepper"], tokens: Sequence[int]) -> list[torch.Tensor]:
-        """Feed ``tokens[b]`` after what ``seqs[b]`` (this runtime's steppers) holds, all in one pass; each
-        sequence's last logits ``(vocab,)``. Each sequence is left as its own one-token feed leaves it."""
+    def feed_together(self, seqs: Sequence["Stepper"], ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Feed ``ids[b]`` after what ``seqs[b]`` (this runtime's steppers) holds, all in one pass; each
+        sequence's last logits ``(vocab,)``. Each sequence is left as its own feed of its tokens leaves it."""
 
 
 @runtime_checkable
@@ -285,7 +285,7 @@ CAPABILITIES: dict[type, str] = {
               "with --backend transformers",
     RopeCodec: "cross-model maps need the transformers backend (it re-applies RoPE with the model's own rotary "
                "embedding); load the model with --backend transformers",
-    Batching: "its sequences decode one per forward pass (the server takes turns between them); serve the model "
+    Batching: "its sequences run one per forward pass (the server takes turns between them); serve the model "
               "with --backend transformers for batched decode",
     Grammars: "structured output (response_format json_object or json_schema) constrains each step to the tokens "
               "a grammar allows, over the transformers backend's tokenizer; serve the model with --backend "

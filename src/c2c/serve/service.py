@@ -149,12 +149,15 @@ class ChatService:
         self.pool = SessionPool(config.session_budget_bytes, max_sessions=config.max_sessions,
                                 tenant_bytes=self.shares.session_bytes, tenant_sessions=self.shares.sessions,
                                 on_evict=lambda s: self.metrics.evictions.inc())
+        import torch  # the models are loaded: torch is already in; each worker's engine thread keeps its threads
+        threads = torch.get_num_threads()
         self.workers = {name: ModelWorker(name, max_queue=config.max_queue, tenant_queue=self.shares.queue,
                                           half_life_s=config.fair_half_life_s,
                                           on_depth=self.metrics.queue_depth.labels(model=name).set,
-                                          batch=rt.step_together if isinstance(rt, Batching) else None,
+                                          batch=rt.feed_together if isinstance(rt, Batching) else None,
                                           max_batch=config.max_batch,
-                                          on_batch=self.metrics.batch.labels(model=name).observe)
+                                          on_batch=self.metrics.batch.labels(model=name).observe,
+                                          engine_init=lambda: torch.set_num_threads(threads))
                         for name, rt in runtimes.items()}
 
     # ------------------------------------------------------------- queries

@@ -22,14 +22,16 @@ a job waiting for the turn leaves as soon as either is set, and a running one at
 its next :meth:`Job.check`. Results and streamed deltas reach the asyncio side
 through :class:`Channel`.
 
-Decode steps are batched. A job at a decode step (:meth:`Job.step`) queues for the turn
-like any other pass; the one that gets it runs, in one forward pass, the steps of every
-job waiting at a decode step then (up to ``max_batch``), first giving the jobs that
-decoded in the last batch a moment (:data:`GATHER_S`) to sample and come back. So the
-weights are read once per step for all the decoding agents, and a prefill chunk of
-another tenant still goes between two batched steps when the tenant's turn is due. A
-batched pass is charged to its jobs' tenants and agents in equal parts. An engine that
-cannot batch (``batch`` None) runs each step alone, as before.
+Passes are batched. A job's prompt chunks and decode steps (:meth:`Job.step`) queue for
+the turn like any other pass; the job that gets it runs, in one forward pass, its own
+tokens and the decode steps of every job waiting at one then (up to ``max_batch`` jobs),
+and, when its own is a decode step, the prefill chunk of the most deserving job waiting
+with one: at most one chunk a pass, so a pass stays about one chunk long. Before it
+runs, the jobs that decoded in the last pass get a moment (:data:`GATHER_S`) to sample
+and come back. So the weights are read once a pass for all the decoding agents, and
+their steps ride along with the prompts of the agents still arriving. A pass is charged
+to its jobs' tenants and agents by their share of its tokens. An engine that cannot
+batch (``batch`` None) runs each job's passes alone, as before.
 
 NOTE: a started job keeps its K/V while it waits for the turn, so a model holds
 as many live caches as it has started jobs: at most one per agent.
@@ -42,6 +44,7 @@ import itertools
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from typing import Any, Callable, Hashable
 
@@ -100,7 +103,7 @@ class Job:
         self.worker: ModelWorker | None = None  # set when submitted
         self.turn_since = 0.0                   # perf_counter when it last got the turn
         self.released = False                   # it said it runs no forward pass any more
-        self.step_in: tuple[Any, int] | None = None      # (stepper, token) waiting for a batched step
+        self.step_in: tuple[Any, list[int]] | None = None   # (stepper, token ids) waiting for a batched pass
         self.step_out: Any = None                        # its logits (or the pass's exception), once run
 
     def emit(self, kind: str, value: Any = None) -> None:
@@ -113,13 +116,15 @@ class Job:
         if self.worker is not None:
             self.worker.pass_turn(self)
 
-    def step(self, stepper: Any, token: int):
-        """One decode step (``token`` after ``stepper``), in one forward pass with the other jobs' steps that
-        wait then; its logits ``(vocab,)``. Raises as :meth:`check` does while it waits."""
+    def step(self, stepper: Any, ids: list[int]):
+        """A pass of ``ids`` after ``stepper`` (a prompt chunk or a decode step), in one forward pass with the other
+        jobs' that wait then (on a worker that batches; else alone, after :meth:`check`); its last logits
+        ``(vocab,)``. Raises as :meth:`check` does while it waits."""
+        if self.worker is None or self.worker.batch is None:   # an engine that cannot batch: its own pass, on
+            self.check()                                       # this thread, holding the turn (as every pass was)
+            return stepper.feed(ids)
         self.raise_if_done()
-        if self.worker is None:
-            return stepper.feed([token])
-        return self.worker.step(self, stepper, token)
+        return self.worker.step(self, stepper, list(ids))
 
     def release_turn(self) -> None:
         """Give up the turn for good: the job runs no forward pass after this (e.g. it only stores and
@@ -154,8 +159,13 @@ class ModelWorker:
     def __init__(self, name: str, *, max_queue: int, tenant_queue: int | None = None, half_life_s: float = 5.0,
                  retry_after_s: float = 1.0, on_depth: Callable[[int], None] = lambda depth: None,
                  batch: Callable[[list, list[int]], list] | None = None, max_batch: int = 16,
-                 on_batch: Callable[[int], None] = lambda size: None):
+                 on_batch: Callable[[int], None] = lambda size: None,
+                 engine_init: Callable[[], None] = lambda: None):
         self.name = name
+        # every batched pass runs on this one thread: a math library's thread team (OpenMP) belongs to the thread
+        # that starts it, and a team per job thread left spinning after its pass would fight the next for the cores
+        self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"c2c-model:{name}",
+                                          initializer=engine_init)
         self.batch = batch if max_batch > 1 else None   # runs several steps in one pass (Batching.step_together)
         self.max_batch = max_batch if batch is not None else 1
         self._on_batch = on_batch
@@ -221,6 +231,7 @@ class ModelWorker:
             if self._jobs:
                 log.warning("model %s still has %d requests after %.0f s; leaving them", self.name,
                             len(self._jobs), timeout_s)
+        self._engine.shutdown(wait=False)
 
     # ------------------------------------------------------------- the turn
     def _run(self, job: Job) -> None:
@@ -271,9 +282,9 @@ class ModelWorker:
             self._holder = None
             self._wait_for_turn(job)
 
-    def step(self, job: Job, stepper: Any, token: int):
-        """``job``'s decode step, run in one forward pass with every step waiting when the turn comes (module
-        docstring); its logits. The job holds no turn afterwards: its next pass of another kind queues for it.
+    def step(self, job: Job, stepper: Any, ids: list[int]):
+        """``job``'s pass of ``ids``, run in one forward pass with the others waiting when the turn comes (module
+        docstring); its last logits. The job holds no turn afterwards: a pass of another kind queues for it.
 
         Raises:
             Cancelled, RequestTimeoutError: while waiting; the exception of the batched pass, in every job of it.
@@ -282,20 +293,23 @@ class ModelWorker:
             if self._holder is job:
                 self._charge(job, time.perf_counter())
                 self._holder = None
-            job.step_in, job.step_out = (stepper, token), None
-            self._decoding.add(job)
+            job.step_in, job.step_out = (stepper, ids), None
+            if len(ids) == 1:
+                self._decoding.add(job)
+            else:
+                self._decoding.discard(job)
             self._ready[job.seq] = job
             self._hand_on()
-            self._cv.notify_all()   # a batch gathering its jobs may be waiting for this one
+            self._cv.notify_all()   # a pass gathering its jobs may be waiting for this one
             while self._holder is not job and job.step_out is None:
                 if job.cancel.is_set() or time.monotonic() > job.deadline:
-                    if job.step_in is not None:   # not taken into a batch: leave the queue
+                    if job.step_in is not None:   # not taken into a pass: leave the queue
                         self._ready.pop(job.seq, None)
                         job.step_in = None
                         self._decoding.discard(job)
                         job.raise_if_done()
                 self._cv.wait(_POLL_S)
-            if job.step_out is not None:   # another job's batch ran this step
+            if job.step_out is not None:   # another job's pass ran this one
                 out, job.step_out = job.step_out, None
                 if isinstance(out, BaseException):
                     raise out
@@ -303,20 +317,21 @@ class ModelWorker:
             batch = self._gather(job)
         t0 = time.perf_counter()
         try:
-            steps = [j.step_in for j in batch]
             if len(batch) == 1:
-                outs = [stepper.feed([token])]
+                outs = [self._engine.submit(stepper.feed, ids).result()]
             else:
-                outs = self.batch([s for s, _ in steps], [t for _, t in steps])
+                outs = self._engine.submit(self.batch, [j.step_in[0] for j in batch],
+                                           [j.step_in[1] for j in batch]).result()
         except Exception as e:  # noqa: BLE001 - every job of the pass gets the pass's failure
             outs = [e] * len(batch)
         with self._cv:
             now = time.perf_counter()
-            share = (now - t0) / len(batch)
+            tokens = sum(len(j.step_in[1]) for j in batch)
             for j, out in zip(batch, outs):
-                j.step_in = None
+                share = (now - t0) * len(j.step_in[1]) / tokens
                 self._tenants.charge(j.owner.domain, share, now)
                 self._agents.charge((j.owner.domain, j.owner.agent), share, now)
+                j.step_in = None
                 if j is not job:
                     j.step_out = out
             self._on_batch(len(batch))
@@ -328,24 +343,33 @@ class ModelWorker:
         return outs[0]
 
     def _gather(self, leader: Job) -> list[Job]:
-        """(lock held, ``leader`` holds the turn) The jobs whose steps run in ``leader``'s pass: ``leader`` first,
-        then the jobs waiting at a step, oldest first, up to ``max_batch``; first waiting up to
-        :data:`GATHER_S` for the jobs of the last batch still sampling their next token."""
+        """(lock held, ``leader`` holds the turn) The jobs whose passes run in ``leader``'s: ``leader`` first, then
+        the jobs waiting at a decode step, oldest first, and (when ``leader``'s is a step) the prefill chunk
+        :meth:`_pick` prefers, up to ``max_batch`` jobs; first waiting up to :data:`GATHER_S` for the jobs of
+        the last pass still sampling their next token."""
         self._ready.pop(leader.seq, None)
         if self.batch is None:
             return [leader]
         until = time.monotonic() + GATHER_S
-        while (time.monotonic() < until and len(self._steps_waiting()) + 1 < self.max_batch
+        while (time.monotonic() < until and len(self._waiting(1)) + 1 < self.max_batch
                and any(j.step_in is None and j is not leader for j in self._decoding)):
             self._cv.wait(max(until - time.monotonic(), 0.0))
-        batch = [leader] + self._steps_waiting()[:self.max_batch - 1]
+        steps = self._waiting(1)
+        chunk = []
+        if len(leader.step_in[1]) == 1:
+            chunks = self._waiting(2)
+            best = self._pick(chunks, time.perf_counter()) if chunks else None
+            chunk = [best] if best is not None else []
+        batch = [leader] + chunk + steps[:self.max_batch - 1 - len(chunk)]
         for j in batch[1:]:
             del self._ready[j.seq]
         return batch
 
-    def _steps_waiting(self) -> list[Job]:
-        """(lock held) The jobs queued at a decode step, oldest first."""
-        return sorted((j for j in self._ready.values() if j.step_in is not None), key=lambda j: j.seq)
+    def _waiting(self, least: int) -> list[Job]:
+        """(lock held) The jobs queued with a pass of 1 token (``least`` 1: decode steps) or more (2: prompt
+        chunks), oldest first."""
+        return sorted((j for j in self._ready.values() if j.step_in is not None
+                       and (len(j.step_in[1]) == 1) == (least == 1)), key=lambda j: j.seq)
 
     def release(self, job: Job) -> None:
         """``job`` runs no more forward passes: the turn goes on (a no-op if it does not hold it)."""

@@ -16,16 +16,29 @@ ATTENTION = "c2c_sdpa"   # our attention implementation's name in transformers' 
 
 
 class Rows:
-    """The K (or V) of a ragged batch: row ``b``'s own tensor ``(1, kv_heads, T_b, head_dim)``, of its own length.
+    """The K (or V) of a packed pass of several sequences: segment ``b``'s own tensor ``(1, kv_heads, T_b,
+    head_dim)``, the whole of what its sequence's cache layer holds after the new tokens, and ``sizes[b]``, how many
+    of the pass's query tokens are segment ``b``'s (its last ``sizes[b]`` keys are theirs).
 
     What :class:`~c2c.runtime.transformers.forward.RaggedCache` hands the attention in place of one padded
-    tensor, so that sequences of different lengths decode in one forward pass without copying their caches
-    into a batch."""
+    tensor, so that sequences of different lengths run in one forward pass without copying their caches into a
+    batch."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "sizes", "window")
 
-    def __init__(self, rows: list[torch.Tensor]):
-        self.rows = rows
+    def __init__(self, rows: list[torch.Tensor], sizes: list[int], window: int | None):
+        self.rows, self.sizes, self.window = rows, sizes, window
+
+
+def _segment_mask(n: int, kv: int, window: int | None, device) -> torch.Tensor:
+    """Which of a segment's ``kv`` keys each of its ``n`` queries sees ``(1, 1, n, kv)``: causal (its last ``n``
+    keys are its own queries'), and within ``window`` keys back on a sliding layer."""
+    q = torch.arange(kv - n, kv, device=device)[:, None]          # (n, 1): each query's own key index
+    k = torch.arange(kv, device=device)[None, :]                   # (1, kv)
+    seen = k <= q
+    if window is not None:
+        seen &= k > q - window
+    return seen[None, None]
 
 
 def decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -38,14 +51,18 @@ def decode_attention(module, query, key, value, attention_mask, dropout: float =
     ``query (1, H, 1, D)`` viewed as ``(1, Hkv, H/Hkv, D)`` against ``key (1, Hkv, T, D)``.
     The result is cast back to the query's dtype. Everything else goes to ``sdpa``.
 
-    ``key`` and ``value`` given as :class:`Rows` are a ragged batch of one query token per row
-    ``query (B, H, 1, D)``: each row attends to all of its own K/V (a decode step sees every token its
-    sequence holds; a sliding layer's rows hold only their window), exactly as that row alone would.
+    ``key`` and ``value`` given as :class:`Rows` are a packed pass ``query (1, H, sum n, D)``: each segment's
+    queries attend to its own sequence's K/V only, causally (a one-token segment sees all of it: a sliding
+    layer holds only its window), as that segment's own pass would.
     """
     if isinstance(key, Rows):
-        outs = [decode_attention(module, query[b:b + 1], k, v, None, dropout=dropout, scaling=scaling, **kwargs)[0]
-                for b, (k, v) in enumerate(zip(key.rows, value.rows))]   # each (1, 1, H, D)
-        return torch.cat(outs, dim=0), None                              # (B, 1, H, D)
+        outs, a = [], 0
+        for k, v, n in zip(key.rows, value.rows, key.sizes):
+            q = query[:, :, a:a + n]                                                   # (1, H, n, D)
+            mask = None if n == 1 else _segment_mask(n, k.shape[2], key.window, q.device)
+            outs.append(decode_attention(module, q, k, v, mask, dropout=dropout, scaling=scaling, **kwargs)[0])
+            a += n
+        return torch.cat(outs, dim=1), None                                            # (1, sum n, H, D)
     B, H, q_len, D = query.shape
     if (q_len != 1 or query.dtype not in (torch.bfloat16, torch.float16) or query.device.type != "cpu"
             or dropout or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None):

@@ -125,58 +125,65 @@ class Held:
 
 
 class RaggedCache:
-    """Several sequences' own transformers caches as one batch of decode steps (one new token per row).
+    """Several sequences' own transformers caches as one packed pass (segment ``b``: ``sizes[b]`` new tokens).
 
-    A layer's ``update`` appends row ``b``'s new K/V to sequence ``b``'s own cache layer, as that sequence's
-    own step would, and hands the attention each row's whole K/V (:class:`~.attention.Rows`): no cache is
-    copied into a padded batch, and each sequence's cache is, after the step, what its own step leaves."""
+    A layer's ``update`` appends segment ``b``'s new K/V to sequence ``b``'s own cache layer, as that sequence's
+    own pass would, and hands the attention each segment's whole K/V (:class:`~.attention.Rows`): no cache is
+    copied into a padded batch, and each sequence's cache is, after the pass, what its own pass leaves."""
 
-    def __init__(self, caches: list[DynamicCache]):
-        self.caches = caches
+    def __init__(self, caches: list[DynamicCache], sizes: list[int], windows: tuple[int | None, ...]):
+        self.caches, self.sizes, self.windows = caches, sizes, windows
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        # key_states, value_states: (B, kv_heads, 1, head_dim), row b for caches[b]
-        ks, vs = [], []
-        for b, cache in enumerate(self.caches):
-            k, v = cache.layers[layer_idx].update(key_states[b:b + 1], value_states[b:b + 1])
+        # key_states, value_states: (1, kv_heads, sum sizes, head_dim), segment b's tokens for caches[b]
+        ks, vs, a = [], [], 0
+        for cache, n in zip(self.caches, self.sizes):
+            k, v = cache.layers[layer_idx].update(key_states[:, :, a:a + n], value_states[:, :, a:a + n])
             ks.append(k)   # (1, kv_heads, T_b, head_dim)
             vs.append(v)
-        return Rows(ks), Rows(vs)
+            a += n
+        w = self.windows[layer_idx]
+        return Rows(ks, self.sizes, w), Rows(vs, self.sizes, w)
 
 
 @torch.inference_mode()
-def step_together(model, seqs: Sequence["Held"], tokens: Sequence[int]) -> list[torch.Tensor]:
-    """One decode step of every sequence in one forward pass: ``tokens[b]`` fed after what ``seqs[b]`` holds
-    (each at its own position, its own length); the logits ``(vocab,)`` of each.
+def feed_together(model, seqs: Sequence["Held"], ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """``ids[b]`` fed after what ``seqs[b]`` holds, for every ``b``, in one forward pass (the tokens packed into one
+    row, each segment at its own positions); the last position's logits ``(vocab,)`` of each.
 
-    The weights are read once for the whole batch, which is where a CPU's decode time goes; attention runs
-    row by row against each sequence's own cache (:class:`RaggedCache`). Each sequence ends as its own
-    :meth:`Held.feed` of the token leaves it (bf16 rows may round apart from a lone step: a matrix product
-    of 8 rows blocks otherwise than one of 1).
+    The weights are read once for the whole pass, which is where a CPU's decode time goes: decode steps (one token
+    each) ride along with one another and with a prefill chunk. Attention runs segment by segment against each
+    sequence's own cache (:class:`RaggedCache`). Each sequence ends as its own :meth:`Held.feed` of its tokens
+    leaves it, within rounding (a matrix product of more rows blocks otherwise).
     """
-    if len(seqs) != len(tokens) or not seqs:
-        raise ConfigError("a batched step needs one token per sequence, and at least one sequence")
+    if len(seqs) != len(ids) or not seqs or any(len(x) == 0 for x in ids):
+        raise ConfigError("a packed pass needs one non-empty token list per sequence, and at least one sequence")
+    if len({id(s) for s in seqs}) != len(seqs):
+        raise ConfigError("a sequence may appear once in a packed pass")
     for s in seqs:
         if s._broken:
             raise RuntimeUnsupportedError(BROKEN)
-    fresh = [s for s in seqs if s._hf is None]
-    for s in fresh:   # a sequence that has run no pass yet holds no transformers cache: build it (once)
-        s._hf = to_hf(s._model, s._past)
+    for s in seqs:   # a sequence that has run no pass yet holds no transformers cache: build it (once)
+        if s._hf is None:
+            s._hf = to_hf(s._model, s._past)
     device = next(model.parameters()).device
-    input_ids = torch.tensor([[int(t)] for t in tokens], dtype=torch.long, device=device)              # (B, 1)
-    position_ids = torch.tensor([[s._end] for s in seqs], dtype=torch.long, device=device)             # (B, 1)
-    ragged = RaggedCache([s._hf for s in seqs])
-    # a 4D mask is taken as given (no causal mask is built for the ragged batch); the attention ignores it
-    mask = torch.ones(len(seqs), 1, 1, 1, dtype=torch.bool, device=device)                           # (B, 1, 1, 1)
+    sizes = [len(x) for x in ids]
+    flat = [int(t) for x in ids for t in x]
+    input_ids = torch.tensor([flat], dtype=torch.long, device=device)                                 # (1, T)
+    position_ids = torch.cat([torch.arange(s._end, s._end + n) for s, n in zip(seqs, sizes)])[None].to(device)  # (1, T)
+    last = torch.tensor(sizes).cumsum(0) - 1                                                          # (B,)
+    ragged = RaggedCache([s._hf for s in seqs], sizes, seqs[0]._windows)
+    # a 4D mask is taken as given (none is built for the packed pass); the attention masks each segment itself
+    mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)                                  # (1, 1, 1, 1)
     for s in seqs:
         s._broken = True   # until the pass is through
-    out = model(input_ids=input_ids, cache=ragged, use_cache=True, logits_to_keep=1, position_ids=position_ids,
-                attention_mask=mask)
-    logits = out.logits[:, -1].float()                                                                  # (B, vocab)
-    for s, t in zip(seqs, tokens):
+    out = model(input_ids=input_ids, cache=ragged, use_cache=True, logits_to_keep=last.to(device),
+                position_ids=position_ids, attention_mask=mask)
+    logits = out.logits[0].float()                                                                    # (B, vocab)
+    for s, x in zip(seqs, ids):
         s._broken = False
-        s._ids.append(int(t))
-        s._end += 1
+        s._ids += [int(t) for t in x]
+        s._end += len(x)
         s._kv = None
     return list(logits)
 

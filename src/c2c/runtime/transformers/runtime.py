@@ -184,12 +184,12 @@ class TransformersRuntime(ChatTurns):
         self.check_cache(past)
         return fw.Held(self.model, past, self.facts.windows)
 
-    def step_together(self, seqs: Sequence[fw.Held], tokens: Sequence[int]) -> list[torch.Tensor]:
-        """One decode step of each of several sequences in one forward pass (``Batching``): ``tokens[b]``
-        after ``seqs[b]``; each row's logits ``(vocab,)``."""
+    def feed_together(self, seqs: Sequence[fw.Held], ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Several sequences in one forward pass (``Batching``): ``ids[b]`` after ``seqs[b]``; each one's last
+        logits ``(vocab,)``."""
         if any(not isinstance(s, fw.Held) or s._model is not self.model for s in seqs):
-            raise ConfigError("a batched step takes this runtime's own sequences (its stepper())")
-        return fw.step_together(self.model, seqs, tokens)
+            raise ConfigError("a packed pass takes this runtime's own sequences (its stepper())")
+        return fw.feed_together(self.model, seqs, ids)
 
     def logits(self, ids: Sequence[int], past: KVCache | None = None) -> torch.Tensor:
         """Next-token logits ``(T, vocab)`` at every position of ``ids`` (for scoring)."""
