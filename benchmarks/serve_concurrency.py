@@ -226,9 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     bias = no_eos(model_dir)
     corpus = corpus_text()
     words = corpus.split()
-    per = int(args.prompt_tokens * 0.72)   # English prose: about 0.72 words a token on these tokenizers
-    prompts = [" ".join(words[i * per:(i + 1) * per]) + "\n\nSummarize the text above." for i in range(16)]
-    document = " ".join(words[40_000:40_000 + 370])
+    tok = zoo.load(args.model, dtype="float32")   # its tokenizer cuts each prompt to --prompt-tokens tokens
+    text = tok.encode(" ".join(words[:20_000]))
+    prompts = [tok.decode(text[i * args.prompt_tokens:(i + 1) * args.prompt_tokens]) + "\n\nSummarize the text above."
+               for i in range(16)]
+    document = tok.decode(tok.encode(" ".join(words[40_000:41_000]))[:512])
+    tok.close()
 
     agree = [agreement(args.model, d, prompts, args.agreement_steps)
              for d in dict.fromkeys(("float32", args.dtype))]
@@ -345,8 +348,9 @@ def markdown(o: dict) -> str:
     m = o["machine"]
     lines = [f"# Many agents at once: c2c serve and vllm serve ({o['model']}, {o['dtype']})", "",
              f"{m['cpu']}, {m['cores']} cores, bf16 flags: {', '.join(m['bf16_flags']) or 'none'}; "
-             f"{o['args']['rounds']} rounds, servers in turns, one awake at a time. Each agent: a "
-             f"~{o['args']['prompt_tokens']}-token prompt, {o['args']['max_tokens']} greedy tokens. "
+             f"{o['args']['rounds']} rounds, servers in turns, one awake at a time. Each agent: a prompt of its own "
+             f"({o.get('prompt_note') or str(o['args']['prompt_tokens']) + ' tokens of text'}), "
+             f"{o['args']['max_tokens']} greedy tokens. "
              f"`{o['command']}`", "",
              "| server | agents | tokens/s | p50 s | p99 s |", "|---|---:|---:|---:|---:|"]
     for name, rows in o["table"].items():

@@ -96,9 +96,11 @@ def test_one_batch_per_pass_is_a_flag_and_the_server_says_so(tmp_path):
     server = ServeProcess(make_home(tmp_path), "--model", "tiny-qwen2", "--max-batch", "1").start()
     try:
         assert server.client().models.list().data[0].model_extra["c2c"] == {"max_batch": 1, "batched_decode": False}
-        _together(server, PROMPTS[:3])
-        passes, steps = _batches(server)
-        assert passes > 0 and steps == passes               # one request per forward pass
+        client = server.client()
+        alone = [chat(client, [SYSTEM, {"role": "user", "content": p}], max_tokens=24) for p in PROMPTS[:3]]
+        together = _together(server, PROMPTS[:3])
+        assert [r.choices[0].message.content for r in together] == [r.choices[0].message.content for r in alone]
+        assert _batches(server) == (0, 0)                   # no pass ever held two requests
     finally:
         server.stop()
     assert "decodes one request per forward pass (--max-batch 1)" in server.log()

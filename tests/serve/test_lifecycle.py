@@ -87,13 +87,14 @@ def test_a_client_that_gives_up_on_a_plain_request_stops_it_too(open_server):
 
 def test_a_full_queue_answers_429_with_retry_after(open_server):
     running = httpx.Client(timeout=30)
-    resp_a = running.send(running.build_request("POST", open_server.url("/v1/chat/completions"), json=LONG),
+    one = {**LONG, "c2c": {"session": "queued"}}   # one session's requests run in order: B waits for A
+    resp_a = running.send(running.build_request("POST", open_server.url("/v1/chat/completions"), json=one),
                           stream=True)
     _, lines_a = first_chunk(resp_a)  # A runs (while lines_a is alive)
     waited: list[str] = []
 
     def request_b():  # B waits in the queue until A goes away
-        with httpx.stream("POST", open_server.url("/v1/chat/completions"), json=LONG, timeout=30) as resp_b:
+        with httpx.stream("POST", open_server.url("/v1/chat/completions"), json=one, timeout=30) as resp_b:
             waited.append(first_chunk(resp_b)[0])
 
     tb = threading.Thread(target=request_b)

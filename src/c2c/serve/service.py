@@ -149,7 +149,7 @@ class ChatService:
         self.pool = SessionPool(config.session_budget_bytes, max_sessions=config.max_sessions,
                                 tenant_bytes=self.shares.session_bytes, tenant_sessions=self.shares.sessions,
                                 on_evict=lambda s: self.metrics.evictions.inc())
-        import torch  # the models are loaded: torch is already in; each worker's engine thread keeps its threads
+        import torch  # lazy: the service needs torch only for its engine threads' count (the models brought it)
         threads = torch.get_num_threads()
         self.workers = {name: ModelWorker(name, max_queue=config.max_queue, tenant_queue=self.shares.queue,
                                           half_life_s=config.fair_half_life_s,
