@@ -25,10 +25,11 @@ through :class:`Channel`.
 Passes are batched. A job's prompt chunks and decode steps (:meth:`Job.step`) queue for
 the turn like any other pass; the job that gets it runs, in one forward pass, its own
 tokens and the decode steps of every job waiting at one then (up to ``max_batch`` jobs),
-and, when its own is a decode step, the prefill chunk of the most deserving job waiting
-with one: at most one chunk a pass, so a pass stays about one chunk long. Before it
-runs, the jobs that decoded in the last pass get a moment (:data:`GATHER_S`) to sample
-and come back. So the weights are read once a pass for all the decoding agents, and
+and, when its own is a decode step, the prefill chunk of the most deserving job of its
+own tenant waiting with one: at most one chunk a pass, so a pass stays about one chunk
+long, and never another tenant's chunk, so a tenant whose turn it is gets a short pass.
+After a pass, the turn waits a moment (:data:`GATHER_S`) for that pass's decoders to
+sample and come back, so that the choice of who goes next sees them. So the weights are read once a pass for all the decoding agents, and
 their steps ride along with the prompts of the agents still arriving. A pass is charged
 to its jobs' tenants and agents by their share of its tokens. An engine that cannot
 batch (``batch`` None) runs each job's passes alone, as before.
@@ -54,7 +55,7 @@ from c2c.serve.fairness import UsageClock
 
 log = logging.getLogger("c2c")
 _POLL_S = 0.05  # how often a job waiting for the turn looks at its cancel flag and deadline
-GATHER_S = 0.02  # how long a batch waits for the last batch's jobs to come back with their next step
+GATHER_S = 0.02  # how long the turn waits after a pass for that pass's decoders to come back with their next step
 
 
 class Cancelled(Exception):
@@ -169,7 +170,8 @@ class ModelWorker:
         self.batch = batch if max_batch > 1 else None   # runs several steps in one pass (Batching.step_together)
         self.max_batch = max_batch if batch is not None else 1
         self._on_batch = on_batch
-        self._decoding: set[Job] = set()     # jobs whose last pass was a decode step: the next batch waits for them
+        self._decoding: set[Job] = set()     # jobs whose last pass was a batched one: the turn waits for them
+        self._gather_until = 0.0             # until then the turn waits for the last pass's decoders to come back
         self.max_queue = max_queue
         self.tenant_queue = max_queue + 1 if tenant_queue is None else tenant_queue
         self.retry_after_s = retry_after_s
@@ -294,10 +296,7 @@ class ModelWorker:
                 self._charge(job, time.perf_counter())
                 self._holder = None
             job.step_in, job.step_out = (stepper, ids), None
-            if len(ids) == 1:
-                self._decoding.add(job)
-            else:
-                self._decoding.discard(job)
+            self._decoding.add(job)   # it comes back with its next pass (its next chunk, or its first step)
             self._ready[job.seq] = job
             self._hand_on()
             self._cv.notify_all()   # a pass gathering its jobs may be waiting for this one
@@ -308,7 +307,8 @@ class ModelWorker:
                         job.step_in = None
                         self._decoding.discard(job)
                         job.raise_if_done()
-                self._cv.wait(_POLL_S)
+                self._cv.wait(GATHER_S)
+                self._hand_on()   # the moment given to the last pass's decoders may have run out
             if job.step_out is not None:   # another job's pass ran this one
                 out, job.step_out = job.step_out, None
                 if isinstance(out, BaseException):
@@ -336,6 +336,7 @@ class ModelWorker:
                     j.step_out = out
             self._on_batch(len(batch))
             self._holder = None
+            self._gather_until = time.monotonic() + GATHER_S
             self._hand_on()
             self._cv.notify_all()
         if isinstance(outs[0], BaseException):
@@ -344,20 +345,15 @@ class ModelWorker:
 
     def _gather(self, leader: Job) -> list[Job]:
         """(lock held, ``leader`` holds the turn) The jobs whose passes run in ``leader``'s: ``leader`` first, then
-        the jobs waiting at a decode step, oldest first, and (when ``leader``'s is a step) the prefill chunk
-        :meth:`_pick` prefers, up to ``max_batch`` jobs; first waiting up to :data:`GATHER_S` for the jobs of
-        the last pass still sampling their next token."""
+        the jobs waiting at a decode step, oldest first, and (when ``leader``'s is a step) the prefill chunk of its
+        own tenant :meth:`_pick` prefers, up to ``max_batch`` jobs."""
         self._ready.pop(leader.seq, None)
         if self.batch is None:
             return [leader]
-        until = time.monotonic() + GATHER_S
-        while (time.monotonic() < until and len(self._waiting(1)) + 1 < self.max_batch
-               and any(j.step_in is None and j is not leader for j in self._decoding)):
-            self._cv.wait(max(until - time.monotonic(), 0.0))
         steps = self._waiting(1)
         chunk = []
-        if len(leader.step_in[1]) == 1:
-            chunks = self._waiting(2)
+        if len(leader.step_in[1]) == 1:   # a chunk of the leader's own tenant may ride along (another's waits)
+            chunks = [j for j in self._waiting(2) if j.owner.domain == leader.owner.domain]
             best = self._pick(chunks, time.perf_counter()) if chunks else None
             chunk = [best] if best is not None else []
         batch = [leader] + chunk + steps[:self.max_batch - 1 - len(chunk)]
@@ -388,12 +384,15 @@ class ModelWorker:
             if job.cancel.is_set() or time.monotonic() > job.deadline:
                 del self._ready[job.seq]
                 job.raise_if_done()
-            self._cv.wait(_POLL_S)
+            self._cv.wait(GATHER_S)
+            self._hand_on()   # the moment given to the last pass's decoders may have run out
 
     def _hand_on(self) -> None:
         """(lock held) Give a free turn to the job that deserves it most, and wake the waiters."""
         if self._holder is not None or not self._ready:
             return
+        if time.monotonic() < self._gather_until and any(j.step_in is None for j in self._decoding):
+            return   # the last pass's decoders are sampling their next token: they may deserve the turn
         now = time.perf_counter()
         job = self._pick(list(self._ready.values()), now)
         if job is None:  # each waiting job's agent has an older one still storing its result
@@ -403,9 +402,9 @@ class ModelWorker:
         self._cv.notify_all()
 
     def _pick(self, jobs: list[Job], now: float) -> Job | None:
-        """The tenant with the least recent use, its agent with the least, that agent's oldest job; only a
-        lane's oldest unfinished job may go (a lane's requests run one after another, as the same session's
-        must)."""
+        """The tenant with the least recent use, its agent with the least, that agent's oldest job that is not at a
+        decode step (steps ride along with every pass), else its oldest; only a lane's oldest unfinished job may
+        go (a lane's requests run one after another, as the same session's must)."""
         first: dict[Hashable, int] = {}
         for j in self._jobs.values():  # in admission order
             first.setdefault(j.lane, j.seq)
@@ -415,7 +414,9 @@ class ModelWorker:
         tenant = self._tenants.least(dict.fromkeys(j.owner.domain for j in jobs), now)
         jobs = [j for j in jobs if j.owner.domain == tenant]
         agent = self._agents.least(dict.fromkeys((tenant, j.owner.agent) for j in jobs), now)
-        return next(j for j in jobs if j.owner.agent == agent[1])
+        mine = [j for j in jobs if j.owner.agent == agent[1]]
+        # a decode step rides along with any pass: the agent's oldest job that is not one goes first, if any
+        return next((j for j in mine if j.step_in is None or len(j.step_in[1]) > 1), mine[0])
 
     def _charge(self, job: Job, now: float) -> None:
         spent = now - job.turn_since
