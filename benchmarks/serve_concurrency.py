@@ -83,40 +83,49 @@ def no_eos(model_dir: Path) -> dict[str, int]:
     return {str(i): -100 for i in ids}
 
 
-def chat_load(server: Server, model: str, prompts: list[str], agents: int, max_tokens: int, bias: dict) -> dict:
-    """``agents`` requests at once (one agent: two, one after the other)."""
-    client = server.client()
-    lat, toks, errors = [], [], []
-    lock, barrier = threading.Lock(), threading.Barrier(agents)
+def at_once(n: int, each: int, run) -> dict:
+    """``n`` threads started together (a barrier), each calling ``run(i, k)`` ``each`` times back to back: the values
+    ``run`` returned, each call's latency, the errors (counted, not raised) and the wall time."""
+    values, lat, errors = [], [], []
+    lock, barrier = threading.Lock(), threading.Barrier(n)
 
-    def one(i: int, k: int):
-        t0 = time.perf_counter()
-        try:
-            r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompts[(i + k) % len(prompts)]}],
-                                               max_tokens=max_tokens, temperature=0, logit_bias=bias)
-        except Exception as e:  # noqa: BLE001 - counted and reported
-            with lock:
-                errors.append(repr(e)[:200])
-            return
-        with lock:
-            lat.append(time.perf_counter() - t0)
-            toks.append(r.usage.completion_tokens)
-
-    def agent(i: int):
+    def thread(i: int):
         barrier.wait()
-        for k in range(2 if agents == 1 else 1):
-            one(i, k)
+        for k in range(each):
+            t0 = time.perf_counter()
+            try:
+                value = run(i, k)
+            except Exception as e:  # noqa: BLE001 - counted and reported
+                with lock:
+                    errors.append(repr(e)[:200])
+                continue
+            with lock:
+                lat.append(time.perf_counter() - t0)
+                values.append(value)
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=agent, args=(i,)) for i in range(agents)]
+    threads = [threading.Thread(target=thread, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return {"values": values, "latencies": lat, "errors": errors, "wall_s": time.perf_counter() - t0}
+
+
+def chat_load(server: Server, model: str, prompts: list[str], agents: int, max_tokens: int, bias: dict) -> dict:
+    """``agents`` requests at once (one agent: two, one after the other)."""
+    client = server.client()
+
+    def one(i: int, k: int) -> int:
+        r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompts[(i + k) % len(prompts)]}],
+                                           max_tokens=max_tokens, temperature=0, logit_bias=bias)
+        return r.usage.completion_tokens
+
+    got = at_once(agents, 2 if agents == 1 else 1, one)
+    toks, lat, wall = got["values"], got["latencies"], got["wall_s"]
     return {"agents": agents, "requests": len(lat), "completion_tokens": sum(toks), "wall_s": wall,
             "tokens_per_s": sum(toks) / wall, "p50_s": pct(lat, 0.5), "p99_s": pct(lat, 0.99),
-            "errors": len(errors), "first_errors": errors[:3]}
+            "errors": len(got["errors"]), "first_errors": got["errors"][:3]}
 
 
 def pipelines(server: Server, model: str, document: str, way: str, count: int, each: int, message_tokens: int,
@@ -127,13 +136,12 @@ def pipelines(server: Server, model: str, document: str, way: str, count: int, e
     client = server.client()
     sys_m, doc_m = {"role": "system", "content": SYSTEM}, {"role": "user", "content": "Material:\n" + document}
     q_m = {"role": "user", "content": QUESTION}
-    lat, errors, paths, lock = [], [], [], threading.Lock()
 
     def ask(messages, max_tokens, c2c, banned=True):
         return client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0,
                                               logit_bias=bias if banned else None, extra_body={"c2c": c2c})
 
-    def run(i: int, k: int):
+    def run(i: int, k: int) -> str:
         s = f"{tag}-{way}-{i}-{k}"
         if way == "text":
             a = ask([sys_m, doc_m, {"role": "user", "content": MESSAGE_PROMPT}], message_tokens, {"session": s + "-a"})
@@ -146,28 +154,11 @@ def pipelines(server: Server, model: str, document: str, way: str, count: int, e
                 {"session": s + "-w", "attach": [pub["commit"]], "mode": "full"})
         return w.model_extra["c2c"]["attach"][0]["path"]
 
-    def worker(i: int):
-        for k in range(each):
-            t0 = time.perf_counter()
-            try:
-                path = run(i, k)
-            except Exception as e:  # noqa: BLE001 - counted and reported
-                with lock:
-                    errors.append(repr(e)[:200])
-                continue
-            with lock:
-                lat.append(time.perf_counter() - t0)
-                paths.append(path)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    got = at_once(count, each, run)
+    lat, wall = got["latencies"], got["wall_s"]
     return {"way": way, "pipelines": len(lat), "wall_s": wall, "per_s": len(lat) / wall, "p50_s": pct(lat, 0.5),
-            "p99_s": pct(lat, 0.99), "errors": len(errors), "first_errors": errors[:3], "paths": sorted(set(paths))}
+            "p99_s": pct(lat, 0.99), "errors": len(got["errors"]), "first_errors": got["errors"][:3],
+            "paths": sorted(set(got["values"]))}
 
 
 def agreement(model: str, dtype: str, prompts: list[str], steps: int) -> dict:

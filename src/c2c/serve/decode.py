@@ -82,8 +82,9 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
 
     ``on_delta`` receives the reply as it grows (never a part of a stop string, nor a half-decoded character),
     each token's log-probabilities with the delta that completes its text; ``pace.between`` is called before
-    every forward pass (a decode step goes through ``pace.step``, which a server batches). Log-probabilities are the model's own (``log_softmax`` of its logits, before
-    ``logit_bias`` and temperature), as vLLM reports them by default.
+    every forward pass (a decode step goes through ``pace.step``, which a server batches). Log-probabilities are
+    the model's own (``log_softmax`` of its logits, before ``logit_bias`` and temperature), as vLLM reports them
+    by default.
     """
     constraint = Constraint(sampling.grammar, require(runtime, Grammars).grammar_tokenizer()) \
         if sampling.grammar is not None else None

@@ -32,7 +32,7 @@ class Metrics:
         self.handoff_bytes = Counter("c2c_handoff_bytes", "bytes published and attached", ["direction"], registry=r)
         self.queue_depth = Gauge("c2c_queue_depth", "requests waiting for a model's worker", ["model"], registry=r)
         self.tokens = Counter("c2c_tokens", "prompt, cached and completion tokens", ["kind"], registry=r)
-        self.batch = Histogram("c2c_decode_batch", "decode steps per batched forward pass", ["model"],
+        self.batch = Histogram("c2c_decode_batch", "requests per batched forward pass (decode steps and a prompt chunk)", ["model"],
                                buckets=(1, 2, 4, 8, 16, 32), registry=r)
         self.sessions = Gauge("c2c_sessions", "sessions held", registry=r)
         self.session_bytes = Gauge("c2c_session_bytes", "K/V bytes held by sessions", registry=r)

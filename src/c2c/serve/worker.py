@@ -28,9 +28,10 @@ tokens and the decode steps of every job waiting at one then (up to ``max_batch`
 and, when its own is a decode step, the prefill chunk of the most deserving job of its
 own tenant waiting with one: at most one chunk a pass, so a pass stays about one chunk
 long, and never another tenant's chunk, so a tenant whose turn it is gets a short pass.
-After a pass, the turn waits a moment (:data:`GATHER_S`) for that pass's decoders to
-sample and come back, so that the choice of who goes next sees them. So the weights are read once a pass for all the decoding agents, and
-their steps ride along with the prompts of the agents still arriving. A pass is charged
+After a pass, the turn waits a moment (:data:`GATHER_S`) for that pass's jobs to sample
+and come back, so that the choice of who goes next sees them. So the weights are read
+once a pass for all the decoding agents, and their steps ride along with the prompts of
+the agents still arriving. A pass is charged
 to its jobs' tenants and agents by their share of its tokens. An engine that cannot
 batch (``batch`` None) runs each job's passes alone, as before.
 
@@ -54,8 +55,9 @@ from c2c.serve.auth import OPEN, Principal
 from c2c.serve.fairness import UsageClock
 
 log = logging.getLogger("c2c")
-_POLL_S = 0.05  # how often a job waiting for the turn looks at its cancel flag and deadline
-GATHER_S = 0.02  # how long the turn waits after a pass for that pass's decoders to come back with their next step
+# how long the turn waits after a pass for that pass's jobs to come back with their next one; also how often a
+# job waiting for the turn looks at its cancel flag and deadline
+GATHER_S = 0.02
 
 
 class Cancelled(Exception):
@@ -167,10 +169,10 @@ class ModelWorker:
         # that starts it, and a team per job thread left spinning after its pass would fight the next for the cores
         self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"c2c-model:{name}",
                                           initializer=engine_init)
-        self.batch = batch if max_batch > 1 else None   # runs several steps in one pass (Batching.step_together)
+        self.batch = batch if max_batch > 1 else None   # runs several jobs' passes as one (Batching.feed_together)
         self.max_batch = max_batch if batch is not None else 1
         self._on_batch = on_batch
-        self._decoding: set[Job] = set()     # jobs whose last pass was a batched one: the turn waits for them
+        self._returning: set[Job] = set()     # jobs whose last pass was a batched one: the turn waits for them
         self._gather_until = 0.0             # until then the turn waits for the last pass's decoders to come back
         self.max_queue = max_queue
         self.tenant_queue = max_queue + 1 if tenant_queue is None else tenant_queue
@@ -252,7 +254,7 @@ class ModelWorker:
         finally:
             self.release(job)
             with self._cv:
-                self._decoding.discard(job)
+                self._returning.discard(job)
                 self._ready.pop(job.seq, None)
                 del self._jobs[job.seq]
                 self._held[job.owner.domain] -= 1
@@ -270,7 +272,7 @@ class ModelWorker:
             Cancelled, RequestTimeoutError: while waiting (the job no longer holds the turn then).
         """
         with self._cv:
-            self._decoding.discard(job)   # a pass of another kind: it decodes no more for now
+            self._returning.discard(job)   # a pass of another kind: no batched pass of it to wait for
             if self._holder is not job:
                 if job.released:   # it said it runs no forward pass any more
                     return
@@ -296,7 +298,7 @@ class ModelWorker:
                 self._charge(job, time.perf_counter())
                 self._holder = None
             job.step_in, job.step_out = (stepper, ids), None
-            self._decoding.add(job)   # it comes back with its next pass (its next chunk, or its first step)
+            self._returning.add(job)   # it comes back with its next pass (its next chunk, or its first step)
             self._ready[job.seq] = job
             self._hand_on()
             self._cv.notify_all()   # a pass gathering its jobs may be waiting for this one
@@ -305,7 +307,7 @@ class ModelWorker:
                     if job.step_in is not None:   # not taken into a pass: leave the queue
                         self._ready.pop(job.seq, None)
                         job.step_in = None
-                        self._decoding.discard(job)
+                        self._returning.discard(job)
                         job.raise_if_done()
                 self._cv.wait(GATHER_S)
                 self._hand_on()   # the moment given to the last pass's decoders may have run out
@@ -348,8 +350,6 @@ class ModelWorker:
         the jobs waiting at a decode step, oldest first, and (when ``leader``'s is a step) the prefill chunk of its
         own tenant :meth:`_pick` prefers, up to ``max_batch`` jobs."""
         self._ready.pop(leader.seq, None)
-        if self.batch is None:
-            return [leader]
         steps = self._waiting(1)
         chunk = []
         if len(leader.step_in[1]) == 1:   # a chunk of the leader's own tenant may ride along (another's waits)
@@ -370,7 +370,7 @@ class ModelWorker:
     def release(self, job: Job) -> None:
         """``job`` runs no more forward passes: the turn goes on (a no-op if it does not hold it)."""
         with self._cv:
-            self._decoding.discard(job)
+            self._returning.discard(job)
             if self._holder is job:
                 self._charge(job, time.perf_counter())
                 self._holder = None
@@ -391,7 +391,7 @@ class ModelWorker:
         """(lock held) Give a free turn to the job that deserves it most, and wake the waiters."""
         if self._holder is not None or not self._ready:
             return
-        if time.monotonic() < self._gather_until and any(j.step_in is None for j in self._decoding):
+        if time.monotonic() < self._gather_until and any(j.step_in is None for j in self._returning):
             return   # the last pass's decoders are sampling their next token: they may deserve the turn
         now = time.perf_counter()
         job = self._pick(list(self._ready.values()), now)
