@@ -59,7 +59,7 @@ def test_prepare_imports_a_part_that_brings_its_kv(tiny):
     base = render(rt, CONVO[:3], generation_prompt=False)
     _, cache = rt.prefill(list(base.token_ids))
     P = len(base.prefix_ids)
-    from c2c.serve.render import Part
+    from c2c.conversation import Part
 
     att = Part(label="from:x", token_ids=base.token_ids[P:], kv=cache.slice(P, cache.end))
     r = render(rt, [CONVO[0], CONVO[3]], attachments=[att])

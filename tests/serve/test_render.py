@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.serve.render import Part, Rendering, continuation
+from c2c.conversation import Part, Conversation
+from c2c.serve.render import continuation
 
 
 class KV:
@@ -21,8 +22,8 @@ class KV:
         return (start, end)
 
 
-def own(*messages: tuple[int, ...]) -> Rendering:
-    return Rendering(parts=(Part(label="prefix", token_ids=(1, 2)),
+def own(*messages: tuple[int, ...]) -> Conversation:
+    return Conversation(parts=(Part(label="prefix", token_ids=(1, 2)),
                             *(Part(label=f"m{i}", token_ids=m) for i, m in enumerate(messages)),
                             Part(label="prompt", token_ids=(9,))))
 

@@ -100,10 +100,10 @@ def test_a_map_whose_models_are_not_both_served_stops_the_start(tiny_models, map
 def test_a_server_that_recomputes_kv_reads_another_models_commit_as_text(tiny_models, small_to_big, map_offer,
                                                                         tmp_path):
     # in process: --verify-kv sample|strict would run the source model outside its turn (c2c.serve.mapped)
-    from c2c.artifact import Artifact
     from c2c.artifact.prefix import SharedPrefix
     from c2c.serve.auth import Principal
-    from c2c.serve.exchange import Exchange, TEXT_KEY
+    from c2c.commit.author import TEXT_KEY
+    from c2c.serve.exchange import Exchange
     from c2c.serve.mapped import ServedMap
     from c2c.store import open_store
     from c2c.team.agent import Agent, Team
@@ -115,9 +115,8 @@ def test_a_server_that_recomputes_kv_reads_another_models_commit_as_text(tiny_mo
     small, big = tiny_models["small"], tiny_models["big"]
     a = Agent("analyst", small, Team(shared=SharedPrefix.build("A team."), domain="lab"))
     a.read("The deploy is on Friday.")
-    kept = {TEXT_KEY: {"v": 1, "agent": "analyst", "text": "The deploy is on Friday.", "truncated": False}}
-    art = sign(Artifact.build(a.cache, fingerprint=a.fingerprint, prefix=a.prefix, producer={"agent": "analyst"},
-                              extra=kept), key)  # as c2c serve publishes: signed, with its text
+    art = sign(a.commit(), key)  # as every front-end publishes: made by commit_of, signed, with its text
+    assert art.header.extra[TEXT_KEY]["text"] == "evidence: The deploy is on Friday."
     prefix_ids = a.context.token_ids[:a.context.prefix_len]
     with open_store(f"sqlite:///{tmp_path / 'store'}?domain=lab") as store:
         cid = store.put(art.encode(), stream="a").id

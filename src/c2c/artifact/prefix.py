@@ -142,6 +142,35 @@ def prefix_token_ids(runtime, system: str | None) -> tuple[int, ...]:
     return tuple(runtime.bos_ids) + tuple(turn)
 
 
+_PROBE = "\ue000"   # a private-use character: no system text a template writes on its own
+
+
+def declared_prefix_len(runtime, token_ids: Sequence[int], *, tries: int = 8) -> int:
+    """How many of ``token_ids`` (a whole prompt, known only as tokens) are its shared prefix as
+    :func:`prefix_token_ids` makes one: BOS, and the system turn the tokens open on, if any.
+
+    The system turn's end is found where the template's end-of-turn tokens occur (at most ``tries``
+    candidates), and a candidate counts only where ``prefix_token_ids`` of the text between gives exactly
+    those tokens again: never wrong tokens, at worst BOS alone (0 where the tokens do not begin with it).
+    """
+    ids, bos = tuple(token_ids), tuple(runtime.bos_ids)
+    if ids[:len(bos)] != bos:
+        return 0
+    head, probe, tail = runtime.render_turn("system", _PROBE).partition(_PROBE)
+    if not probe or not tail:
+        return len(bos)
+    tail_ids, head_text = tuple(runtime.encode(tail)), runtime.decode(runtime.encode(head))
+    n = len(tail_ids)
+    ends = [k + n for k in range(len(bos), len(ids) - n + 1) if ids[k:k + n] == tail_ids][:tries]
+    for end in ends:
+        said = runtime.decode(ids[len(bos):end - n])
+        if not said.startswith(head_text):
+            continue
+        if prefix_token_ids(runtime, said[len(head_text):]) == ids[:end]:
+            return end
+    return len(bos)
+
+
 def canonical_context(obj: Any) -> str:
     """Canonical JSON text: sorted keys, fixed separators, no NaN."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

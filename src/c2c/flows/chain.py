@@ -25,8 +25,8 @@ from c2c.trust.verify import slice_context
 
 
 def publish(store, agent: Agent, parents: tuple[str, ...] = (), *, share: tuple[str, ...] = ()) -> str:
-    """Export ``agent``'s whole cache and commit it on the agent's stream, in its domain's part of the store,
-    through the one publisher (:meth:`c2c.handoff.gate.Gate.publish`: signed for the domain where the team
+    """Commit ``agent``'s whole cache (:meth:`Agent.commit`, the one header author) on the agent's stream, in its
+    domain's part of the store, through the one publisher (:meth:`c2c.handoff.gate.Gate.publish`: signed for the domain where the team
     has a keyring, its key created on first use). ``share`` names other trust domains that may attach it
     (a signed share list, and a grant in each).
 
@@ -36,8 +36,8 @@ def publish(store, agent: Agent, parents: tuple[str, ...] = (), *, share: tuple[
     gate = Gate(store, agent.team.keyring)
     if agent.team.keyring is not None:
         gate.signing_key(agent.team.domain)  # created on first use, as c2c serve and vLLM do
-    art = agent.export(parents=parents, share=tuple(share))
-    return gate.publish(agent.team.domain, art, stream=agent.name, share=art.header.shared_with).commit.id
+    art = agent.commit(parents=gate.parents(agent.team.domain, parents), share=tuple(share))
+    return gate.publish(agent.team.domain, art, stream=agent.name).commit.id
 
 
 @dataclass(frozen=True, kw_only=True)

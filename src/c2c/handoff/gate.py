@@ -53,6 +53,7 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
                         KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
                         StoreWriteError, UnsignedArtifactError, UnverifiableError)
+from c2c.commit.author import SHARED_PARENTS, Parents
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import Edits, KVCache
@@ -65,7 +66,6 @@ from c2c.trust.signing import SignerInfo, decode_exact, load_signed, sign
 from c2c.trust.verify_policy import DEFAULT, ROUTINE, TrustReport, VerifyPolicy, check as trust_check
 
 log = logging.getLogger("c2c")
-SHARED_PARENTS = "shared_parents"  # label: attached commits of other domains (never store parents)
 _KV_RANK = {"none": 0, "sample": 1, "strict": 2}
 
 
@@ -412,13 +412,15 @@ class Gate:
                 f"domain's policy to kv=none (c2c keys policy)")
 
     # ------------------------------------------------------------------ publish
-    def split_parents(self, domain: str, parents: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(the parents ``domain`` owns, the others): only its own are store parents, so the dependency
-        graph, and invalidation, stay inside a domain; the others go in the :data:`SHARED_PARENTS` label."""
+    def parents(self, domain: str, attached: Sequence[str], *, as_text: Sequence[str] = ()) -> Parents:
+        """The commits a conversation of ``domain`` attached (``as_text``: those it read as text), split by
+        owner: only its own are store parents, so the dependency graph, and invalidation, stay inside a domain;
+        the others are named in the :data:`~c2c.commit.author.SHARED_PARENTS` label."""
         store = self.scope(domain)
         with store_errors():
-            own = tuple(p for p in dict.fromkeys(parents) if store.has(p))
-        return own, tuple(p for p in dict.fromkeys(parents) if p not in own)
+            own = tuple(p for p in dict.fromkeys(attached) if store.has(p))
+        return Parents(own=own, shared=tuple(p for p in dict.fromkeys(attached) if p not in own),
+                       as_text=tuple(p for p in as_text if p in own))
 
     def signing_key(self, domain: str) -> SigningKey:
         """``domain``'s newest private key in the keyring, created (and trusted) on first use."""
@@ -430,19 +432,19 @@ class Gate:
                     raise
                 return self.keyring.create_key(domain, label=self.key_label)
 
-    def publish(self, domain: str, artifact: Artifact, *, stream: str, share: Sequence[str] = (),
-                shared_parents: Sequence[str] = ()) -> Published:
-        """Sign ``artifact`` for ``domain``, commit it on ``stream`` (the store chunks it and applies the
-        stream's retention) and grant it to the domains in ``share`` (which the signed header must list).
+    def publish(self, domain: str, artifact: Artifact, *, stream: str) -> Published:
+        """Sign ``artifact`` (made by :func:`~c2c.commit.author.commit_of`) for ``domain``, commit it on
+        ``stream`` (the store chunks it and applies the stream's retention) and grant it to the domains its
+        signed header shares it with.
 
         Raises:
             ConfigError: a bad stream name. QuotaExceededError, StoreWriteError: nothing was written.
         """
         t0 = time.perf_counter()
         stream = check_stream(stream)
-        share = tuple(share)
-        if set(share) - set(artifact.header.shared_with):
-            raise ConfigError("internal: a share list that the signed header does not carry")  # never expected
+        h = artifact.header
+        share = tuple(h.shared_with)
+        shared_parents = tuple(p for p in str(h.labels.get(SHARED_PARENTS, "")).split(",") if p)
         key = self.signing_key(domain) if self.keyring is not None else None  # no keyring: a team that signs nothing
         data = (sign(artifact, key) if key is not None else artifact).encode()
         t1 = time.perf_counter()
@@ -451,6 +453,5 @@ class Gate:
             commit = store.put(data, stream=stream)
             if share:
                 store.grant(commit.id, share)
-        return Published(commit=commit, key=key, nbytes=len(data), share=share,
-                         shared_parents=tuple(shared_parents),
+        return Published(commit=commit, key=key, nbytes=len(data), share=share, shared_parents=shared_parents,
                          timings={"sign_s": t1 - t0, "put_s": time.perf_counter() - t1})

@@ -35,7 +35,8 @@ from c2c.runtime.edit import Repair, close_gaps, drop
 from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
-from c2c.serve.render import Message, Rendering
+from c2c.conversation import Conversation
+from c2c.serve.render import Message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +182,7 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
     return Edited(cache=cache, kept=kept, kept_index=kept_index, newly_dropped=new, closed=closed)
 
 
-def held_messages(rendering: Rendering, messages: Sequence[Message], kept_index: Sequence[int],
+def held_messages(rendering: Conversation, messages: Sequence[Message], kept_index: Sequence[int],
                   attachments: int) -> tuple[Held, ...]:
     """Where each kept message (but the system one, which is the prefix) sits in ``rendering``'s tokens."""
     offsets, at = [], 0

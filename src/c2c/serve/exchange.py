@@ -8,7 +8,7 @@ commits the session's cache after the reply, whole or as the slice covering the
 spans ``labels`` (one span per message, labelled by the message's ``name``, else
 its role), on the caller's domain's stream ``S``, signed with the caller's domain
 key (created in the server's keyring on first use). The messages' text goes with
-it, in the signed header's ``extra["c2c.serve"]`` (at most :data:`MAX_TEXT_BYTES`,
+it, in the signed header's ``extra["c2c.text"]`` (at most :data:`~c2c.commit.author.MAX_TEXT_BYTES`,
 oldest text cut first), so that a receiver that may not take the cache can still
 read what it says. ``share`` names other domains that may attach it, as text or
 cache: the list is signed (``extra["c2c.share"]``) and a grant pointer is left in
@@ -42,12 +42,11 @@ from typing import Sequence
 from c2c.advise import load_calibration, runtime_calibration_name
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef
-from c2c.canon import canonical_json
 from c2c.errors import C2CError, ConfigError, HandoffError, UnverifiableError
 from c2c.handoff.forecast import forecast
-from c2c.handoff.gate import SHARED_PARENTS, Admission, Gate, Receiver, not_visible as _not_visible, store_errors
+from c2c.commit.author import TEXT_KEY, commit_of, text_of
+from c2c.handoff.gate import Admission, Gate, Receiver, not_visible as _not_visible, store_errors
 from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime import placement
@@ -56,17 +55,16 @@ from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.mapped import ServedMap, mapped_parts
-from c2c.serve.render import Part, Rendering, text_turn
+from c2c.conversation import Part, Conversation
+from c2c.serve.render import text_turn
 from c2c.store.interface import Store, check_stream
-from c2c.store.hops import hop_report, text_parents_label
+from c2c.store.hops import hop_report
 from c2c.trust.isolation import check_share, cut_slice
 from c2c.trust.keys import Keyring
 from c2c.trust.verify_policy import VerifyPolicy
 from c2c.trust.verify import slice_context
 from c2c.xmodel import MapOffer
 
-TEXT_KEY = "c2c.serve"
-MAX_TEXT_BYTES = 48 << 10          # of extra["c2c.serve"] as canonical JSON; the header allows 64 KiB
 MAX_LABELS = 16
 ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
 
@@ -136,16 +134,16 @@ class Exchange:
                               f"labelled {sorted(set(known))} (a message's name, else its role)")
 
     def publish(self, *, runtime: Runtime, principal: Principal, session: str | None, cache: KVCache,
-                rendering: Rendering, stream: str | None, labels: Sequence[str] = (),
+                conversation: Conversation, stream: str | None, labels: Sequence[str] = (),
                 parents: Sequence[str] = (), text_parents: Sequence[str] = (), share: Sequence[str] = (),
                 pace: Pace = ONE_PASS) -> dict:
-        """Commit ``cache`` (which covers exactly ``rendering``), whole or the slice of ``labels``, on
+        """Commit ``cache`` (which covers exactly ``conversation``), whole or the slice of ``labels``, on
         the caller's domain's ``stream``; ``share`` names other domains that may attach it. A slice
         re-prefilled after the shared prefix is prefilled at ``pace``.
 
         ``parents`` are the commits the session attached; ``text_parents``, those of them it
         read as text, which are no cache hop (:mod:`c2c.store.hops`). Parents another domain
-        shared are named in the header's :data:`SHARED_PARENTS` label, not as store parents:
+        shared are named in the header's :data:`~c2c.commit.author.SHARED_PARENTS` label, not as store parents:
         the dependency graph, and so invalidation, stays inside a domain.
 
         Raises:
@@ -154,39 +152,27 @@ class Exchange:
         t0 = time.perf_counter()
         stream = check_stream(stream or principal.agent)
         labels, share = _check_labels(labels), check_share(share)
-        if cache.token_ids != rendering.token_ids:
+        if cache.token_ids != conversation.token_ids:
             raise HandoffError("internal: the cache to publish does not cover the conversation")  # never expected
-        P = len(rendering.prefix_ids)
-        span_labels: dict[str, str] = {}
+        P = len(conversation.prefix_ids)
+        kv, isolation = cache, None
         if labels:
             # re-prefilled after the shared prefix alone whenever anything came between: no trace of it
-            ctx = rendering.context()
+            ctx = conversation.context()
             try:
-                start, end = ctx.export_range(labels)
                 kv, isolation, _ = cut_slice(runtime, cache, ctx, labels, isolation="recompute",
                                              prefix_cache=lambda: cache.slice(0, P), pace=pace)
             except HandoffError as e:
                 raise ConfigError(f"publish labels: {e}") from None
-            span_labels = {"span": ",".join(labels), "isolation": isolation}
-        else:
-            start, end, kv = P, len(rendering), cache
-        text, truncated = _bounded_text(_text_between(rendering, start, end))
-        producer = {"agent": principal.agent, "domain": principal.domain}
-        if session:
-            producer["session"] = session
-        own, foreign = self.gate.split_parents(principal.domain, parents)
-        extra = {TEXT_KEY: {"v": 1, "agent": principal.agent, "text": text, "truncated": truncated}}
-        if share:
-            extra[SHARE_KEY] = list(share)
-        artifact = Artifact.build(kv, fingerprint=Fingerprint.of(runtime), prefix=PrefixRef.of(rendering.prefix_ids),
-                                  producer=producer, parents=own,
-                                  labels={**span_labels, **text_parents_label(own, text_parents),
-                                          **({SHARED_PARENTS: ",".join(foreign)} if foreign else {})},
-                                  extra=extra)
+        producer = {"agent": principal.agent, "domain": principal.domain, **({"session": session} if session else {})}
+        artifact = commit_of(conversation, cache=kv, fingerprint=Fingerprint.of(runtime), producer=producer,
+                             labels=labels, isolation=isolation, share=share,
+                             parents=self.gate.parents(principal.domain, parents, as_text=text_parents))
         t1 = time.perf_counter()
-        done = self.gate.publish(principal.domain, artifact, stream=stream, share=share, shared_parents=foreign)
+        done = self.gate.publish(principal.domain, artifact, stream=stream)
+        kept = artifact.header.extra[TEXT_KEY]
         return {**done.record(), "kind": artifact.header.kind, "labels": list(labels), "tokens": kv.seq_len,
-                "text_chars": len(text), "text_truncated": truncated,
+                "text_chars": len(kept["text"]), "text_truncated": kept["truncated"],
                 "timings": {"export_s": t1 - t0 + done.timings["sign_s"], "put_s": done.timings["put_s"]}}
 
     # ------------------------------------------------------------------- attach
@@ -230,7 +216,7 @@ class Exchange:
         prefix_kv = None
         if adm.path in ("cache", "mapped"):
             try:
-                label, kept = f"from:{agent}", _kept_text(artifact, cid, required=False)
+                label, kept = f"from:{agent}", _text_or_none(artifact)
                 if adm.path == "cache":
                     trust = self.gate.check_kv(adm, runtime=runtime, prefix_ids=prefix_ids,
                                                context=slice_context(h.start, prefix_ids), pace=pace)
@@ -361,56 +347,20 @@ def _cache_parts(artifact: Artifact, label: str, text: str) -> tuple[tuple[Part,
         got.prefix
 
 
-def _kept_text(artifact: Artifact, cid: str, *, required: bool = True, runtime: Runtime | None = None) -> str:
-    """The commit's text for a text handoff: what ``c2c serve`` kept in its header, else (a commit the library
-    published) its own tokens after its declared shared prefix, decoded by ``runtime`` when its tokenizer is the
-    commit's (the sender's private system turn, in the prefix, is never read out). A vLLM commit declares every
-    token its prefix, so it has none to read out yet.
-
-    Raises:
-        HandoffError: ``required`` and no text can be had: none kept, and its tokens withheld, of another
-            tokenizer, or nothing beyond the prefix.
-    """
-    kept = artifact.header.extra.get(TEXT_KEY)
-    if isinstance(kept, dict) and isinstance(kept.get("text"), str):
-        return kept["text"]
-    h = artifact.header
-    declared = h.start > 0 or h.prefix.length > 0  # a whole cache without a declared prefix may open on a system turn
-    if runtime is not None and h.tokens is not None and declared and \
-            h.fingerprint.tokenizer_digest == runtime.tokenizer_digest:
-        ids = h.tokens[h.prefix.length:] if h.start == 0 else h.tokens
-        text = runtime.decode(ids).strip() if ids else ""
-        if text:
-            return text
-    if not required:
+def _text_or_none(artifact: Artifact) -> str:
+    """The text its author kept, or "" (a part carries it for a later text handoff of the session)."""
+    try:
+        return text_of(artifact)
+    except HandoffError:
         return ""
-    raise HandoffError(f"commit {cid[:12]} keeps no text and its tokens cannot be read as text here (withheld, of "
-                       "another tokenizer, no shared prefix declared, or nothing beyond it); attach it with mode "
-                       "full or slice")
 
 
-def _text_between(rendering: Rendering, start: int, end: int) -> str:
-    """The text of the parts inside tokens ``[start, end)`` (not the shared prefix)."""
-    out, offset = [], 0
-    for i, p in enumerate(rendering.parts):
-        a, b = offset, offset + len(p.token_ids)
-        offset = b
-        if i and a >= start and b <= end and p.text:
-            out.append(p.text)
-    return "\n\n".join(out)
-
-
-def _bounded_text(text: str) -> tuple[str, bool]:
-    """``text``, its oldest part cut until it fits :data:`MAX_TEXT_BYTES` as canonical JSON."""
-    def size(t: str) -> int:
-        return len(canonical_json({TEXT_KEY: {"v": 1, "agent": "x" * 64, "text": t, "truncated": True}}))
-
-    if size(text) <= MAX_TEXT_BYTES:
-        return text, False
-    keep = len(text)
-    while keep and size(text[-keep:]) > MAX_TEXT_BYTES - 64:
-        keep = keep * 3 // 4
-    return f"[... {len(text) - keep} earlier characters cut]\n" + text[-keep:], True
+def _kept_text(artifact: Artifact, cid: str, *, runtime: Runtime) -> str:
+    """:func:`c2c.commit.author.text_of`, its error naming the commit."""
+    try:
+        return text_of(artifact, runtime=runtime)
+    except HandoffError as e:
+        raise HandoffError(f"commit {cid[:12]}: {e}") from None
 
 
 def _check_labels(labels: Sequence[str]) -> tuple[str, ...]:

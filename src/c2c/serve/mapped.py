@@ -23,7 +23,7 @@ from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.errors import ConfigError, HandoffError, MapMismatchError
 from c2c.runtime.protocol import Runtime
-from c2c.serve.render import Part
+from c2c.conversation import Part
 from c2c.xmodel import MapOffer, map_received
 
 

@@ -24,11 +24,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from c2c.artifact.prefix import prefix_token_ids
-from c2c.context import Context
+from c2c.conversation import Conversation, Part
 from c2c.errors import ToolCallError
 from c2c.runtime import placement
 from c2c.runtime.protocol import Runtime
-from c2c.runtime.kvcache import KVCache
 from c2c.runtime.protocol import Offsets
 from c2c.serve.tools import ToolCall
 
@@ -37,7 +36,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 @dataclass(frozen=True, kw_only=True)
 class Message:
-    """One chat message; ``name`` (optional) is also the label of its span (see :meth:`Rendering.context`).
+    """One chat message; ``name`` (optional) is also the label of its span (see :meth:`Conversation.context`).
 
     An assistant message may carry ``tool_calls`` (its content then may be empty); a ``tool`` message answers
     the call ``tool_call_id``, and its span is labelled by ``name``, else by the called tool's name
@@ -80,52 +79,6 @@ class Message:
         return d
 
 
-@dataclass(frozen=True, kw_only=True)
-class Part:
-    """A run of tokens of a rendered conversation.
-
-    ``kv``, when given, is the K/V of exactly these tokens at positions ``kv.start...``
-    (a cache attached from the store); it is imported instead of prefilled. ``text`` is
-    what the part says, for a text handoff of it (empty for the prefix and prompt).
-    """
-
-    label: str
-    token_ids: tuple[int, ...]
-    private: bool | None = None
-    kv: KVCache | None = None
-    text: str = ""
-    aliases: tuple[str, ...] = ()   # other names of its span (a tool result's call id)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rendering:
-    """A conversation's parts; ``parts[0]`` is the shared prefix."""
-
-    parts: tuple[Part, ...]
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return tuple(t for p in self.parts for t in p.token_ids)
-
-    @property
-    def prefix_ids(self) -> tuple[int, ...]:
-        return self.parts[0].token_ids
-
-    def __len__(self) -> int:
-        return sum(len(p.token_ids) for p in self.parts)
-
-    def after_prefix(self, attachments: Sequence[Part]) -> "Rendering":
-        """This rendering with ``attachments`` placed right after the shared prefix."""
-        return Rendering(parts=self.parts[:1] + tuple(attachments) + self.parts[1:]) if attachments else self
-
-    def context(self) -> Context:
-        """The tokens as a :class:`~c2c.context.Context`: one span per part after the prefix, labelled."""
-        ctx = Context(token_ids=self.prefix_ids, prefix_len=len(self.prefix_ids))
-        for p in self.parts[1:]:
-            ctx = ctx.extend(p.token_ids, p.label, private=p.private, aliases=p.aliases)
-        return ctx
-
-
 def split_system(messages: Sequence[Message]) -> tuple[Message | None, tuple[Message, ...]]:
     """The leading system (or developer) message, if any, and the rest."""
     if messages and messages[0].role in ("system", "developer"):
@@ -146,7 +99,7 @@ def turn(runtime: Runtime, m: Message) -> Part:
 
 
 def render(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dict] = (),
-           attachments: Sequence[Part] = (), generation_prompt: bool = True) -> Rendering:
+           attachments: Sequence[Part] = (), generation_prompt: bool = True) -> Conversation:
     """``messages`` (with ``attachments`` right after the shared prefix) as parts.
 
     With ``generation_prompt`` the last part is the assistant's opening (label ``"prompt"``),
@@ -162,14 +115,14 @@ def render(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dic
     if generation_prompt:
         parts.append(Part(label="prompt", token_ids=tuple(runtime.encode(runtime.generation_prompt())),
                           private=False))
-    return Rendering(parts=tuple(parts)).after_prefix(attachments)
+    return Conversation(parts=tuple(parts)).after_prefix(attachments)
 
 
 _PROBE = "\ue000"   # a private-use character: a user turn no template writes on its own
 
 
 def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dict] = (),
-                 generation_prompt: bool = True) -> Rendering:
+                 generation_prompt: bool = True) -> Conversation:
     """``messages`` rendered by the model's own chat template as one conversation, ``tools`` given, as
     transformers' ``apply_chat_template(tools=...)`` and vLLM render it; cut into parts where each message ends.
 
@@ -224,7 +177,7 @@ def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequen
         parts.append(Part(label="prompt", token_ids=tail, private=False))
     elif tail:
         parts[-1] = replace(parts[-1], token_ids=parts[-1].token_ids + tail)
-    return Rendering(parts=tuple(parts))
+    return Conversation(parts=tuple(parts))
 
 
 def _name(runtime: Runtime) -> str:
@@ -261,12 +214,12 @@ def text_turn(runtime: Runtime, label: str, text: str) -> Part:
 class Continuation:
     """A request whose messages continue a commit's conversation (:func:`continuation`)."""
 
-    rendering: Rendering     # the request's own, the commit's K/V (if carried) on the messages it covers
+    rendering: Conversation     # the request's own, the commit's K/V (if carried) on the messages it covers
     messages: int            # how many messages (parts after the prefix) the commit covers
     carried: bool            # False: prefilled as sent (the text path, or K/V the model cannot cut per message)
 
 
-def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -> Continuation | None:
+def continuation(own: Conversation, commit: Sequence[int], attached: Part | None) -> Continuation | None:
     """A request that continues a commit's conversation: its messages begin with exactly the commit's tokens.
 
     ``own`` is the request rendered without attachments, ``commit`` the commit's token ids (its shared
@@ -297,4 +250,4 @@ def continuation(own: Rendering, commit: Sequence[int], attached: Part | None) -
         return Continuation(rendering=own, messages=n, carried=False)
     for i, kv in enumerate(laid, start=1):
         parts[i] = replace(own.parts[i], kv=kv)   # (1, H, tokens of message i, D) per layer, at its own positions
-    return Continuation(rendering=Rendering(parts=tuple(parts)), messages=n, carried=True)
+    return Continuation(rendering=Conversation(parts=tuple(parts)), messages=n, carried=True)

@@ -21,7 +21,7 @@ from c2c.runtime import placement
 from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.kvcache import KVCache
-from c2c.serve.render import Rendering
+from c2c.conversation import Conversation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +70,7 @@ def truncate(cache: KVCache | None, n: int) -> KVCache | None:
         return None
 
 
-def prepare(runtime: Runtime, held: KVCache | None, rendering: Rendering, pace: Pace = ONE_PASS) -> Prepared:
+def prepare(runtime: Runtime, held: KVCache | None, rendering: Conversation, pace: Pace = ONE_PASS) -> Prepared:
     """Reuse ``held``, import the rendering's K/V parts, prefill the rest but the last token(s).
 
     What comes before an imported part (a slice's prefix) is prefilled here, at ``pace``: in passes

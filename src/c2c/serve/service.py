@@ -37,7 +37,8 @@ from c2c.serve.context_edit import EditSpec
 from c2c.serve.decode import Decoded, Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
-from c2c.serve.render import Message, Part, continuation, render, split_system
+from c2c.conversation import Part
+from c2c.serve.render import Message, continuation, render, split_system
 from c2c.serve.reuse import extend, prepare, truncate
 from c2c.serve.sessions import Session, SessionKey, SessionPool
 from c2c.serve.tools import ToolCall, Tools
@@ -366,7 +367,7 @@ class ChatService:
             if not req.publish.labels:  # a whole cache is stored as it is: no forward pass from here on
                 job.release_turn()
             published = self.exchange.publish(runtime=rt, principal=principal, session=req.session,
-                                              cache=commit_cache, rendering=whole, stream=req.publish.stream,
+                                              cache=commit_cache, conversation=whole, stream=req.publish.stream,
                                               labels=req.publish.labels, parents=attached,
                                               text_parents=via_text, share=req.publish.share, pace=pace)
             self.metrics.handoff_bytes.labels(direction="publish").inc(published["bytes"])

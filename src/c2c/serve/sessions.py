@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from c2c.artifact.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
 from c2c.serve.context_edit import Held
-from c2c.serve.render import Part
+from c2c.conversation import Part
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,16 @@ from typing import Any
 
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.artifact.header import SHARE_KEY
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
+from c2c.commit.author import Parents, commit_of
 from c2c.context import Context
+from c2c.conversation import Conversation
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, RuntimeUnsupportedError
 from c2c.runtime import edit, placement
 from c2c.runtime.protocol import Generation, Runtime
 from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.team.roles import AdapterPolicy, admit
-from c2c.trust.isolation import ISOLATIONS, check_share, cut_slice
+from c2c.trust.isolation import ISOLATIONS, cut_slice
 from c2c.trust.signing import sign
 
 
@@ -184,10 +185,34 @@ class Agent:
             span_labels = {"span": ",".join(labels), "isolation": isolation}
         return cache, span_labels
 
+    def conversation(self) -> Conversation:
+        """The context as a :class:`~c2c.conversation.Conversation`: one part per span, saying its message
+        (``label: text``), or, where the spans no longer line up with the messages (a cache was attached), its
+        tokens decoded."""
+        spans, ids = self.context.spans, self.context.token_ids
+        if len(self.messages) == len(spans) + 1:
+            texts = [f"{s.label}: {m['content']}" for s, m in zip(spans, self.messages[1:])]
+        else:
+            texts = [self.runtime.decode(ids[s.start:s.end]).strip() for s in spans]
+        return Conversation.of_context(self.context, texts)
+
+    def commit(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
+               parents: Parents = Parents(), isolation: str | None = None,
+               share: tuple[str, ...] = ()) -> "Artifact":
+        """The unsigned commit of the whole cache (``labels=None``) or of the slice covering the spans
+        ``labels`` (:func:`c2c.commit.author.commit_of`, as every front-end makes one); see :meth:`export`."""
+        cache, span_labels = self.export_cache(labels=labels, isolation=isolation)
+        conversation = self.conversation()
+        return commit_of(conversation, cache=cache, fingerprint=self.fingerprint,
+                         producer={"agent": self.name, "domain": self.team.domain}, labels=labels or (),
+                         isolation=span_labels.get("isolation"), parents=parents, share=share,
+                         withhold_tokens=withhold_tokens)
+
     def export(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
                parents: tuple[str, ...] = (), isolation: str | None = None,
                share: tuple[str, ...] = ()) -> "Artifact":
-        """The whole cache (``labels=None``) or the slice covering the spans ``labels``.
+        """The whole cache (``labels=None``) or the slice covering the spans ``labels``, signed with the
+        team's domain key where it has a keyring (an artifact file, or a handoff without a store).
 
         A slice never includes private spans (see :meth:`Context.export_range`).
         ``isolation`` says how the slice is cut (:mod:`c2c.trust.isolation`):
@@ -204,14 +229,11 @@ class Agent:
 
         The mode is recorded in the artifact's labels (``{"isolation": ...}``);
         a whole cache (``labels=None``) is exported as it is. ``share`` names other trust domains that may
-        attach it (signed in the header, :data:`c2c.artifact.header.SHARE_KEY`).
+        attach it (signed in the header, :data:`c2c.artifact.header.SHARE_KEY`). ``parents``: the commits it
+        builds on, all of the team's domain (through a store, :func:`c2c.flows.chain.publish` splits them by owner).
         """
-
-        cache, span_labels = self.export_cache(labels=labels, isolation=isolation)
-        artifact = Artifact.build(
-            cache, fingerprint=self.fingerprint, prefix=self.prefix, withhold_tokens=withhold_tokens,
-            producer={"agent": self.name, "domain": self.team.domain}, parents=parents, labels=span_labels,
-            extra={SHARE_KEY: list(check_share(share, field="share"))} if share else None)
+        artifact = self.commit(labels=labels, withhold_tokens=withhold_tokens, parents=Parents(own=tuple(parents)),
+                               isolation=isolation, share=share)
         if self.team.keyring is not None:
             artifact = sign(artifact, self.team.keyring.signing_key(self.team.domain))
         return artifact

@@ -38,14 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from c2c.artifact.codec import Artifact
 from c2c.artifact.fingerprint import Fingerprint
-from c2c.artifact.header import SHARE_KEY
-from c2c.artifact.prefix import PrefixRef
+from c2c.artifact.prefix import PrefixRef, declared_prefix_len
+from c2c.commit.author import commit_of
+from c2c.conversation import Conversation
 from c2c.errors import (ArtifactError, C2CError, CommitNotVisibleError, ConfigError, EditedCacheError, HandoffError,
                         StoreCorruptError, StoreError, TrustError)
 from c2c.handoff.decide import Party
-from c2c.handoff.gate import SHARED_PARENTS, Gate, Receiver
+from c2c.handoff.gate import Gate, Receiver
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import KVCache
 from c2c.store.interface import check_id, check_stream
@@ -256,12 +256,29 @@ class Attacher(_Scope):
 
 
 class Publisher(_Scope):
-    """Commits finished requests' K/V for one instance (see the module docstring)."""
+    """Commits finished requests' K/V for one instance (see the module docstring).
+
+    ``model_dir``: the served model's folder, whose tokenizer and chat template declare each commit's shared
+    prefix (BOS and the system turn its tokens open on, :func:`c2c.artifact.prefix.declared_prefix_len`) and
+    read the rest as its text; None (no tokenizer at hand): no prefix declared, no text kept.
+    """
 
     def __init__(self, *, store_url: str | None, domain: str, keyring: Keyring, fingerprint: Fingerprint,
-                 run_dir: Path, agent: str = "vllm"):
+                 run_dir: Path, agent: str = "vllm", model_dir: Path | None = None):
         super().__init__(store_url=store_url, domain=domain, keyring=keyring)
-        self.fingerprint, self.run_dir, self.agent = fingerprint, run_dir, agent
+        self.fingerprint, self.run_dir, self.agent, self.model_dir = fingerprint, run_dir, agent, model_dir
+        self._text = None
+
+    def conversation(self, token_ids: Sequence[int]) -> Conversation:
+        """A request's tokens as a conversation: its declared shared prefix, then the rest, read as text."""
+        if self.model_dir is None:
+            return Conversation.of_tokens(token_ids, prefix_len=0)
+        if self._text is None:
+            from c2c.runtime.transformers.tokenizer import TemplateText  # lazy: loaded on the first publish
+
+            self._text = TemplateText(self.model_dir)
+        P = declared_prefix_len(self._text, token_ids)
+        return Conversation.of_tokens(token_ids, prefix_len=P, text=self._text.decode(token_ids[P:]).strip())
 
     def publish(self, cache: KVCache, *, ticket: str, stream: str | None, parents: Sequence[str] = (),
                 request_id: str = "", share: Sequence[str] = ()) -> dict:
@@ -269,17 +286,13 @@ class Publisher(_Scope):
         (or the error). Never raises."""
         t0 = time.perf_counter()
         try:
-            own, foreign = self.gate.split_parents(self.domain, parents)
             producer = {"agent": self.agent, "domain": self.domain, "engine": "vllm"}
             if request_id:
                 producer["request"] = request_id[:200]
-            artifact = Artifact.build(cache, fingerprint=self.fingerprint, prefix=PrefixRef.of(cache.token_ids),
-                                      producer=producer, parents=own,
-                                      labels={SHARED_PARENTS: ",".join(foreign)} if foreign else {},
-                                      extra={SHARE_KEY: sorted(set(share))} if share else {})
+            artifact = commit_of(self.conversation(cache.token_ids), cache=cache, fingerprint=self.fingerprint,
+                                 producer=producer, parents=self.gate.parents(self.domain, parents), share=share)
             t1 = time.perf_counter()
-            done = self.gate.publish(self.domain, artifact, stream=stream or self.agent, share=sorted(set(share)),
-                                     shared_parents=foreign)
+            done = self.gate.publish(self.domain, artifact, stream=stream or self.agent)
             outcome = {**done.record(), "tokens": cache.seq_len,
                        "timings": {"build_s": t1 - t0 + done.timings["sign_s"], "put_s": done.timings["put_s"]}}
         except C2CError as e:

@@ -151,7 +151,8 @@ class C2CConnector(KVConnectorBase_V1):
             self._loads: list[LoadSpec] = []
             self._saves: list[SaveSpec] = []
         else:
-            self.publisher = Publisher(**common, run_dir=self.run_dir, agent=self.config.agent)
+            self.publisher = Publisher(**common, run_dir=self.run_dir, agent=self.config.agent,
+                                       model_dir=model_dir(mc.model))
             self._kv: dict[str, torch.Tensor] = {}
             self._layer_of: dict[str, int] = {}
             self._pending: dict[int, list[tuple[LoadSpec, KVCache]]] = {}

@@ -7,6 +7,7 @@ import json
 from typing import Sequence
 
 from c2c.errors import RuntimeUnsupportedError
+from c2c.runtime.turns import ChatTurns
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -121,3 +122,25 @@ def grammar_tokenizer(tokenizer):
     import llguidance.hf  # lazy: it loads transformers' tokenizer machinery, needed only for structured output
 
     return llguidance.hf.from_tokenizer(tokenizer)
+
+
+class TemplateText(ChatTurns):
+    """A model folder's tokenizer and chat template without its weights: the text side of a runtime (``encode``,
+    ``decode``, ``bos_ids``, ``render_chat``, ``render_turn``), for a front-end whose engine holds the model
+    elsewhere (vLLM's connector, which declares a commit's shared prefix with it)."""
+
+    def __init__(self, path):
+        from transformers import AutoTokenizer  # lazy: a connector loads it on its first publish
+
+        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.bos_ids = tuple(bos_ids(self._tokenizer))
+
+    def encode(self, text: str) -> list[int]:
+        return encode(self._tokenizer, text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return decode(self._tokenizer, ids)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = False, *,
+                    tools: list[dict] | None = None) -> str | None:
+        return render_chat(self._tokenizer, messages, add_generation_prompt, tools=tools)

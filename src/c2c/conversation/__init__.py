@@ -1,0 +1,109 @@
+"""`Conversation`: one conversation as every front-end holds it, cut into labelled parts.
+
+::
+
+    parts[0]   the shared prefix: BOS and the system turn (what :func:`c2c.handoff.decide` compares)
+    parts[1:]  one part per message (or attached commit, or generation prompt), in order
+
+Each :class:`Part` carries its label, whether it is private, its token ids, the text it says (what a text
+handoff of it reads) and, where the front-end holds them, its K/V at its own positions.
+
+The library's agents (:meth:`c2c.team.agent.Agent.conversation`), ``c2c serve``'s sessions (rendered by the
+model's chat template, :mod:`c2c.serve.render`) and vLLM's publisher (:meth:`Conversation.of_tokens`) build
+one, and one function makes a commit of it (:func:`c2c.commit.author.commit_of`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from c2c.context import Context
+from c2c.runtime.kvcache import KVCache
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """A run of tokens of a conversation.
+
+    ``kv``, when given, is the K/V of exactly these tokens at positions ``kv.start...``
+    (a cache attached from the store); it is imported instead of prefilled. ``text`` is
+    what the part says, for a text handoff of it (empty for the prefix and prompt).
+    """
+
+    label: str
+    token_ids: tuple[int, ...]
+    private: bool | None = None
+    kv: KVCache | None = None
+    text: str = ""
+    aliases: tuple[str, ...] = ()   # other names of its span (a tool result's call id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conversation:
+    """A conversation's parts; ``parts[0]`` is the shared prefix."""
+
+    parts: tuple[Part, ...]
+
+    @classmethod
+    def of_tokens(cls, token_ids: Sequence[int], *, prefix_len: int, text: str = "",
+                  label: str = "conversation") -> "Conversation":
+        """Token ids known only as a whole (a vLLM request): the prefix, then everything after it as one part
+        labelled ``label`` that says ``text``."""
+        if not 0 <= prefix_len <= len(token_ids):
+            raise ValueError(f"a prefix of {prefix_len} tokens does not fit {len(token_ids)} tokens")
+        ids = tuple(token_ids)
+        rest = (Part(label=label, token_ids=ids[prefix_len:], private=False, text=text),) \
+            if len(ids) > prefix_len else ()
+        return cls(parts=(Part(label="prefix", token_ids=ids[:prefix_len]),) + rest)
+
+    @classmethod
+    def of_context(cls, context: Context, texts: Sequence[str] | None = None) -> "Conversation":
+        """An agent's :class:`~c2c.context.Context`: one part per span, saying ``texts[i]`` (none given: empty),
+        any tokens between spans in an unlabelled private part of their own."""
+        if texts is not None and len(texts) != len(context.spans):
+            raise ValueError(f"{len(texts)} texts for {len(context.spans)} spans")
+        ids, P = context.token_ids, context.prefix_len
+        parts, at = [Part(label="prefix", token_ids=ids[:P])], P
+        for i, s in enumerate(context.spans):
+            if s.start > at:
+                parts.append(Part(label="", token_ids=ids[at:s.start], private=True))
+            parts.append(Part(label=s.label, token_ids=ids[s.start:s.end], private=s.private, aliases=s.aliases,
+                              text=texts[i] if texts is not None else ""))
+            at = s.end
+        if at < len(ids):
+            parts.append(Part(label="", token_ids=ids[at:], private=True))
+        return cls(parts=tuple(parts))
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(t for p in self.parts for t in p.token_ids)
+
+    @property
+    def prefix_ids(self) -> tuple[int, ...]:
+        return self.parts[0].token_ids
+
+    def __len__(self) -> int:
+        return sum(len(p.token_ids) for p in self.parts)
+
+    def after_prefix(self, attachments: Sequence[Part]) -> "Conversation":
+        """This conversation with ``attachments`` placed right after the shared prefix."""
+        return Conversation(parts=self.parts[:1] + tuple(attachments) + self.parts[1:]) if attachments else self
+
+    def context(self) -> Context:
+        """The tokens as a :class:`~c2c.context.Context`: one span per part after the prefix, labelled."""
+        ctx = Context(token_ids=self.prefix_ids, prefix_len=len(self.prefix_ids))
+        for p in self.parts[1:]:
+            ctx = ctx.extend(p.token_ids, p.label, private=p.private, aliases=p.aliases)
+        return ctx
+
+    def text_between(self, start: int, end: int) -> str:
+        """The text of the parts that lie inside tokens ``[start, end)``, one paragraph each: never the shared
+        prefix's, nor a private part's (a commit's text may reach a domain its K/V never would)."""
+        out, offset = [], 0
+        for i, p in enumerate(self.parts):
+            a, b = offset, offset + len(p.token_ids)
+            offset = b
+            if i and a >= start and b <= end and p.text and not p.private:
+                out.append(p.text)
+        return "\n\n".join(out)
