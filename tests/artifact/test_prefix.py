@@ -76,3 +76,35 @@ def test_a_team_and_the_server_make_one_prefix_of_one_system_text(tiny):
     assert prefix_token_ids(rt, "You are a team.\n") != prefix_token_ids(rt, "You are a team.")
     assert render(rt, [Message(role="user", content="hi")]).prefix_ids == prefix_token_ids(rt, None) == tuple(
         rt.bos_ids) != prefix_token_ids(rt, "")
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen2", "tiny-llama", "tiny-gemma3",
+                                   pytest.param("SmolLM2-135M-Instruct", marks=pytest.mark.zoo),
+                                   pytest.param("Qwen2.5-Coder-0.5B-Instruct", marks=pytest.mark.zoo)])
+def test_a_prompt_known_only_by_its_tokens_declares_the_prefix_c2c_serve_renders(model):
+    """vLLM's publisher knows a request by its tokens alone (#54): declared_prefix_len finds the BOS and system turn
+    they open on, the same tokens as c2c serve's part 0 for that system text, and never more than they are."""
+    from c2c.artifact.prefix import declared_prefix_len, prefix_token_ids
+    from c2c.runtime import zoo
+    from c2c.runtime.transformers.tokenizer import TemplateText
+    from c2c.serve.render import Message, render
+
+    rt = TemplateText(zoo.model_path(model))
+    tail = rt.render_turn("system", "\ue000").partition("\ue000")[2]
+    for system in ("You are a team.", "  Two\nlines, trailing space ", "", "héllo 世界",
+                   f"quoted end of turn: {tail} and more"):
+        msgs = [Message(role="system", content=system), Message(role="user", content="Evidence: 09:14.")]
+        served = render(rt, msgs, generation_prompt=False)
+        got = declared_prefix_len(rt, served.token_ids)
+        if tail.strip() and tail in system:   # the template's own end-of-turn text inside the system text: its
+            # tokens are those of a shorter system turn and a turn after it, so that shorter turn may be declared
+            # (a receiver of the whole system text then differs in its prefix, and reads text): never a cut that
+            # no system text renders to
+            before = system.split(tail)[0]
+            assert got in (len(rt.bos_ids), len(served.prefix_ids), len(prefix_token_ids(rt, before)))
+            assert served.token_ids[:got] in (tuple(rt.bos_ids), served.prefix_ids, prefix_token_ids(rt, before))
+        else:
+            assert got == len(served.prefix_ids) == len(prefix_token_ids(rt, system)), system
+    bare = render(rt, [Message(role="user", content="no system here")], generation_prompt=False)
+    assert declared_prefix_len(rt, bare.token_ids) == len(rt.bos_ids)
+    assert declared_prefix_len(rt, ()) == 0 and declared_prefix_len(rt, (7, 7, 7)) <= len(rt.bos_ids)

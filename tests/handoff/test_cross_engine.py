@@ -1,7 +1,7 @@
 """Cross-engine attach (c2c.handoff.cross_engine): refused by default, allowed by opt-in, always verified first.
 
-A vLLM cache is fabricated as a fingerprint that differs from the receiver's in the engine only
-(``backend``); the store test signs a tiny model's own K/V under such a fingerprint.
+A vLLM cache is a fingerprint that differs from the receiver's in the engine only (``backend``); through the
+store, vLLM's real publisher commits a tiny model's own K/V under such a fingerprint.
 """
 
 from __future__ import annotations
@@ -122,12 +122,22 @@ def lab(tiny, tmp_path):
 
 
 def publish_as_vllm(team, analyst, store, cache=None) -> str:
-    """The analyst's K/V (or ``cache``) as a vLLM instance of the same model would commit them."""
-    from c2c.trust.signing import sign
+    """The analyst's K/V (or ``cache``) committed by vLLM's real publisher (c2c.vllm.commits.Publisher), as a vLLM
+    instance of the same model would: its fingerprint differs in the engine only, and it knows the request by its
+    tokens alone (the shared prefix it declares is found in them)."""
+    from c2c.vllm import tickets
+    from c2c.vllm.commits import Publisher
 
-    art = Artifact.build(cache or analyst.cache, fingerprint=replace(analyst.fingerprint, backend=VLLM),
-                         prefix=analyst.prefix, producer={"agent": "vllm", "domain": "lab"})
-    return store.in_domain("lab").put(sign(art, team.keyring.signing_key("lab")).encode(), stream="vllm").id
+    run_dir = store.root.parent / "vllm-run"
+    (run_dir / "tickets").mkdir(parents=True, exist_ok=True)
+    pub = Publisher(store_url=store.url, domain="lab", keyring=team.keyring, run_dir=run_dir,
+                    fingerprint=replace(analyst.fingerprint, backend=VLLM), model_dir=analyst.runtime.path)
+    try:
+        out = pub.publish(cache or analyst.cache, ticket=tickets.new_ticket(), stream="vllm")
+    finally:
+        pub.close()
+    assert "commit" in out, out
+    return out["commit"]
 
 
 def test_pull_attaches_another_engines_commit_only_by_opt_in_after_the_forced_sampled_check(lab):
@@ -136,6 +146,8 @@ def test_pull_attaches_another_engines_commit_only_by_opt_in_after_the_forced_sa
 
     team, analyst, store = lab
     cid = publish_as_vllm(team, analyst, store)
+    header = Artifact.decode(store.in_domain("lab").get(cid).data).header
+    assert header.prefix == analyst.prefix and header.producer["engine"] == "vllm"  # part 0, as every author
     writer = Agent("writer", analyst.runtime, team)
     with pytest.raises(FingerprintMismatchError, match="cross_engine="):
         pull(store, cid, writer)

@@ -9,6 +9,7 @@ quota, a policy).
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -150,3 +151,80 @@ def test_a_commit_that_keeps_no_text_falls_back_to_its_own_tokens_in_auto(tiny_s
     # the text read out (its bytes are the record's) is the evidence turn, never the longer system turn before it
     evidence, secret = "Evidence: the outage began at 09:14.", secret_system.content
     assert len(evidence) <= rec["bytes"] < len(secret)
+
+
+def _library_commit(server, rt, system: str, evidence: str) -> str:
+    """``evidence`` read by a library agent of domain research whose shared prefix is ``system``, committed
+    through the library's front-end (:func:`c2c.flows.chain.publish`) into the server's store."""
+    from c2c.artifact.prefix import SharedPrefix
+    from c2c.flows.chain import publish as library_publish
+    from c2c.team.agent import Agent, Team
+
+    team = Team(shared=SharedPrefix.build(system), domain=fe.DOMAIN, keyring=Keyring(server.home / "keys"))
+    agent = Agent("librarian", rt, team)
+    agent.read(evidence)
+    with open_store(server.store_url()) as store:
+        return library_publish(store, agent)
+
+
+def _vllm_commit(server, rt, tmp_path, system: str, evidence: str) -> str:
+    """The same conversation as vLLM's connector commits it: its real Publisher, from the tokens alone, under the
+    fingerprint of a vLLM instance of the same model (another engine)."""
+    from c2c.runtime.facts import EngineId
+    from c2c.vllm import tickets
+    from c2c.vllm.commits import Publisher
+
+    (tmp_path / "tickets").mkdir(exist_ok=True)
+    ids = rt.encode(rt.render_chat([{"role": "system", "content": system}, {"role": "user", "content": evidence}]))
+    _, cache = rt.prefill(ids)
+    fp = replace(Fingerprint.of(rt), backend=EngineId.parse("vllm 0.32.0 cpu_attn:vec k:DxB v:BxD block:128"))
+    pub = Publisher(store_url=server.store_url(), domain=fe.DOMAIN, keyring=Keyring(server.home / "keys"),
+                    fingerprint=fp, run_dir=tmp_path, model_dir=rt.path)
+    try:
+        ticket = tickets.new_ticket()
+        out = pub.publish(cache, ticket=ticket, stream=f"vllm-{uuid.uuid4().hex[:8]}")
+    finally:
+        pub.close()
+    assert "commit" in out, out
+    return out["commit"]
+
+
+@pytest.mark.parametrize("author", ["library", "c2c serve", "vllm"])
+def test_in_auto_a_commit_of_every_front_end_falls_back_to_its_text_when_a_check_fails(tiny_server, author,
+                                                                                         tmp_path):
+    """#54: whoever published it (one author, c2c.commit.author.commit_of), a commit attached through c2c serve in
+    auto where a check fails is read as text: the text the commit keeps, never its sender's system turn, never a
+    HandoffError. The check that fails: the shared prefix (another system turn), or for vLLM's commit the engine
+    as well."""
+    from c2c.runtime import zoo
+
+    rt = zoo.load("tiny-qwen2")
+    tag = uuid.uuid4().hex[:8]
+    secret, evidence = f"Private instructions {tag}: never shared.", f"Evidence {tag}: the outage began at 09:14."
+    if author == "library":
+        cid = _library_commit(tiny_server, rt, secret, evidence)
+    elif author == "vllm":
+        cid = _vllm_commit(tiny_server, rt, tmp_path, secret, evidence)
+    else:
+        rec = c2c_field(chat(tiny_server.client("analyst"), [{"role": "system", "content": secret},
+                                                             {"role": "user", "name": "evidence", "content": evidence}],
+                             max_tokens=2, c2c={"session": f"fe-{tag}", "publish": {"stream": f"fe-{tag}"}}))
+        cid = rec["publish"]["commit"]
+    with research_store(tiny_server) as s:
+        h = Artifact.decode(s.get(cid).data).header
+    assert h.prefix.length > 0 and h.prefix.length < h.seq_len   # part 0: BOS + the system turn, at every author
+    body = {"model": "tiny-qwen2", "messages": [SYSTEM, QUESTION], "max_tokens": 2,
+            "c2c": {"attach": [cid], "mode": "auto"}}
+    resp = httpx.post(tiny_server.url("/v1/chat/completions"), json=body, headers=tiny_server.headers("writer"),
+                      timeout=60)
+    assert resp.status_code == 200, resp.text
+    [rec] = resp.json()["c2c"]["attach"]
+    assert (rec["path"], rec["used"]) == ("text", "text") and rec["tokens"] > 0
+    failed = {c["name"] for c in rec["checks"] if c["ok"] is False}
+    assert "prefix" in failed and ("fingerprint" in failed) == (author == "vllm")
+    # the text read out is the evidence (its bytes are the record's), never the sender's system turn
+    assert len(evidence) <= rec["bytes"] < len(evidence) + len(secret)
+    full = dict(body, c2c={"attach": [cid], "mode": "full"})
+    refused = httpx.post(tiny_server.url("/v1/chat/completions"), json=full, headers=tiny_server.headers("writer"),
+                         timeout=60)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "incompatible_cache"

@@ -64,23 +64,52 @@ CONVERSATIONS = {
 }
 
 
-@pytest.mark.zoo
-@pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
-def test_turn_by_turn_rendering_is_the_templates_rendering_of_the_whole_conversation(model):
-    """The rendering invariant (#54): the tokens c2c renders message by message are those of the model's own chat
-    template over the whole conversation, so a session's cache is the one a server rendering whole would build.
-    One deliberate difference: without a system message, the template inserts its default one (Qwen's "You are
-    Qwen...", SmolLM2's "You are a helpful AI assistant..."), which c2c does not: the rest is the same tokens."""
+def _every_zoo_model() -> list:
     from c2c.runtime import zoo
+
+    return [pytest.param(name, marks=() if zoo.ZOO[name].tiny else pytest.mark.zoo) for name in zoo.ZOO]
+
+
+@pytest.mark.parametrize("model", _every_zoo_model())
+def test_turn_by_turn_rendering_is_the_templates_rendering_of_the_whole_conversation(model):
+    """The rendering invariant (#54), for every zoo model (its tokenizer and template only, no weights): the tokens
+    c2c renders message by message are those of the model's own chat template over the whole conversation, so a
+    session's cache is the one a server rendering whole would build. One deliberate difference: without a system
+    message, the template inserts its default one (Qwen's "You are Qwen...", SmolLM2's "You are a helpful AI
+    assistant..."), which c2c does not: the rest is the same tokens. A model without a chat template (a base model:
+    Gemma-3-270M) is written in c2c's plain turns, each a prefix of the next by construction: checked here too."""
+    from c2c.runtime import zoo
+    from c2c.runtime.transformers.tokenizer import TemplateText
     from c2c.serve.render import Message, render
 
-    rt = zoo.load(model)
+    if not zoo.is_pulled(model):
+        pytest.skip(f"{model} is not pulled here (c2c models pull {model})")
+    rt = TemplateText(zoo.model_path(model))
+    templated = rt.render_chat([{"role": "user", "content": "x"}]) is not None
     for name, turns in CONVERSATIONS.items():
         msgs = [Message(role=r, content=c) for r, c in turns]
         ours = render(rt, msgs).token_ids
+        if not templated:   # plain turns: messages[:k] always begin messages[:k + 1]
+            for k in range(1, len(msgs)):
+                shorter = render(rt, msgs[:k], generation_prompt=False).token_ids
+                assert render(rt, msgs[:k + 1], generation_prompt=False).token_ids[:len(shorter)] == shorter, name
+            continue
         whole = tuple(rt.encode(rt.render_chat([m.to_dict() for m in msgs], add_generation_prompt=True)))
-        if name != "no system":
+        if name != "no system" or whole == ours:
             assert ours == whole, name
         else:   # the template's default system turn, then exactly ours
             bos = len(rt.bos_ids)
             assert len(whole) > len(ours) and whole[len(whole) - len(ours) + bos:] == ours[bos:], name
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
+def test_the_template_text_side_renders_as_the_loaded_runtime_does(model):
+    """TemplateText (the tokenizer and template alone, what vLLM's publisher loads) gives the runtime's tokens."""
+    from c2c.runtime import zoo
+    from c2c.runtime.transformers.tokenizer import TemplateText
+    from c2c.serve.render import Message, render
+
+    rt, text = zoo.load(model), TemplateText(zoo.model_path(model))
+    msgs = [Message(role=r, content=c) for r, c in CONVERSATIONS["unicode"]]
+    assert render(rt, msgs).token_ids == render(text, msgs).token_ids and tuple(rt.bos_ids) == text.bos_ids

@@ -138,7 +138,10 @@ def check_share(share: Sequence[str] | None, *, field: str = "publish share") ->
         return ()
     if isinstance(share, (str, bytes)) or not isinstance(share, Sequence) or len(share) > MAX_SHARE:
         raise ConfigError(f"{field} must be a list of at most {MAX_SHARE} trust domains")
-    return tuple(sorted({check_domain(d) for d in share}))
+    try:
+        return tuple(sorted({check_domain(d) for d in share}))
+    except ConfigError as e:
+        raise ConfigError(f"{field}: {e}") from None
 
 
 def minimize(cache: KVCache, ctx: Context, labels: Sequence[str] | None = None) -> tuple[KVCache, ...]:
