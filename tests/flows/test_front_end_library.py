@@ -42,33 +42,33 @@ def commit(rt, team, name="analyst", *, share=(), store) -> str:
     return publish(store, a, share=share)
 
 
-def attach(rt, team, store, cid) -> fe.Outcome:
+def attach(rt, team, store, cid, mode="full") -> fe.Outcome:
     try:
-        got = pull(store, cid, Agent("writer", rt, team))
+        got = pull(store, cid, Agent("writer", rt, team), mode=mode)
     except C2CError as e:
         return fe.of_error(e)
     return fe.of_record(got.record)
 
 
-def run_case(case: str, world) -> tuple[fe.Outcome, dict]:
+def run_case(case: str, world, mode: str = "full") -> tuple[fe.Outcome, dict]:
     rt, teams, store, ring = world
     research, other = teams[fe.DOMAIN], teams[fe.OTHER]
     extra: dict = {}
     if case == "own":
-        return attach(rt, research, store, commit(rt, research, store=store)), extra
+        return attach(rt, research, store, commit(rt, research, store=store), mode=mode), extra
     if case == "shared":
-        return attach(rt, research, store, commit(rt, other, share=(fe.DOMAIN,), store=store)), extra
+        return attach(rt, research, store, commit(rt, other, share=(fe.DOMAIN,), store=store), mode=mode), extra
     if case in ("foreign", "made_up"):
         cid = commit(rt, other, store=store) if case == "foreign" else "ab" * 32
         try:
-            pull(store, cid, Agent("writer", rt, research))
+            pull(store, cid, Agent("writer", rt, research), mode=mode)
         except C2CError as e:
             extra["message"], extra["id"] = str(e), cid
             return fe.of_error(e), extra
     if case == "stale":
         cid = commit(rt, research, store=store)
         store.in_domain(fe.DOMAIN).invalidate(cid, reason="retracted")
-        return attach(rt, research, store, cid), extra
+        return attach(rt, research, store, cid, mode=mode), extra
     if case == "tampered":
         cid = commit(rt, research, store=store)
         s = store.in_domain(fe.DOMAIN)
@@ -77,13 +77,13 @@ def run_case(case: str, world) -> tuple[fe.Outcome, dict]:
         raw = bytearray(path.read_bytes())
         raw[len(raw) // 2] ^= 1
         path.write_bytes(bytes(raw))
-        return attach(rt, research, store, cid), extra
+        return attach(rt, research, store, cid, mode=mode), extra
     if case == "wrong_model":
-        return attach(tiny_other(rt), research, store, commit(rt, research, store=store)), extra
+        return attach(tiny_other(rt), research, store, commit(rt, research, store=store), mode=mode), extra
     if case == "wrong_prefix":
         cid = commit(rt, research, store=store)
         return attach(rt, Team(shared=SharedPrefix.build("Another team."), domain=fe.DOMAIN, keyring=ring), store,
-                      cid), extra
+                      cid, mode=mode), extra
     if case == "over_quota":
         store.in_domain(fe.DOMAIN).set_quota(1)
         try:
@@ -94,7 +94,7 @@ def run_case(case: str, world) -> tuple[fe.Outcome, dict]:
     if case == "kv_policy":
         cid = commit(rt, research, store=store)
         ring.set_policy(fe.DOMAIN, {"kv": "sample", "samples": 4})
-        return attach(rt, research, store, cid), extra
+        return attach(rt, research, store, cid, mode=mode), extra
     raise AssertionError(case)
 
 
@@ -104,12 +104,13 @@ def tiny_other(rt):
     return zoo.load("tiny-llama")  # another model: its fingerprint differs
 
 
-@pytest.mark.parametrize("case", fe.CASES)
-def test_the_library_answers_every_case_as_every_front_end(world, case):
-    got, extra = run_case(case, world)
-    want = fe.expected(case, checks_kv=True)
-    assert got.comparable() == want.comparable(), (case, got)
-    if case == "kv_policy":
+@pytest.mark.parametrize("case, mode", [(c, m) for c in fe.CASES for m in (fe.MODES if c in fe.ATTACH_CASES
+                                                                           else ("full",))])
+def test_the_library_answers_every_case_as_every_front_end(world, case, mode):
+    got, extra = run_case(case, world, mode)
+    want = fe.expected(case, checks_kv=True, mode=mode)
+    assert got.comparable() == want.comparable(), (case, mode, got)
+    if case == "kv_policy" and mode != "text":
         assert got.kv == "sample"  # the domain's stored policy ran, though the library's default was none
 
 

@@ -35,9 +35,9 @@ def publish(server, agent: str, *, share=(), system=SYSTEM) -> str:
     return rec["publish"]["commit"]
 
 
-def attach(server, cid: str, *, system=SYSTEM) -> tuple[fe.Outcome, dict]:
+def attach(server, cid: str, *, system=SYSTEM, mode="full") -> tuple[fe.Outcome, dict]:
     body = {"model": "tiny-qwen2", "messages": [system, QUESTION], "max_tokens": 2,
-            "c2c": {"attach": [cid], "mode": "full"}}
+            "c2c": {"attach": [cid], "mode": mode}}
     resp = httpx.post(server.url("/v1/chat/completions"), json=body, headers=server.headers("writer"), timeout=60)
     if resp.status_code != 200:
         return fe.of_body(resp.status_code, resp.json()), resp.json()
@@ -48,21 +48,21 @@ def research_store(server):
     return open_store(server.store_url() + f"?domain={fe.DOMAIN}")
 
 
-def run_case(case: str, server) -> tuple[fe.Outcome, dict]:
+def run_case(case: str, server, mode: str = "full") -> tuple[fe.Outcome, dict]:
     ring = Keyring(server.home / "keys")
     if case == "own":
-        return attach(server, publish(server, "analyst"))
+        return attach(server, publish(server, "analyst"), mode=mode)
     if case == "shared":
-        return attach(server, publish(server, "outsider", share=[fe.DOMAIN]))
+        return attach(server, publish(server, "outsider", share=[fe.DOMAIN]), mode=mode)
     if case == "foreign":
-        return attach(server, publish(server, "outsider"))
+        return attach(server, publish(server, "outsider"), mode=mode)
     if case == "made_up":
-        return attach(server, "ab" * 32)
+        return attach(server, "ab" * 32, mode=mode)
     if case == "stale":
         cid = publish(server, "analyst")
         httpx.post(server.url(f"/v1/c2c/commits/{cid}/invalidate"), headers=server.headers("analyst"),
                    json={"reason": "retracted"}, timeout=30).raise_for_status()
-        return attach(server, cid)
+        return attach(server, cid, mode=mode)
     if case == "tampered":
         cid = publish(server, "analyst")
         with research_store(server) as s:
@@ -70,21 +70,17 @@ def run_case(case: str, server) -> tuple[fe.Outcome, dict]:
             raw = bytearray(path.read_bytes())
             raw[len(raw) // 2] ^= 1
             path.write_bytes(bytes(raw))
-        return attach(server, cid)
+        return attach(server, cid, mode=mode)
     if case == "wrong_model":
         from c2c.runtime import zoo
 
         publish(server, "analyst")  # research's key exists
-        other = zoo.load("tiny-llama")
-        ids = other.encode("Evidence: the outage began at 09:14.")
-        _, cache = other.prefill(ids)
-        art = Artifact.build(cache, fingerprint=Fingerprint.of(other), prefix=PrefixRef.of(ids[:4]),
-                             producer={"agent": "analyst", "domain": fe.DOMAIN})
-        with research_store(server) as s:
-            cid = s.put(sign(art, ring.signing_key(fe.DOMAIN)).encode(), stream=f"fe-{uuid.uuid4().hex[:8]}").id
-        return attach(server, cid)
+        # another model's commit, as the library publishes one (commit_of: its text kept)
+        cid = _library_commit(server, zoo.load("tiny-llama"), SYSTEM["content"], "Evidence: the outage began at 09:14.")
+        return attach(server, cid, mode=mode)
     if case == "wrong_prefix":
-        return attach(server, publish(server, "analyst"), system={"role": "system", "content": "Another team."})
+        return attach(server, publish(server, "analyst"), system={"role": "system", "content": "Another team."},
+                      mode=mode)
     if case == "over_quota":
         with research_store(server) as s:
             s.set_quota(1)
@@ -101,18 +97,19 @@ def run_case(case: str, server) -> tuple[fe.Outcome, dict]:
         cid = publish(server, "analyst")
         ring.set_policy(fe.DOMAIN, {"kv": "sample", "samples": 4})
         try:
-            return attach(server, cid)
+            return attach(server, cid, mode=mode)
         finally:
             ring.set_policy(fe.DOMAIN, {"kv": "none"})  # as the server's --verify-kv none
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", fe.CASES)
-def test_c2c_serve_answers_every_case_as_every_front_end(tiny_server, case):
-    got, body = run_case(case, tiny_server)
-    want = fe.expected(case, checks_kv=True)
-    assert got.comparable() == want.comparable(), (case, body)
-    if case == "kv_policy":  # the domain's stored policy ran, though the server's --verify-kv is none
+@pytest.mark.parametrize("case, mode", [(c, m) for c in fe.CASES for m in (fe.MODES if c in fe.ATTACH_CASES
+                                                                           else ("full",))])
+def test_c2c_serve_answers_every_case_as_every_front_end(tiny_server, case, mode):
+    got, body = run_case(case, tiny_server, mode)
+    want = fe.expected(case, checks_kv=True, mode=mode)
+    assert got.comparable() == want.comparable(), (case, mode, body)
+    if case == "kv_policy" and mode != "text":  # the domain's stored policy ran, though the server's --verify-kv is none
         assert got.kv == "sample" and body["c2c"]["attach"][0]["trust"]["kv"]["mode"] == "sample"
 
 

@@ -44,9 +44,9 @@ def publish(client) -> tuple[list[dict], dict]:
     return [SYSTEM, question, {"role": "assistant", "content": r.choices[0].message.content}, FOLLOW_UP], pub
 
 
-def attach(client, messages, cid) -> tuple[fe.Outcome, dict]:
+def attach(client, messages, cid, mode="full") -> tuple[fe.Outcome, dict]:
     try:
-        r = chat(client, messages, {"attach": cid, "mode": "full"}, max_tokens=2)
+        r = chat(client, messages, {"attach": cid, "mode": mode}, max_tokens=2)
     except APIStatusError as e:
         return fe.of_body(e.status_code, {"error": e.body}), {"error": e.body}
     return fe.of_record(kv(r)["attach"]), kv(r)
@@ -72,10 +72,10 @@ def resigned(server, cid: str, *, domain: str, share=(), **header) -> str:
     return commit.id
 
 
-def run_case(case: str, client, server) -> tuple[fe.Outcome, dict]:
+def run_case(case: str, client, server, mode: str = "full") -> tuple[fe.Outcome, dict]:
     ring = Keyring(server.home / "keys")
     if case == "made_up":
-        return attach(client, [SYSTEM, FOLLOW_UP], "ab" * 32)
+        return attach(client, [SYSTEM, FOLLOW_UP], "ab" * 32, mode=mode)
     if case == "over_quota":
         with open_store(server.store_url) as store:
             store.in_domain(fe.DOMAIN).set_quota(1)
@@ -88,41 +88,42 @@ def run_case(case: str, client, server) -> tuple[fe.Outcome, dict]:
     messages, pub = publish(client)
     cid = pub["commit"]
     if case == "own":
-        return attach(client, messages, cid)
+        return attach(client, messages, cid, mode=mode)
     if case == "shared":
-        return attach(client, messages, resigned(server, cid, domain=fe.OTHER, share=[fe.DOMAIN]))
+        return attach(client, messages, resigned(server, cid, domain=fe.OTHER, share=[fe.DOMAIN]), mode=mode)
     if case == "foreign":
-        return attach(client, messages, resigned(server, cid, domain=fe.OTHER))
+        return attach(client, messages, resigned(server, cid, domain=fe.OTHER), mode=mode)
     if case == "stale":
         with open_store(server.store_url) as store:
             store.in_domain(fe.DOMAIN).invalidate(cid, reason="retracted")
-        return attach(client, messages, cid)
+        return attach(client, messages, cid, mode=mode)
     if case == "tampered":
         with open_store(server.store_url) as store:
             tamper_chunk(store.in_domain(fe.DOMAIN), cid)
-        return attach(client, messages, cid)
+        return attach(client, messages, cid, mode=mode)
     if case == "wrong_model":
         with open_store(server.store_url) as store:
             fp = Artifact.decode(store.in_domain(fe.DOMAIN).get(cid).data).header.fingerprint
         other = replace(fp, backend=EngineId.parse("transformers"))  # the same weights in another engine
-        return attach(client, messages, resigned(server, cid, domain=fe.DOMAIN, fingerprint=other))
+        return attach(client, messages, resigned(server, cid, domain=fe.DOMAIN, fingerprint=other), mode=mode)
     if case == "wrong_prefix":
-        return attach(client, OTHER, cid)
+        return attach(client, OTHER, cid, mode=mode)
     if case == "kv_policy":
         ring.set_policy(fe.DOMAIN, {"kv": "sample", "samples": 4})
         try:
-            return attach(client, messages, cid)
+            return attach(client, messages, cid, mode=mode)
         finally:
             ring.set_policy(fe.DOMAIN, {"kv": "none"})
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", fe.CASES)
-def test_vllm_answers_every_case_as_every_front_end(client, vllm_server, case):
-    got, body = run_case(case, client, vllm_server)
-    want = fe.expected(case, checks_kv=False)
-    assert got.comparable() == want.comparable(), (case, body)
-    if case == "kv_policy":  # refused, naming the policy and the way out
+@pytest.mark.parametrize("case, mode", [(c, m) for c in fe.CASES for m in (fe.MODES if c in fe.ATTACH_CASES
+                                                                           else ("full",))])
+def test_vllm_answers_every_case_as_every_front_end(client, vllm_server, case, mode):
+    got, body = run_case(case, client, vllm_server, mode)
+    want = fe.expected(case, checks_kv=False, mode=mode)
+    assert got.comparable() == want.comparable(), (case, mode, body)
+    if case == "kv_policy" and mode == "full":  # refused, naming the policy and the way out
         assert "policy" in body["error"]["message"] and "kv=none" in body["error"]["message"], body
 
 

@@ -124,6 +124,11 @@ def text_of(artifact: Artifact, *, runtime=None) -> str:
                        "tokenizer, or nothing beyond its shared prefix); attach it with mode full or slice")
 
 
+def as_message(sender: str, commit_id: str, text: str) -> str:
+    """The user turn a receiver reads a commit's text in, at every front-end."""
+    return f"Context from {sender} (c2c commit {commit_id[:12]}):\n{text}"
+
+
 def bounded_text(text: str) -> tuple[str, bool]:
     """``text``, its oldest part cut until it fits :data:`MAX_TEXT_BYTES` as canonical JSON; whether it was cut."""
     def size(t: str) -> int:

@@ -45,14 +45,14 @@ def run(runtime: Runtime, store, *, policy: str = "re-pull", answer_tokens: int 
 
     def analyst_from(commit: str) -> str:
         a = Agent("analyst", runtime, team, role="You are the analyst.")
-        pull(store, commit, a)
+        pull(store, commit, a, mode="full")
         answers[f"analyst on researcher v{store.show(commit).commit.version}"] = a.respond("Does the Redis backend support TLS? Answer yes or no with the version.",
                                        max_new_tokens=answer_tokens).text
         return publish(store, a, parents=(commit,))
 
     def writer_from(commit: str, allow_stale: bool = False) -> tuple[str, bool]:
         w = Agent("writer", runtime, team, role="You are the writer.")
-        stale = pull(store, commit, w, allow_stale=allow_stale).stale
+        stale = pull(store, commit, w, mode="full", allow_stale=allow_stale).stale
         v = store.show(store.show(commit).commit.parents[0]).commit.version
         answers[f"writer on researcher v{v}" + (" (stale context)" if stale else "")] = w.respond(
             "Write one sentence for users about TLS support in Redis.", max_new_tokens=answer_tokens).text

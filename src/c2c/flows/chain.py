@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from c2c.commit.author import as_message
+from c2c.errors import C2CError, ConfigError
 from c2c.handoff.cross_engine import enforce
 from c2c.handoff.decide import Party
-from c2c.handoff.gate import Gate, Receiver
-from c2c.handoff.policy import HandoffPolicy
+from c2c.handoff.gate import ADVISOR_NOTE, Gate, Receiver
+from c2c.handoff.policy import MODES, HandoffPolicy
 from c2c.store.fetch import FetchReport
 from c2c.team.agent import Agent
 from c2c.trust.verify import slice_context
@@ -56,7 +58,7 @@ class Pulled:
     trust: dict | None = None
 
 
-def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False,
+def pull(store, commit_id: str, agent: Agent, *, mode: str = "auto", allow_stale: bool = False,
          policy: HandoffPolicy | None = None) -> Pulled:
     """Attach commit ``commit_id`` to ``agent`` through the one gate (:class:`c2c.handoff.gate.Gate`), as
     ``c2c serve`` and vLLM's connector do: the commit must be the agent's domain's own, or one another
@@ -66,29 +68,48 @@ def pull(store, commit_id: str, agent: Agent, *, allow_stale: bool = False,
     then the K/V check the domain's policy asks for runs before the cache is placed. The chunks of
     tokens ``agent`` already holds are not fetched.
 
-    ``policy``: its ``cross_engine`` opt-in lets a commit another engine made from the same weights
-    (vLLM's) attach, after the K/V check the decision forces; its mode is the commit's kind.
+    ``mode``, as ``c2c serve`` takes it: ``auto`` attaches the cache where every check passes and otherwise
+    has the agent read the commit's text (as a user turn, in the words ``c2c serve`` uses,
+    :func:`c2c.commit.author.as_message`), the reason in the record; ``full`` or ``slice`` attach the cache
+    as what it is or raise the failed check's error; ``text`` reads the text. ``policy``: its ``cross_engine``
+    opt-in lets a commit another engine made from the same weights (vLLM's) attach, after the K/V check the
+    decision forces.
 
     Raises:
+        ConfigError: an unknown mode.
         CommitNotVisibleError: not the agent's domain's, nor shared with it (one answer, whether or not it exists).
-        StaleCommitError: the commit is stale and ``allow_stale`` is False.
-        TrustError, ArtifactError: it does not verify for the agent's domain.
-        DomainMismatchError, FingerprintMismatchError, PrefixMismatchError, HandoffError: a check refused it.
+        TrustError, ArtifactError: it does not verify for the agent's domain (any mode).
+        StaleCommitError, DomainMismatchError, FingerprintMismatchError, PrefixMismatchError, HandoffError: a
+            check refused it in ``full``/``slice`` (``allow_stale`` lets a stale one attach, flagged).
+        HandoffError: in ``auto``/``text``, the commit keeps no text the agent's tokenizer can read.
     """
+    if mode not in MODES:
+        raise ConfigError(f"unknown pull mode {mode!r}; use one of {', '.join(MODES)}")
     team = agent.team
     gate = Gate(store, team.keyring)  # no floor of its own: the domain's stored policy, else the default check
-    receiver = Receiver(party=Party.of(agent), policy=lambda h: HandoffPolicy.build(policy, mode=h.kind),
-                        held=agent.cache, allow_stale=allow_stale)
+    receiver = Receiver(party=Party.of(agent), held=agent.cache, allow_stale=allow_stale, advice_note=ADVISOR_NOTE,
+                        policy=lambda h: HandoffPolicy.build(policy, mode=h.kind if mode in ("full", "slice")
+                                                             else mode, auto_cache_mode=h.kind))
     adm = gate.admit(commit_id, receiver)
-    decision, art = adm.decision, adm.artifact
-    prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
-    context = slice_context(art.header.start, prefix_ids, team.prefix_cache)
-    report = gate.check_kv(adm, runtime=agent.runtime, prefix_ids=prefix_ids, context=context, engine=False)
-    verified = enforce(decision, art, agent.runtime, trust=report.to_dict() if report else None, context=context)
-    agent.attach(art, engine=decision.verify is None)
-    return Pulled(commit=adm.commit, stale=adm.stored.stale, fetch=adm.fetched, decision=decision.to_dict(),
-                  verified=verified, record={**adm.record(), "trust": report.to_dict() if report else None},
-                  trust=report.to_dict() if report else None)
+    art = adm.artifact
+    report = verified = None
+    if adm.path == "cache":
+        prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
+        context = slice_context(art.header.start, prefix_ids, team.prefix_cache)
+        try:
+            report = gate.check_kv(adm, runtime=agent.runtime, prefix_ids=prefix_ids, context=context, engine=False)
+            verified = enforce(adm.decision, art, agent.runtime, trust=report.to_dict() if report else None,
+                               context=context)
+            agent.attach(art, engine=adm.decision.verify is None)
+        except C2CError as e:
+            adm, report, verified = adm.fall_back(e), None, None  # raises in full / slice
+    if adm.path == "text":
+        sender = str(art.header.producer.get("agent", "?"))
+        agent.read(as_message(sender, adm.commit, adm.text(agent.runtime)), label=f"from:{sender}", private=False)
+    trust = report.to_dict() if report else None
+    return Pulled(commit=adm.commit, stale=adm.stored.stale, fetch=adm.fetched, decision=adm.decision.to_dict(),
+                  verified=verified, trust=trust,
+                  record={**adm.record(), "used": "text" if adm.path == "text" else art.header.kind, "trust": trust})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -51,9 +51,9 @@ from c2c.artifact.codec import Artifact
 from c2c.artifact.header import ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
-                        KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
+                        HandoffError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
                         StoreWriteError, UnsignedArtifactError, UnverifiableError)
-from c2c.commit.author import SHARED_PARENTS, Parents
+from c2c.commit.author import SHARED_PARENTS, Parents, text_of
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime.kvcache import Edits, KVCache
@@ -67,6 +67,10 @@ from c2c.trust.verify_policy import DEFAULT, ROUTINE, TrustReport, VerifyPolicy,
 
 log = logging.getLogger("c2c")
 _KV_RANK = {"none": 0, "sample": 1, "strict": 2}
+
+
+#: what a record says of the advisor where a commit's text is the alternative (the library and c2c serve)
+ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
 
 
 # --------------------------------------------------------------------------- the gate's pieces
@@ -207,6 +211,21 @@ class Admission:
             Exception.__init__(error, f"commit {self.commit[:12]}: {type(error).__name__} "
                                       "(details withheld: another domain's commit)")
         return replace(self, decision=fall_back(self.decision, self.policy, error))
+
+    def text(self, runtime=None) -> str:
+        """What a receiver reads instead of the K/V: the commit's text (:func:`c2c.commit.author.text_of`), and
+        where the hop check failed, the chain the cache would have extended (its own domain's commit only).
+
+        Raises:
+            HandoffError: the commit keeps no text and ``runtime`` cannot read its tokens.
+        """
+        try:
+            text = text_of(self.artifact, runtime=runtime)
+        except HandoffError as e:
+            raise HandoffError(f"commit {self.commit[:12]}: {e}") from None
+        if self.decision.check("hops").ok is False and not self.foreign:
+            text += "\n" + self.hops.fallback_text()
+        return text
 
     def record(self) -> dict[str, Any]:
         """What every front-end's reply says of this attach (a foreign commit: verdicts, the signer's domain)."""

@@ -45,8 +45,8 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
 from c2c.errors import C2CError, ConfigError, HandoffError, UnverifiableError
 from c2c.handoff.forecast import forecast
-from c2c.commit.author import TEXT_KEY, commit_of, text_of
-from c2c.handoff.gate import Admission, Gate, Receiver, not_visible as _not_visible, store_errors
+from c2c.commit.author import TEXT_KEY, as_message, commit_of, text_of
+from c2c.handoff.gate import ADVISOR_NOTE, Admission, Gate, Receiver, not_visible as _not_visible, store_errors
 from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime import placement
@@ -66,7 +66,6 @@ from c2c.trust.verify import slice_context
 from c2c.xmodel import MapOffer
 
 MAX_LABELS = 16
-ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +206,7 @@ class Exchange:
                       prefix=PrefixRef.of(prefix_ids))
         adm = self.gate.admit(commit_id, Receiver(party=party, policy=HandoffPolicy(mode=mode), held=held,
                                                   exact=False, advice_note=ADVISOR_NOTE))
-        cid, foreign, artifact, h = adm.commit, adm.foreign, adm.artifact, adm.artifact.header
+        cid, artifact, h = adm.commit, adm.artifact, adm.artifact.header
         agent = h.producer.get("agent", "?")
         t2 = time.perf_counter()
         metric = _metric_reason(adm.decision, mode)
@@ -229,13 +228,11 @@ class Exchange:
             except C2CError as e:
                 adm = adm.fall_back(e)  # raises in full / slice
                 metric = f"error:{type(e).__name__}"
-        decision, used, rec = adm.decision, adm.path, adm.stored
+        used, rec = adm.path, adm.stored
         nbytes = len(rec.data)
         if used == "text":
-            text = _kept_text(artifact, cid, runtime=runtime)
-            if decision.check("hops").ok is False and not foreign:  # cite the chain the cache would have extended
-                text += "\n" + adm.hops.fallback_text()
-            parts = (text_turn(runtime, f"from:{agent}", f"Context from {agent} (c2c commit {cid[:12]}):\n{text}"),)
+            text = adm.text(runtime)
+            parts = (text_turn(runtime, f"from:{agent}", as_message(agent, cid, text)),)
             nbytes = len(text.encode())
         t3 = time.perf_counter()
         record = {**adm.record(), "used": "text" if used == "text" else h.kind,
@@ -353,14 +350,6 @@ def _text_or_none(artifact: Artifact) -> str:
         return text_of(artifact)
     except HandoffError:
         return ""
-
-
-def _kept_text(artifact: Artifact, cid: str, *, runtime: Runtime) -> str:
-    """:func:`c2c.commit.author.text_of`, its error naming the commit."""
-    try:
-        return text_of(artifact, runtime=runtime)
-    except HandoffError as e:
-        raise HandoffError(f"commit {cid[:12]}: {e}") from None
 
 
 def _check_labels(labels: Sequence[str]) -> tuple[str, ...]:

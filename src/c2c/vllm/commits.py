@@ -15,7 +15,8 @@ a sampled or strict K/V check (``c2c keys policy``), the cache is refused, namin
 
 ``full`` gets the cache or the first failed check's error; ``auto`` gets the cache or an
 ordinary prefill, with the reason, where a check failed or the store is down
-(:data:`FALLS_BACK`). No mode falls back from :data:`FATAL`: a malformed or invisible id,
+(:data:`FALLS_BACK`); ``text`` is that prefill, asked for (the commit still checked, its record
+kept: the prompt carries the conversation's text itself). No mode falls back from :data:`FATAL`: a malformed or invisible id,
 bytes or a signature that do not verify, and stored chunks that no longer hash to their
 digests (:class:`~c2c.errors.StoreCorruptError`): tampering is reported (422
 ``store_corrupt``, as ``c2c serve`` answers it in every mode), never prefilled over in
@@ -56,7 +57,7 @@ from c2c.trust.verify_policy import VerifyPolicy
 from c2c.vllm import staging, tickets
 
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
-MODES = ("auto", "full")
+MODES = ("auto", "full", "text")
 # errors in every mode: the id, the bytes, the signature or the stored chunks are bad (what c2c serve answers in auto)
 FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError, StoreCorruptError)
 FALLS_BACK = (StoreError, HandoffError)   # auto: a prefill, with the reason (a failed check, the store down)
@@ -86,7 +87,7 @@ class Request:
             return None
         c = params["c2c"]
         if not isinstance(c, dict) or set(c) - {"attach", "mode", "publish", "ticket"}:
-            raise ConfigError('kv_transfer_params.c2c takes {"attach": ID, "mode": "auto"|"full", '
+            raise ConfigError('kv_transfer_params.c2c takes {"attach": ID, "mode": "auto"|"full"|"text", '
                               '"publish": {"stream": S, "parents": [IDS], "share": [DOMAINS]}}')
         attach, mode, ticket = c.get("attach"), c.get("mode", "auto"), c.get("ticket")
         if ticket is not None:

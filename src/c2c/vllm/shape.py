@@ -6,7 +6,7 @@ vLLM hands a connector only ``kv_transfer_params``, so its native shape is
 answers a request in the shape it came in. In ``c2c serve``'s shape:
 
 - ``attach`` is a list of commit ids, of at most one here (vLLM loads one commit per
-  request); ``mode`` is ``auto`` or ``full`` (``slice`` and ``text`` are ``c2c serve``'s);
+  request); ``mode`` is ``auto``, ``full`` or ``text`` (``slice`` is ``c2c serve``'s);
 - ``publish`` takes ``stream`` and ``share``, and ``parents`` as the native shape does;
   ``labels`` (a labelled slice) is ``c2c serve``'s only;
 - ``session`` is accepted and not used: vLLM reuses a conversation's prefix through its
@@ -71,9 +71,9 @@ def _from_serve(c: Any) -> dict[str, Any]:
     if attach is not None:
         out["attach"] = attach
     mode = c.get("mode", "auto")
-    if mode in ("slice", "text"):
-        raise ConfigError(f"c2c.mode {mode!r} is c2c serve's only; vLLM takes 'auto' or 'full' (leave out "
-                          "attach to send text)")
+    if mode == "slice":
+        raise ConfigError("c2c.mode 'slice' is c2c serve's only; vLLM attaches whole commits: take 'auto', 'full' "
+                          "or 'text'")
     out["mode"] = mode
     pub = c.get("publish")
     if isinstance(pub, dict):
