@@ -150,7 +150,11 @@ def test_pull_attaches_another_engines_commit_only_by_opt_in_after_the_forced_sa
     assert header.prefix == analyst.prefix and header.producer["engine"] == "vllm"  # part 0, as every author
     writer = Agent("writer", analyst.runtime, team)
     with pytest.raises(FingerprintMismatchError, match="cross_engine="):
-        pull(store, cid, writer)
+        pull(store, cid, writer, mode="full")
+    reader = Agent("reader", analyst.runtime, team)
+    as_text = pull(store, cid, reader)   # auto: the commit's text, the engine named
+    assert as_text.record["path"] == "text" and "cross_engine=" in as_text.record["reason"]
+    assert reader.context.spans[-1].label == "from:vllm" and reader.cache.token_ids != analyst.cache.token_ids
     fidelity = replace(FIDELITY, weights_digest=analyst.fingerprint.weights_digest)
     got = pull(store, cid, writer, policy=HandoffPolicy(cross_engine=CrossEnginePolicy(fidelity=fidelity)))
     assert got.decision["verify"] == "sample" and got.decision["fidelity"] == fidelity.to_dict()
@@ -168,8 +172,12 @@ def test_the_forced_check_refuses_a_tampered_cache_of_another_engine(lab):
     cid = publish_as_vllm(team, analyst, store, bad)
     writer = Agent("writer", analyst.runtime, team)
     with pytest.raises(VerificationFailedError):
-        pull(store, cid, writer, policy=OPT_IN)
+        pull(store, cid, writer, mode="full", policy=OPT_IN)
     assert writer.cache is None or writer.cache.token_ids != analyst.cache.token_ids
+    reader = Agent("reader", analyst.runtime, team)
+    got = pull(store, cid, reader, policy=OPT_IN)   # auto: the failed check falls back to the commit's text
+    assert got.record["path"] == "text" and "VerificationFailedError" in got.record["reason"]
+    assert reader.cache.token_ids != analyst.cache.token_ids and got.verified is None
 
 
 def test_a_broken_fidelity_record_is_a_config_error_naming_the_fix(tmp_path):
