@@ -9,7 +9,7 @@ response of about 300 tokens of real prose with two planted facts. The policy
 responses, so drops begin at step 9. Questions at steps 6, 12 and 16 ask for facts of
 recent (kept) responses, and at 12 and 16 also of dropped ones. Conditions, all on the same
 episodes, each step through the code ``c2c serve`` runs for a request (render, the session's
-edit :func:`c2c.serve.context_edit.apply`, prefix reuse :func:`c2c.serve.reuse.prepare`, then a
+edit :func:`c2c.conversation.editing.apply`, prefix reuse :func:`c2c.conversation.reuse.prepare`, then a
 one-pass prefill of what is left, the fastest text path):
 
 - ``keep``: nothing dropped (the context grows);
@@ -58,9 +58,9 @@ def run_episode(rt, ep, condition: str, *, keep: int, max_new_tokens: int) -> di
     from c2c.bench.context_qa import contains_answer, exact_match
     from c2c.client.context_policy import ContextPolicy, ContextWindow
     from c2c.serve import context_edit
-    from c2c.serve.context_edit import EditSpec
-    from c2c.serve.render import Message, render
-    from c2c.serve.reuse import prepare
+    from c2c.conversation.editing import EditSpec
+    from c2c.conversation.render import Message, render
+    from c2c.conversation.reuse import prepare
 
     window = ContextWindow(ContextPolicy(keep_tool_responses=keep))
     cache, held, dropped = None, (), frozenset()

@@ -112,7 +112,7 @@ def pipeline_point(server: Serve, model: str, system: str, document: str, questi
 def overhead(server: Serve, rt, model: str, n: int) -> dict:
     """HTTP round trip vs ``Runtime.generate`` on the same tokens, interleaved (alternating which goes
     first), ``n`` times each. Also: the server's own forward time, and everything else it spends."""
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     msgs = [{"role": "user", "content": "Say hi."}]
     ids = list(render(rt, [Message(role="user", content="Say hi.")]).token_ids)

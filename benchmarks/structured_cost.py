@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/structured_cost.py                          # Qwen2.5-Coder-0.5B, 64 tokens, 5 rounds
     .venv/bin/python benchmarks/structured_cost.py --model SmolLM2-135M-Instruct --rounds 3
 
-One process, one model, the decode loop `c2c serve` runs (:func:`c2c.serve.decode.generate`),
+One process, one model, the decode loop `c2c serve` runs (:func:`c2c.conversation.decode.generate`),
 greedy, in turns: each round decodes ``--tokens`` tokens unconstrained (end of turn banned)
 and ``--tokens`` tokens under a JSON schema whose shortest match is longer than that (so both
 decode exactly as many tokens). The per-token time is the decode time over the tokens decoded
@@ -28,8 +28,8 @@ from pathlib import Path
 from c2c.bench import results
 from c2c.runtime import zoo
 from c2c.runtime.grammar import Grammar
-from c2c.serve.decode import Sampling, generate
-from c2c.serve.render import Message, render
+from c2c.conversation.decode import Sampling, generate
+from c2c.conversation.render import Message, render
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LONG = {"type": "object", "required": ["readings"], "additionalProperties": False,

@@ -67,7 +67,7 @@ def test_a_team_and_the_server_make_one_prefix_of_one_system_text(tiny):
     """The library's SharedPrefix and the server's rendering both call prefix_token_ids, which takes the
     system text verbatim: trailing whitespace is part of the prefix, and "no system" differs from "" ."""
     from c2c.artifact.prefix import prefix_token_ids
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     rt = tiny("qwen2")
     for system in ("You are a team.\n", "  You are a team.", ""):
@@ -87,7 +87,7 @@ def test_a_prompt_known_only_by_its_tokens_declares_the_prefix_c2c_serve_renders
     from c2c.artifact.prefix import declared_prefix_len, prefix_token_ids
     from c2c.runtime import zoo
     from c2c.runtime.transformers.tokenizer import TemplateText
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     rt = TemplateText(zoo.model_path(model))
     tail = rt.render_turn("system", "\ue000").partition("\ue000")[2]

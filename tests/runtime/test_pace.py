@@ -10,7 +10,7 @@ from c2c.errors import ConfigError
 from c2c.runtime import zoo
 from c2c.runtime.edit import drop
 from c2c.runtime.pace import Pace
-from c2c.serve.decode import Sampling, generate
+from c2c.conversation.decode import Sampling, generate
 from c2c.serve.config import PREFILL_CHUNK, ServeConfig
 
 

@@ -125,7 +125,7 @@ def test_a_commit_that_keeps_no_text_falls_back_to_its_own_tokens_in_auto(tiny_s
     fails, it was a 409 ("not published by c2c serve"). It is read as text from its own tokens after its
     declared shared prefix (the sender's system turn never read out)."""
     from c2c.runtime import zoo
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     publish(tiny_server, "analyst")  # research's key exists
     rt = zoo.load("tiny-qwen2")

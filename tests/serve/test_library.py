@@ -16,9 +16,9 @@ from c2c.runtime.transformers import tokenizer as hf_tokenizer
 from c2c.serve.auth import OPEN, Principal, TokenTable
 from c2c.serve.config import ServeConfig
 from c2c.runtime.pace import Pace
-from c2c.serve.decode import Sampling, generate
-from c2c.serve.render import Message, render
-from c2c.serve.reuse import prepare
+from c2c.conversation.decode import Sampling, generate
+from c2c.conversation.render import Message, render
+from c2c.conversation.reuse import prepare
 from c2c.serve.sessions import Session, SessionKey, SessionPool
 from c2c.serve.worker import Cancelled, Channel, Job, ModelWorker
 

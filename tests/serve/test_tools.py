@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from c2c.errors import ToolCallError
-from c2c.serve.tools import Tool, Tools, held_back
+from c2c.conversation.tools import Tool, Tools, held_back
 from serve_helpers import SYSTEM, c2c_field, chat
 
 WEATHER = Tool(name="get_weather", description="Get the current weather in a city",
@@ -90,8 +90,8 @@ def test_a_forced_reply_is_constrained_to_calls_whose_arguments_validate():
 
 # ------------------------------------------------------------- the template renders the whole conversation
 def conversations():
-    from c2c.serve.render import Message
-    from c2c.serve.tools import ToolCall
+    from c2c.conversation.render import Message
+    from c2c.conversation.tools import ToolCall
 
     calls = (ToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}'),
              ToolCall(id="c2", name="get_weather", arguments='{"city": "Zürich 🚀"}'))
@@ -111,7 +111,7 @@ def test_a_conversation_with_tools_is_the_templates_whole_rendering_cut_at_its_m
     wrong there: the tokens are those of the whole rendering, and each message's part is what its own rendering
     shares with it."""
     from c2c.runtime import zoo
-    from c2c.serve.render import render
+    from c2c.conversation.render import render
 
     rt = zoo.load("Qwen2.5-Coder-0.5B-Instruct")
     for name, msgs in conversations().items():
@@ -133,7 +133,7 @@ def test_a_conversation_with_tools_is_the_templates_whole_rendering_cut_at_its_m
 @pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Gemma-3-270M"])
 def test_a_model_whose_template_cannot_render_tools_is_refused_naming_it_and_tools(model):
     from c2c.runtime import zoo
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     rt = zoo.load(model)
     with pytest.raises(ToolCallError) as e:

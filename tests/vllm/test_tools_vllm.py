@@ -80,7 +80,7 @@ def test_an_auto_call_on_the_default_model(qwen_vllm):
 
 def test_what_vllm_returns_for_an_auto_call_is_the_call_as_content(qwen_vllm):
     """The other side of the xfail above: the call is there, as the content c2c serve reads as a call."""
-    from c2c.serve.tools import Tool, Tools
+    from c2c.conversation.tools import Tool, Tools
 
     r = ask(qwen_vllm, WEATHER_Q)
     m = r.choices[0].message

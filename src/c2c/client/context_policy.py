@@ -1,5 +1,5 @@
 """A client-side policy that keeps an agent's context bounded by dropping old tool responses from the server's
-cache (``c2c serve``'s ``c2c.edit``: :mod:`c2c.serve.context_edit`), instead of deleting them from the history.
+cache (``c2c serve``'s ``c2c.edit``: :mod:`c2c.conversation.editing`), instead of deleting them from the history.
 
 The agent keeps its *full* message list, as it would without c2c; before each request,
 :meth:`ContextWindow.extra_body` says which messages the model should no longer read::

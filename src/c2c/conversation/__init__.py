@@ -9,7 +9,7 @@ Each :class:`Part` carries its label, whether it is private, its token ids, the 
 handoff of it reads) and, where the front-end holds them, its K/V at its own positions.
 
 The library's agents (:meth:`c2c.team.agent.Agent.conversation`), ``c2c serve``'s sessions (rendered by the
-model's chat template, :mod:`c2c.serve.render`) and vLLM's publisher (:meth:`Conversation.of_tokens`) build
+model's chat template, :mod:`c2c.conversation.render`) and vLLM's publisher (:meth:`Conversation.of_tokens`) build
 one, and one function makes a commit of it (:func:`c2c.commit.author.commit_of`).
 """
 

@@ -7,7 +7,7 @@ cache (a commit's, or a fused or mapped one) goes into it in one of two ways:
   conversation the receiver goes on from. Its K/V stay on the very tokens, at the very positions,
   they were computed for; nothing is re-rotated. :func:`lay` cuts them per span of the receiver's
   sequence: one span for :meth:`c2c.team.agent.Agent.adopt`, one per message for a ``c2c serve``
-  request whose messages begin with a commit's conversation (:func:`c2c.serve.render.continuation`).
+  request whose messages begin with a commit's conversation (:func:`c2c.conversation.render.continuation`).
 - **appended.** A slice, or a full cache's body placed as a block of its own, follows what the
   receiver holds: :func:`append` re-positions it (RoPE) to start where the receiver's sequence
   ends, at ``at``.

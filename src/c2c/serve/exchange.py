@@ -56,7 +56,7 @@ from c2c.runtime.kvcache import KVCache
 from c2c.serve.auth import Principal
 from c2c.serve.mapped import ServedMap, mapped_parts
 from c2c.conversation import Part, Conversation
-from c2c.serve.render import text_turn
+from c2c.conversation.render import text_turn
 from c2c.store.interface import Store, check_stream
 from c2c.store.hops import hop_report
 from c2c.trust.isolation import check_share, cut_slice
@@ -80,7 +80,7 @@ class Attachment:
         metric_reason: ``ok``, or the first failed check, or the error type.
         tokens: a full commit's token ids, its shared prefix included (None for a slice, or where the commit
             withholds them): what a request that continues the commit's conversation begins with
-            (:func:`c2c.serve.render.continuation`).
+            (:func:`c2c.conversation.render.continuation`).
     """
 
     commit: str

@@ -23,7 +23,7 @@ Sampling follows OpenAI's defaults: without ``temperature`` it is 1.0 (sampled);
 NOTE: OpenAI fields this server does not know are ignored (clients such as
 LangChain send a few); those it cannot honour (the legacy ``functions``/``function_call``,
 ``n > 1`` with a session) are refused, the error's ``param`` naming the field. ``tools``,
-``tool_choice`` and ``parallel_tool_calls`` (:mod:`c2c.serve.tools`), ``logprobs``/``top_logprobs``
+``tool_choice`` and ``parallel_tool_calls`` (:mod:`c2c.conversation.tools`), ``logprobs``/``top_logprobs``
 (up to 20), ``n`` (up to 8) and ``response_format`` ``json_object``/``json_schema`` (constrained
 decoding) are served. Inside
 ``c2c`` every unknown key is refused.
@@ -46,10 +46,10 @@ from pydantic_core import PydanticCustomError
 
 from c2c.canon import non_utf8_at
 from c2c.errors import ConfigError
-from c2c.serve.context_edit import EditSpec
-from c2c.serve.decode import MAX_TOP_LOGPROBS
-from c2c.serve.render import Message
-from c2c.serve.tools import Tool, ToolCall, Tools
+from c2c.conversation.editing import EditSpec
+from c2c.conversation.decode import MAX_TOP_LOGPROBS
+from c2c.conversation.render import Message
+from c2c.conversation.tools import Tool, ToolCall, Tools
 from c2c.serve.service import MAX_N, ChatRequest, Completion, JsonFormat, PublishSpec, Reply, Started
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]*$"
@@ -213,7 +213,7 @@ class PublishIn(InModel):
 
 
 class EditIn(InModel):
-    """``c2c.edit``: drop messages from the session's cache (:mod:`c2c.serve.context_edit`)."""
+    """``c2c.edit``: drop messages from the session's cache (:mod:`c2c.conversation.editing`)."""
 
     model_config = ConfigDict(extra="forbid")
     drop: list[int] = Field(default_factory=list, max_length=4096,
@@ -433,7 +433,7 @@ def c2c_headers(c: Completion) -> dict[str, str]:
     if f.get("publish"):
         h["x-c2c-commit"] = f["publish"]["commit"]
     if f.get("edit"):
-        e = f["edit"]  # what the session's cache edit did (c2c.serve.context_edit)
+        e = f["edit"]  # what the session's cache edit did (c2c.conversation.editing)
         h["x-c2c-edit"] = (f"dropped={e['dropped_tokens']},repositioned={e['repositioned_tokens']},"
                            f"recomputed={e['recomputed_tokens']},exact={str(e['exact']).lower()}")
     if f.get("attach"):

@@ -8,9 +8,9 @@ One request, while it holds its model's turn (:mod:`c2c.serve.worker`):
 
 1. take the session (if named) out of the pool;
 2. attach the requested commits (:meth:`Exchange.attach`), or keep the session's;
-3. render the messages (:mod:`c2c.serve.render`), check the context length;
-4. reuse the session's cache and prefill the rest (:mod:`c2c.serve.reuse`);
-5. generate, streaming deltas (:mod:`c2c.serve.decode`);
+3. render the messages (:mod:`c2c.conversation.render`), check the context length;
+4. reuse the session's cache and prefill the rest (:mod:`c2c.conversation.reuse`);
+5. generate, streaming deltas (:mod:`c2c.conversation.decode`);
 6. publish, if asked: close the reply's turn and commit the cache (a whole cache is
    signed and stored after the model's turn is given up: no forward pass is left);
 7. put the session back (it may evict its tenant's older caches: :mod:`c2c.serve.sessions`).
@@ -32,16 +32,16 @@ from c2c.runtime.protocol import Batching, Grammars, Runtime, require
 from c2c.serve.auth import Principal
 from c2c.serve.config import ServeConfig
 from c2c.runtime.edit import close_gaps
-from c2c.serve import context_edit
-from c2c.serve.context_edit import EditSpec
-from c2c.serve.decode import Decoded, Sampling, generate
+from c2c.conversation import editing
+from c2c.conversation.editing import EditSpec
+from c2c.conversation.decode import Decoded, Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
 from c2c.conversation import Part
-from c2c.serve.render import Message, continuation, render, split_system
-from c2c.serve.reuse import extend, prepare, truncate
+from c2c.conversation.render import Message, continuation, render, split_system
+from c2c.conversation.reuse import extend, prepare, truncate
 from c2c.serve.sessions import Session, SessionKey, SessionPool
-from c2c.serve.tools import ToolCall, Tools
+from c2c.conversation.tools import ToolCall, Tools
 from c2c.serve.worker import Channel, Job, ModelWorker
 
 
@@ -78,11 +78,11 @@ class ChatRequest:
     publish: PublishSpec | None = None
     timeout_s: float | None = None
     stream: bool = False           # send ("delta", (choice, Delta)) events as the replies grow
-    edit: EditSpec | None = None   # drop messages from the session's cache (c2c.serve.context_edit)
+    edit: EditSpec | None = None   # drop messages from the session's cache (c2c.conversation.editing)
     logprobs: int | None = None    # None: none; K: each token's log-probability and its K most likely
     n: int = 1                     # choices, each its own decode from the prompt's one prefill (no session)
     json: JsonFormat | None = None  # response_format json_object / json_schema (compiled at submit)
-    tools: Tools | None = None     # tools, tool_choice, parallel_tool_calls (c2c.serve.tools)
+    tools: Tools | None = None     # tools, tool_choice, parallel_tool_calls (c2c.conversation.tools)
     grammar: Grammar | None = None  # ``json`` or a forced call, compiled for the request's model (:meth:`ChatService.submit`)
 
 
@@ -273,7 +273,7 @@ class ChatService:
             if req.attach:
                 raise ContextEditError("send an edit and an attach in separate requests")
             job.check()
-            edited = context_edit.apply(rt, session.cache, req.messages, req.edit, dropped_before=session.dropped,
+            edited = editing.apply(rt, session.cache, req.messages, req.edit, dropped_before=session.dropped,
                                         held=session.held, pace=pace)
             messages, held_cache = edited.kept, edited.cache
         _, rest = split_system(messages)
@@ -341,7 +341,7 @@ class ChatService:
         # messages sit, and the attachments.
         session.cache = prepared.cache
         kept_index = edited.kept_index if edited is not None else tuple(range(len(req.messages)))
-        session.held = context_edit.held_messages(rendering, req.messages, kept_index, len(attachments))
+        session.held = editing.held_messages(rendering, req.messages, kept_index, len(attachments))
         session.dropped = frozenset(req.edit.drop) if req.edit is not None else frozenset()
         session.attachments = tuple(replace(p, kv=None) for p in attachments)
         session.attached, session.via_text = attached, via_text
@@ -513,7 +513,7 @@ class _Attached:
         records: (attach record, number of parts placed) of each commit attached now.
         prefix_kv: a full cache's own prefix K/V, or None.
         continues: the token ids of the one full commit attached now (the request may continue its
-            conversation: :func:`~c2c.serve.render.continuation`), or None.
+            conversation: :func:`~c2c.conversation.render.continuation`), or None.
         unheld: a commit the session continued went stale: the K/V the session holds of it are not used.
     """
 

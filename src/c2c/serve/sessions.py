@@ -2,7 +2,7 @@
 
 A request names its session in ``extra_body={"c2c": {"session": "analyst-1"}}``.
 The server keeps that session's cache, so the next turn prefills only what is
-new (:mod:`c2c.serve.reuse`), and its attachments (caches or texts taken from
+new (:mod:`c2c.conversation.reuse`), and its attachments (caches or texts taken from
 the store), which stay part of the conversation on later turns.
 
 All sessions together hold at most ``budget_bytes`` of K/V and ``max_sessions``
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from c2c.artifact.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
-from c2c.serve.context_edit import Held
+from c2c.conversation.editing import Held
 from c2c.conversation import Part
 
 
@@ -58,7 +58,7 @@ class Session:
         attach_mode: the mode they were attached with (a stale one is attached again with it).
         attach_prefix: the shared prefix the attachments were checked against.
         state: ``"new"``, ``"warm"`` (a cache is held) or ``"evicted"`` (rebuilt on next use).
-        held: where the messages of the last request sit in ``cache`` (:mod:`c2c.serve.context_edit`).
+        held: where the messages of the last request sit in ``cache`` (:mod:`c2c.conversation.editing`).
         dropped: the indices of the caller's history dropped so far (cumulative).
     """
 

@@ -18,7 +18,7 @@ from c2c.errors import C2CError, RequestTimeoutError
 from c2c.serve.http_errors import body, error_body
 from c2c.serve.schema import chunk_body, usage
 from c2c.serve.service import Completion, Reply, Started
-from c2c.serve.tools import held_back
+from c2c.conversation.tools import held_back
 from c2c.serve.worker import Channel, Job
 
 
@@ -83,7 +83,7 @@ async def chunks(job: Job, channel: Channel, started: Started, *, include_usage:
     tokens' log-probabilities when ``logprobs``, and its choice's index (``n > 1``).
 
     With ``tool_calls`` (the request has tools it may call) text that may be, or become, a call is held back
-    (:func:`~c2c.serve.tools.held_back`) until the reply is whole; then what is content is sent, and each call
+    (:func:`~c2c.conversation.tools.held_back`) until the reply is whole; then what is content is sent, and each call
     as OpenAI streams one: a delta ``{"tool_calls": [{"index", "id", "type", "function": {"name",
     "arguments"}}]}``, the finish reason ``tool_calls``.
     """

@@ -29,7 +29,7 @@ from c2c.errors import ToolCallError
 from c2c.runtime import placement
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.protocol import Offsets
-from c2c.serve.tools import ToolCall
+from c2c.conversation.tools import ToolCall
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -131,7 +131,7 @@ def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequen
     turn would be wrong there. Where message ``k`` ends comes from rendering ``messages[:k]`` alone: its
     part runs to the last token the two renderings share. A message the next one changes (a tool result
     followed by another) therefore ends before the text that changes, which goes with the next part;
-    a session's cache is reused up to the first token that differs (:mod:`c2c.serve.reuse`), never past it.
+    a session's cache is reused up to the first token that differs (:mod:`c2c.conversation.reuse`), never past it.
     Without a system message the prefix is what the template writes before the first message (Qwen2.5
     writes its default system turn, and the tools in it).
 

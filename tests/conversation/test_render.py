@@ -1,4 +1,4 @@
-"""c2c.serve.render: where a request's messages begin with a commit's own tokens (continuation), and turn-by-turn
+"""c2c.conversation.render: where a request's messages begin with a commit's own tokens (continuation), and turn-by-turn
 rendering against the model's own template over the whole conversation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from c2c.errors import RuntimeUnsupportedError
 from c2c.conversation import Part, Conversation
-from c2c.serve.render import continuation
+from c2c.conversation.render import continuation
 
 
 class KV:
@@ -80,7 +80,7 @@ def test_turn_by_turn_rendering_is_the_templates_rendering_of_the_whole_conversa
     Gemma-3-270M) is written in c2c's plain turns, each a prefix of the next by construction: checked here too."""
     from c2c.runtime import zoo
     from c2c.runtime.transformers.tokenizer import TemplateText
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     if not zoo.is_pulled(model):
         pytest.skip(f"{model} is not pulled here (c2c models pull {model})")
@@ -108,7 +108,7 @@ def test_the_template_text_side_renders_as_the_loaded_runtime_does(model):
     """TemplateText (the tokenizer and template alone, what vLLM's publisher loads) gives the runtime's tokens."""
     from c2c.runtime import zoo
     from c2c.runtime.transformers.tokenizer import TemplateText
-    from c2c.serve.render import Message, render
+    from c2c.conversation.render import Message, render
 
     rt, text = zoo.load(model), TemplateText(zoo.model_path(model))
     msgs = [Message(role=r, content=c) for r, c in CONVERSATIONS["unicode"]]

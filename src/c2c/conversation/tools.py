@@ -1,7 +1,7 @@
 """Tool calling: the request's tools, how a reply is read as calls, and the grammar that forces one.
 
 OpenAI's ``tools`` (type ``function``), ``tool_choice`` and ``parallel_tool_calls`` become one
-:class:`Tools`. The model's own chat template renders the catalogue (:mod:`c2c.serve.render`),
+:class:`Tools`. The model's own chat template renders the catalogue (:mod:`c2c.conversation.render`),
 and the reply is read back as calls by :meth:`Tools.parse`, from what the zoo's models actually
 write:
 

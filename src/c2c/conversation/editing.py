@@ -36,7 +36,7 @@ from c2c.runtime.kvcache import EditStep, KVCache
 from c2c.runtime.pace import ONE_PASS, Pace
 from c2c.runtime.protocol import Runtime
 from c2c.conversation import Conversation
-from c2c.serve.render import Message
+from c2c.conversation.render import Message
 
 
 @dataclass(frozen=True, kw_only=True)
