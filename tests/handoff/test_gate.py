@@ -96,3 +96,19 @@ def test_the_text_of_a_commit_past_the_hop_limit_cites_the_chain_it_would_have_e
     assert adm.path == "text" and adm.decision.check("hops").ok is False
     text = adm.text(rt)
     assert text.startswith("evidence: Evidence") and "cache hops (limit 1)" in text and f"c2c:{cid[:12]}" in text
+
+
+def test_one_fall_back_rule_before_the_decision_text_only_where_the_prompt_holds_it(world):
+    """A store that is down in auto: vLLM's receiver (its prompt holds the conversation) prefills as sent; the
+    library's and c2c serve's (they would read the commit's text) get the error. Tampering, an invisible id or a bad
+    signature is an error for every receiver in every mode."""
+    from c2c.errors import CommitNotVisibleError, StoreCorruptError, StoreError, BadSignatureError
+
+    gate, rt, teams = world
+    a = agent(rt, teams["lab"])
+    reads_text, holds_prompt = receiver(a), receiver(a, prompt_holds_text=True)
+    down = StoreError("the store is unavailable; retry later")
+    assert holds_prompt.falls_back(down, "auto") and not reads_text.falls_back(down, "auto")
+    assert not holds_prompt.falls_back(down, "full") and not holds_prompt.falls_back(down, "text")
+    for fatal in (StoreCorruptError("damaged"), CommitNotVisibleError("no"), BadSignatureError("bad")):
+        assert not holds_prompt.falls_back(fatal, "auto") and not reads_text.falls_back(fatal, "auto")

@@ -50,9 +50,9 @@ from typing import Any, Callable, Iterator, Sequence
 from c2c.artifact.codec import Artifact
 from c2c.artifact.header import ArtifactHeader
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import (C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
+from c2c.errors import (ArtifactError, C2CError, CommitNotFoundError, CommitNotVisibleError, ConfigError, DomainMismatchError,
                         HandoffError, KeyringError, QuotaExceededError, StaleCommitError, StoreCorruptError, StoreError,
-                        StoreWriteError, UnsignedArtifactError, UnverifiableError)
+                        StoreWriteError, TrustError, UnsignedArtifactError, UnverifiableError)
 from c2c.commit.author import SHARED_PARENTS, Parents, text_of
 from c2c.handoff.decide import Decision, Party, decide, fall_back
 from c2c.handoff.policy import HandoffPolicy
@@ -69,6 +69,8 @@ log = logging.getLogger("c2c")
 _KV_RANK = {"none": 0, "sample": 1, "strict": 2}
 
 
+#: errors that refuse an attach in every mode: the id, the bytes, the signature or the stored chunks are bad
+FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError, StoreCorruptError)
 #: what a record says of the advisor where a commit's text is the alternative (the library and c2c serve)
 ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
 
@@ -279,6 +281,9 @@ class Receiver:
         allow_stale: it goes on from a stale commit explicitly (flagged in its record); its staleness is
             then no check of the decision.
         advice_note: what its record says of the advisor, where the advisor is not asked.
+        prompt_holds_text: what text means for it. False (the library, ``c2c serve``): the commit's kept text,
+            placed as a message, so text needs the commit. True (vLLM): its own prompt already holds the
+            conversation, so text is that prompt prefilled as sent, and needs nothing from the store.
     """
 
     party: Party
@@ -288,10 +293,21 @@ class Receiver:
     match: Callable[[ArtifactHeader], tuple[PrefixRef, PrefixRef]] | None = None
     allow_stale: bool = False
     advice_note: str | None = None
+    prompt_holds_text: bool = False
 
     @property
     def domain(self) -> str:
         return self.party.domain
+
+    def falls_back(self, error: C2CError, mode: str) -> bool:
+        """The one fall-back rule for an attach that failed before its decision (:meth:`Gate.admit` raised),
+        beside :meth:`Admission.fall_back` for a check that failed after it: in ``auto`` a store that is down,
+        or a commit whose tokens cannot be matched, is text, where text needs nothing of the commit
+        (``prompt_holds_text``); otherwise the error stands (a receiver that would read the commit's text
+        cannot answer without it). Never from :data:`FATAL`: a bad or invisible id, bytes or a signature that
+        do not verify, or stored chunks that no longer hash to their digests are reported in every mode."""
+        return (mode == "auto" and self.prompt_holds_text and isinstance(error, (StoreError, HandoffError))
+                and not isinstance(error, FATAL))
 
 
 class Gate:

@@ -15,8 +15,9 @@ a sampled or strict K/V check (``c2c keys policy``), the cache is refused, namin
 
 ``full`` gets the cache or the first failed check's error; ``auto`` gets the cache or an
 ordinary prefill, with the reason, where a check failed or the store is down
-(:data:`FALLS_BACK`); ``text`` is that prefill, asked for (the commit still checked, its record
-kept: the prompt carries the conversation's text itself). No mode falls back from :data:`FATAL`: a malformed or invisible id,
+(the gate's one rule, :meth:`c2c.handoff.gate.Receiver.falls_back`: the prompt holds the text itself);
+``text`` is that prefill, asked for (the commit still checked, its record kept). No mode falls back from
+:data:`c2c.handoff.gate.FATAL`: a malformed or invisible id,
 bytes or a signature that do not verify, and stored chunks that no longer hash to their
 digests (:class:`~c2c.errors.StoreCorruptError`): tampering is reported (422
 ``store_corrupt``, as ``c2c serve`` answers it in every mode), never prefilled over in
@@ -43,8 +44,7 @@ from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef, declared_prefix_len
 from c2c.commit.author import commit_of
 from c2c.conversation import Conversation
-from c2c.errors import (ArtifactError, C2CError, CommitNotVisibleError, ConfigError, EditedCacheError, HandoffError,
-                        StoreCorruptError, StoreError, TrustError)
+from c2c.errors import C2CError, ConfigError, EditedCacheError, HandoffError
 from c2c.handoff.decide import Party
 from c2c.handoff.gate import Gate, Receiver
 from c2c.handoff.policy import HandoffPolicy
@@ -58,9 +58,6 @@ from c2c.vllm import staging, tickets
 
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 MODES = ("auto", "full", "text")
-# errors in every mode: the id, the bytes, the signature or the stored chunks are bad (what c2c serve answers in auto)
-FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError, StoreCorruptError)
-FALLS_BACK = (StoreError, HandoffError)   # auto: a prefill, with the reason (a failed check, the store down)
 NOTE = "advisor not asked: the prompt already holds the text, so the alternative is its prefill"
 
 
@@ -134,16 +131,6 @@ class Verdict:
     error: dict | None = None
 
 
-def falls_back(e: C2CError, mode: str) -> bool:
-    """Whether an attach that failed with ``e`` is an ordinary prefill (``auto``) rather than an error reply.
-
-    A store that is down or a check that failed is a prefill in ``auto``; a damaged chunk
-    (:class:`~c2c.errors.StoreCorruptError`, a :class:`~c2c.errors.StoreError` too) is tampering to report in
-    every mode, as ``c2c serve`` does: nothing of it is loaded either way, but a caller must hear of it.
-    """
-    return mode == "auto" and isinstance(e, FALLS_BACK) and not isinstance(e, FATAL)
-
-
 def error_dict(e: C2CError) -> dict[str, str]:
     return {"type": type(e).__name__, "message": str(e)}
 
@@ -192,17 +179,17 @@ class Attacher(_Scope):
         t0 = time.perf_counter()
         record: dict[str, Any] = {"commit": commit_id, "requested": mode}
         matched = 0
+
+        def match(header) -> tuple[PrefixRef, PrefixRef]:
+            nonlocal matched
+            theirs, ours, matched = self._prefixes(header, prompt_ids, mode)
+            return theirs, ours
+
+        party = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint,
+                      prefix=PrefixRef.of(list(prompt_ids)))
+        receiver = Receiver(party=party, policy=HandoffPolicy(mode=mode, max_hops=self.max_hops), advice_note=NOTE,
+                            match=match, prompt_holds_text=True)
         try:
-            party = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint,
-                          prefix=PrefixRef.of(list(prompt_ids)))
-
-            def match(header) -> tuple[PrefixRef, PrefixRef]:
-                nonlocal matched
-                theirs, ours, matched = self._prefixes(header, prompt_ids, mode)
-                return theirs, ours
-
-            receiver = Receiver(party=party, policy=HandoffPolicy(mode=mode, max_hops=self.max_hops),
-                                advice_note=NOTE, match=match)
             adm = self.gate.admit(check_id(commit_id, "kv_transfer_params.c2c.attach"), receiver)
             h = adm.artifact.header
             if adm.path == "cache":
@@ -233,7 +220,7 @@ class Attacher(_Scope):
             record["timings"] = {**adm.timings, "check_s": time.perf_counter() - t0 - sum(adm.timings.values())}
             return Verdict(commit=adm.commit, load_tokens=matched if staged else 0, staged=staged, record=record)
         except C2CError as e:
-            if falls_back(e, mode):
+            if receiver.falls_back(e, mode):
                 log.warning("c2c attach %s: %s; prefilling instead", commit_id[:12], e)
                 record.update(path="text", used="text", reason=f"fell back to prefill: {type(e).__name__}: {e}")
                 return Verdict(commit=commit_id, record=record)
