@@ -57,7 +57,7 @@ from c2c.errors import UnverifiableError, VerificationFailedError
 from c2c.runtime import zoo
 from c2c.runtime.kvcache import KVCache
 from c2c.trust.keys import Keyring, SigningKey
-from c2c.trust.verify_policy import VerifyPolicy, check
+from c2c.trust.verify_policy import VerifyPolicy, check_received
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import default_tolerance, layer0_errors, probe_errors, relative_errors, verify_kv
 
@@ -316,7 +316,7 @@ def slice_part(args, rt, fp: Fingerprint, key: SigningKey, log) -> dict:
     def refused(art: Artifact, seed: int) -> bool:
         """The receiver's real check (signature, prefix context, k probes); True when it refuses."""
         try:
-            check(art, ring, "bench", policy, runtime=rt, context=prefix, rng=random.Random(seed))
+            check_received(art, ring, "bench", policy, runtime=rt, context=prefix, rng=random.Random(seed))
         except VerificationFailedError:
             return True
         return False
@@ -357,11 +357,11 @@ def slice_part(args, rt, fp: Fingerprint, key: SigningKey, log) -> dict:
     noisy = signed(replace(c, keys=c.keys[:1] + tuple(noise(t) for t in c.keys[1:]),
                            values=c.values[:1] + tuple(noise(t) for t in c.values[1:])))
     try:
-        check(noisy, ring, "bench", policy, runtime=rt)
+        check_received(noisy, ring, "bench", policy, runtime=rt)
         without = "passed"
     except (UnverifiableError, VerificationFailedError) as e:
         without = f"refused ({type(e).__name__})"
-    partial = check(noisy, ring, "bench", replace(policy, allow_partial=True), runtime=rt).kv
+    partial = check_received(noisy, ring, "bench", replace(policy, allow_partial=True), runtime=rt).kv
     noise_row = {"with_context": "refused (VerificationFailedError)" if refused(noisy, 1) else "passed",
                  "without_context": without,
                  "allow_partial": f"passed (layers {partial.layers}, {partial.layer0_positions} positions)"}

@@ -39,13 +39,13 @@ def test_check_names_what_does_not_fit():
         return KVCache(keys=(t,) * n_layers, values=(t,) * n_layers, token_ids=(1, 2, 3, 4, 5),
                        windows=windows[:n_layers])
 
-    f.check(cache(), model="m")
-    f.check(None, model="m")
+    f.require_fits(cache(), model="m")
+    f.require_fits(None, model="m")
     for bad, words in ((cache(n_layers=2), "2 layers"), (cache(windows=(None,) * 3), "windows"),
                        (cache(heads=4), "4 KV heads"), (cache(dim=8), "dim 8"),
                        (cache(dtype=torch.bfloat16), "dtype")):
         with pytest.raises(IncompatibleCacheError, match=words):
-            f.check(bad, model="m")
+            f.require_fits(bad, model="m")
 
 
 @pytest.mark.parametrize("text", [

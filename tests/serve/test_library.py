@@ -219,7 +219,7 @@ def test_forward_passes_run_one_at_a_time_and_another_tenants_short_job_goes_fir
     def passes(tag: str, n: int):
         def run(job):
             for i in range(n):
-                job.check()
+                job.between_passes()
                 with lock:
                     active[0] += 1
                     peak[0] = max(peak[0], active[0])
@@ -268,12 +268,12 @@ def test_a_full_queue_refuses_and_a_job_past_its_deadline_times_out():
         with pytest.raises(QueueFullError) as e:
             worker.submit(Job(lambda job: None, Channel(loop), timeout_s=30))
         assert e.value.retry_after_s > 0 and worker.depth == 1
-        late = Job(lambda job: job.check(), Channel(loop), timeout_s=0.0)
+        late = Job(lambda job: job.between_passes(), Channel(loop), timeout_s=0.0)
         release.set()
     finally:
         worker.close(5)
     with pytest.raises(RequestTimeoutError):
-        late.check()
+        late.between_passes()
     loop.close()
 
 

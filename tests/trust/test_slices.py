@@ -14,7 +14,7 @@ import torch
 from c2c.artifact.prefix import SharedPrefix
 from c2c.errors import BadSignatureError, ConfigError, PrefixMismatchError, UnverifiableError, VerificationFailedError
 from c2c.team.agent import Team
-from c2c.trust.verify_policy import VerifyPolicy, check
+from c2c.trust.verify_policy import VerifyPolicy, check_received
 from c2c.trust.signing import sign, verify_signature
 from c2c.trust.verify import verify_kv
 
@@ -46,13 +46,13 @@ def test_noise_above_layer_0_is_caught_with_the_prefix_and_never_passes_silently
 
     # the same through the receiver's one call
     with pytest.raises(VerificationFailedError):
-        check(bad, ring, DOMAIN, runtime=qwen, context=prefix)
+        check_received(bad, ring, DOMAIN, runtime=qwen, context=prefix)
     with pytest.raises(UnverifiableError, match="not verified beyond layer 0"):
-        check(bad, ring, DOMAIN, runtime=qwen)
-    rep = check(bad, ring, DOMAIN, VerifyPolicy(allow_partial=True), runtime=qwen)
+        check_received(bad, ring, DOMAIN, runtime=qwen)
+    rep = check_received(bad, ring, DOMAIN, VerifyPolicy(allow_partial=True), runtime=qwen)
     assert rep.kv.layers == "0" and rep.to_dict()["policy"]["allow_partial"] is True
     with pytest.raises(VerificationFailedError):  # a critical handoff never accepts a partial check
-        check(bad, ring, DOMAIN, VerifyPolicy(allow_partial=True), runtime=qwen, context=prefix, critical=True)
+        check_received(bad, ring, DOMAIN, VerifyPolicy(allow_partial=True), runtime=qwen, context=prefix, critical=True)
 
 
 def test_honest_recomputed_slice_verifies_at_every_layer_against_the_receivers_prefix(qwen, ring, key):
@@ -65,7 +65,7 @@ def test_honest_recomputed_slice_verifies_at_every_layer_against_the_receivers_p
     assert r.layers == "all" and r.deep_positions == 8 and r.max_error < 1e-4 and r.note == ""
     t = verify_kv(art, qwen, mode="strict", context=prefix)
     assert t.deep_positions == art.header.seq_len and t.max_error < 1e-4
-    rep = check(art, ring, DOMAIN, runtime=qwen, context=prefix, prefix_ids=prefix.token_ids)
+    rep = check_received(art, ring, DOMAIN, runtime=qwen, context=prefix, prefix_ids=prefix.token_ids)
     assert rep.kv.layers == "all" and rep.kv.deep_positions > 0
 
 
@@ -130,11 +130,11 @@ def test_check_loads_the_runtime_and_builds_the_context_only_after_trust(qwen, r
     other = slice_sender(qwen).export(labels=("evidence",), isolation="positions")
     replayed = art.with_signature(sign(other, key).signature)
     with pytest.raises(BadSignatureError):
-        check(replayed, ring, DOMAIN, runtime=loader, context=context)
+        check_received(replayed, ring, DOMAIN, runtime=loader, context=context)
     with pytest.raises(PrefixMismatchError):
-        check(art, ring, DOMAIN, runtime=loader, context=context, prefix_ids=[1, 2, 3])
+        check_received(art, ring, DOMAIN, runtime=loader, context=context, prefix_ids=[1, 2, 3])
     assert loads == [] and contexts == []
-    rep = check(art, ring, DOMAIN, runtime=loader, context=context)
+    rep = check_received(art, ring, DOMAIN, runtime=loader, context=context)
     assert loads == [1] and contexts == [qwen] and rep.kv.layers == "all"
 
 
@@ -164,10 +164,10 @@ def test_slice_context_is_the_receivers_prefix_cache_for_a_slice_that_follows_it
     cached = Team(shared=SharedPrefix.build(SYSTEM), domain=DOMAIN)
     assert slice_context(honest.header.start, ids, cached.prefix_cache) == cached.prefix_cache
     # through check(): computed only after the signature and prefix checks, and it catches deep noise
-    assert check(honest, ring, DOMAIN, runtime=qwen, prefix_ids=ids,
+    assert check_received(honest, ring, DOMAIN, runtime=qwen, prefix_ids=ids,
                  context=slice_context(honest.header.start, ids)).kv.layers == "all"
     with pytest.raises(VerificationFailedError):
-        check(noised_above_layer0(honest, key), ring, DOMAIN, runtime=qwen, prefix_ids=ids,
+        check_received(noised_above_layer0(honest, key), ring, DOMAIN, runtime=qwen, prefix_ids=ids,
               context=slice_context(honest.header.start, ids))
     with pytest.raises(UnverifiableError, match="not verified beyond layer 0"):
-        check(positions, ring, DOMAIN, runtime=qwen, prefix_ids=ids, context=slice_context(positions.header.start, ids))
+        check_received(positions, ring, DOMAIN, runtime=qwen, prefix_ids=ids, context=slice_context(positions.header.start, ids))

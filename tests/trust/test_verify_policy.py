@@ -1,4 +1,4 @@
-"""VerifyPolicy and check(): one call that raises the specific error or returns what it established."""
+"""VerifyPolicy and check_received(): one call that raises the specific error or returns what it established."""
 
 import random
 from dataclasses import replace
@@ -16,7 +16,7 @@ from c2c.errors import (
     UnsignedArtifactError,
     VerificationFailedError,
 )
-from c2c.trust.verify_policy import DEFAULT, ROUTINE, STRICT, VerifyPolicy, check, policy_for
+from c2c.trust.verify_policy import DEFAULT, ROUTINE, STRICT, VerifyPolicy, check_received, policy_for
 from c2c.trust.signing import sign
 
 from .conftest import DOMAIN
@@ -53,40 +53,40 @@ def test_policy_for_reads_the_domain_policy(ring):
 
 
 def test_routine_check_is_signature_only(ring, key, qwen_art, qwen):
-    report = check(sign(qwen_art, key), ring, DOMAIN, ROUTINE, runtime=qwen)
+    report = check_received(sign(qwen_art, key), ring, DOMAIN, ROUTINE, runtime=qwen)
     assert report.signer.key_id == key.key_id and report.kv is None and report.artifact == qwen_art.id
     # ... so a compromised signer's tampered cache passes a routine check
-    assert check(sign(tampered(qwen_art), key), ring, DOMAIN, ROUTINE).kv is None
+    assert check_received(sign(tampered(qwen_art), key), ring, DOMAIN, ROUTINE).kv is None
 
 
 def test_sampled_and_critical_checks_catch_a_compromised_signer(ring, key, qwen_art, qwen):
-    report = check(sign(qwen_art, key), ring, DOMAIN, runtime=qwen, rng=random.Random(0))
+    report = check_received(sign(qwen_art, key), ring, DOMAIN, runtime=qwen, rng=random.Random(0))
     assert report.kv.mode == "sample" and report.kv.passed
     assert report.to_dict()["kv"]["deep_positions"] == DEFAULT.samples or report.kv.deep_positions == qwen_art.header.seq_len
     ring.set_policy(DOMAIN, ROUTINE.to_dict())
     bad = sign(tampered(qwen_art), key)
-    assert check(bad, ring, DOMAIN, runtime=qwen).kv is None  # the domain's routine policy
+    assert check_received(bad, ring, DOMAIN, runtime=qwen).kv is None  # the domain's routine policy
     with pytest.raises(VerificationFailedError):
-        check(bad, ring, DOMAIN, runtime=qwen, critical=True)
+        check_received(bad, ring, DOMAIN, runtime=qwen, critical=True)
 
 
 def test_check_raises_the_specific_error(ring, key, qwen_art, qwen, tiny):
     with pytest.raises(UnsignedArtifactError):
-        check(qwen_art, ring, DOMAIN, ROUTINE)
-    assert check(qwen_art, ring, DOMAIN, replace(ROUTINE, require_signature=False)).signer is None
+        check_received(qwen_art, ring, DOMAIN, ROUTINE)
+    assert check_received(qwen_art, ring, DOMAIN, replace(ROUTINE, require_signature=False)).signer is None
     replayed = qwen_art.with_signature(sign(replace_tokens(qwen_art), key).signature)
     with pytest.raises(BadSignatureError):  # a present signature is always checked
-        check(replayed, ring, DOMAIN, replace(ROUTINE, require_signature=False))
+        check_received(replayed, ring, DOMAIN, replace(ROUTINE, require_signature=False))
     with pytest.raises(DomainMismatchError):
-        check(sign(qwen_art, key), ring, "ops", ROUTINE)
+        check_received(sign(qwen_art, key), ring, "ops", ROUTINE)
     with pytest.raises(ConfigError, match="runtime"):
-        check(sign(qwen_art, key), ring, DOMAIN, DEFAULT)
+        check_received(sign(qwen_art, key), ring, DOMAIN, DEFAULT)
     with pytest.raises(PrefixMismatchError):
-        check(sign(qwen_art, key), ring, DOMAIN, ROUTINE, prefix_ids=[1, 2, 3])
+        check_received(sign(qwen_art, key), ring, DOMAIN, ROUTINE, prefix_ids=[1, 2, 3])
     ids = list(qwen_art.header.tokens[: qwen_art.header.prefix.length])
-    assert check(sign(qwen_art, key), ring, DOMAIN, ROUTINE, prefix_ids=ids).signer
+    assert check_received(sign(qwen_art, key), ring, DOMAIN, ROUTINE, prefix_ids=ids).signer
     with pytest.raises(FingerprintMismatchError):
-        check(sign(qwen_art, key), ring, DOMAIN, ROUTINE, runtime=tiny("llama"))
+        check_received(sign(qwen_art, key), ring, DOMAIN, ROUTINE, runtime=tiny("llama"))
 
 
 def replace_tokens(art: Artifact) -> Artifact:

@@ -77,13 +77,13 @@ def test_publish_signs_and_commits_and_an_exact_prompt_attaches(world):
     pub, attacher, url, keyring, root = world
     out = publish(pub, root)
     assert out["tokens"] == 40 and out["version"] == 1 and out["signed_by"]["domain"] == "research"
-    v = attacher().check(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
+    v = attacher().admit(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
     assert v.error is None and v.load_tokens == 40 and v.record["path"] == "cache"
     # staged: the verified commit's K/V of the positions the request may load, read back without a second hash
     stored = Artifact.decode(open_store(url).in_domain("research").get(out["commit"]).data).cache
     with pytest.raises(ConfigError, match="not the commit"):
         staging.unstage(v.staged, "f" * 64, layers=2, end=40)  # a wrong id is refused (and the file is gone)
-    v = attacher().check(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
+    v = attacher().admit(out["commit"], "full", list(TOKENS) + [7, 8, 9], request_id="r1")
     keys, values = staging.unstage(v.staged, out["commit"], layers=2, end=40)
     assert all(torch.equal(k, sk) and torch.equal(x, sv) for k, x, sk, sv in
                zip(keys, values, stored.keys, stored.values))
@@ -101,12 +101,12 @@ def test_auto_loads_the_longest_shared_run_of_blocks_and_full_refuses_it(world):
     pub, attacher, _, _, root = world
     cid = publish(pub, root)["commit"]
     prompt = list(TOKENS[:37]) + [5, 5, 5, 5]                  # differs from token 37 on
-    v = attacher().check(cid, "auto", prompt)
+    v = attacher().admit(cid, "auto", prompt)
     assert v.load_tokens == 32 and v.record["matched_tokens"] == 32 and v.record["commit_tokens"] == 40
-    assert attacher(prefix_policy="exact").check(cid, "auto", prompt).record["path"] == "text"
-    v = attacher().check(cid, "full", prompt)
+    assert attacher(prefix_policy="exact").admit(cid, "auto", prompt).record["path"] == "text"
+    v = attacher().admit(cid, "full", prompt)
     assert v.error["type"] == "PrefixMismatchError" and v.load_tokens == 0
-    v = attacher().check(cid, "auto", [1, 2, 3] + list(TOKENS))   # nothing shared: a prefill, with the reason
+    v = attacher().admit(cid, "auto", [1, 2, 3] + list(TOKENS))   # nothing shared: a prefill, with the reason
     assert v.error is None and v.load_tokens == 0 and "prefix" in v.record["reason"]
 
 
@@ -114,13 +114,13 @@ def test_other_engines_stale_commits_and_the_hop_limit_are_refusals(world):
     pub, attacher, url, keyring, root = world
     cid = publish(pub, root)["commit"]
     other = attacher(fingerprint=replace(FP, backend=EngineId.parse("transformers")))
-    assert other.check(cid, "auto", list(TOKENS) + [1]).record["path"] == "text"
-    assert other.check(cid, "full", list(TOKENS) + [1]).error["type"] == "FingerprintMismatchError"
-    assert attacher(max_hops=0).check(cid, "full", list(TOKENS) + [1]).error["type"] == "HandoffError"
+    assert other.admit(cid, "auto", list(TOKENS) + [1]).record["path"] == "text"
+    assert other.admit(cid, "full", list(TOKENS) + [1]).error["type"] == "FingerprintMismatchError"
+    assert attacher(max_hops=0).admit(cid, "full", list(TOKENS) + [1]).error["type"] == "HandoffError"
     open_store(url).in_domain("research").invalidate(cid, reason="wrong logs")
-    v = attacher().check(cid, "auto", list(TOKENS) + [1])
+    v = attacher().admit(cid, "auto", list(TOKENS) + [1])
     assert v.record["path"] == "text" and v.record["stale"] and v.load_tokens == 0
-    assert attacher().check(cid, "full", list(TOKENS) + [1]).error["type"] == "StaleCommitError"
+    assert attacher().admit(cid, "full", list(TOKENS) + [1]).error["type"] == "StaleCommitError"
 
 
 def test_invisible_or_untrusted_commits_are_errors_in_every_mode(world):
@@ -134,10 +134,10 @@ def test_invisible_or_untrusted_commits_are_errors_in_every_mode(world):
     untrusted = publish(rogue, root, tokens=TOKENS[:20], stream="rogue")["commit"]
     rogue.close()
     for mode in ("auto", "full"):
-        assert attacher().check(foreign, mode, list(TOKENS)).error["type"] == "CommitNotVisibleError"
-        assert attacher().check("f" * 64, mode, list(TOKENS)).error["type"] == "CommitNotVisibleError"
-        assert attacher().check(untrusted, mode, list(TOKENS)).error["type"] == "UnknownSignerError"
-        assert attacher().check("nope", mode, list(TOKENS)).error["type"] == "ConfigError"
+        assert attacher().admit(foreign, mode, list(TOKENS)).error["type"] == "CommitNotVisibleError"
+        assert attacher().admit("f" * 64, mode, list(TOKENS)).error["type"] == "CommitNotVisibleError"
+        assert attacher().admit(untrusted, mode, list(TOKENS)).error["type"] == "UnknownSignerError"
+        assert attacher().admit("nope", mode, list(TOKENS)).error["type"] == "ConfigError"
 
 
 def test_a_tampered_chunk_is_an_error_in_every_mode_and_a_store_outage_a_prefill_in_auto(world):
@@ -148,16 +148,16 @@ def test_a_tampered_chunk_is_an_error_in_every_mode_and_a_store_outage_a_prefill
     with open_store(url) as store:
         tamper_chunk(store.in_domain("research"), cid)
     for mode in ("auto", "full"):
-        v = attacher().check(cid, mode, list(TOKENS) + [1])
+        v = attacher().admit(cid, mode, list(TOKENS) + [1])
         assert v.error is not None and v.error["type"] == "ChunkCorruptError", (mode, v.record)
         assert v.staged is None and v.load_tokens == 0 and v.record["path"] == "error"
         status, body = error_response(v.error)
         assert (status, body["error"]["code"], body["error"]["c2c_error"]) == (422, "store_corrupt",
                                                                                "ChunkCorruptError")
     down = attacher(store_url="redis://127.0.0.1:1/0")   # nothing listens there
-    v = down.check(cid, "auto", list(TOKENS) + [1])
+    v = down.admit(cid, "auto", list(TOKENS) + [1])
     assert v.error is None and v.record["path"] == "text" and "StoreError" in v.record["reason"]
-    assert down.check(cid, "full", list(TOKENS) + [1]).error["type"] == "StoreError"
+    assert down.admit(cid, "full", list(TOKENS) + [1]).error["type"] == "StoreError"
 
 
 def test_an_attached_parent_is_recorded_and_counts_a_hop(world):
@@ -165,7 +165,7 @@ def test_an_attached_parent_is_recorded_and_counts_a_hop(world):
     first = publish(pub, root)["commit"]
     second = publish(pub, root, tokens=TOKENS + (1, 2), parents=[first, "e" * 64])
     assert second["parents"] == [first] and second["shared_parents"] == ["e" * 64]
-    assert attacher().check(second["commit"], "full", list(TOKENS) + [1, 2, 3]).record["hops"] == 2
+    assert attacher().admit(second["commit"], "full", list(TOKENS) + [1, 2, 3]).record["hops"] == 2
 
 
 def test_tickets_time_out_and_sweep(tmp_path):
@@ -210,10 +210,10 @@ def test_an_edited_commit_is_refused_by_name_and_prefilled_in_auto(world):
     edited = replace(cache_of(TOKENS), edits=Edits(steps=(EditStep(dropped=((16, 30),), repositioned=24),)))
     cid = pub.publish(edited, ticket=tickets.new_ticket(), stream="edited")["commit"]
     prompt = list(TOKENS) + [1]
-    v = attacher().check(cid, "auto", prompt)
+    v = attacher().admit(cid, "auto", prompt)
     assert v.error is None and v.load_tokens == 0 and v.record["path"] == "text"
     assert "EditedCacheError" in v.record["reason"] and "prefix cache" in v.record["reason"]
-    v = attacher().check(cid, "full", prompt)
+    v = attacher().admit(cid, "full", prompt)
     assert v.error["type"] == "EditedCacheError" and v.load_tokens == 0
     exact = publish(pub, root, stream="exact")["commit"]        # the same tokens, unedited: loaded
-    assert attacher().check(exact, "auto", prompt).load_tokens == 40
+    assert attacher().admit(exact, "auto", prompt).load_tokens == 40

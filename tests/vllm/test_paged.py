@@ -32,7 +32,7 @@ def test_read_finds_what_the_kernel_wrote_and_write_matches_it():
     keys, values = torch.randn(T, H, D), torch.randn(T, H, D)
     kernel = torch.zeros(NB, H, B, 2 * D)
     reshape_and_cache(kernel, keys, values, [blocks[p // B] * B + p % B for p in range(T)])
-    lay.check(kernel)
+    lay.require_layer(kernel)
     k, v = lay.read(kernel, blocks, 0, T)     # (1, H, T, D)
     assert torch.equal(k[0].permute(1, 0, 2), keys) and torch.equal(v[0].permute(1, 0, 2), values)
     ours = torch.zeros_like(kernel)
@@ -66,7 +66,7 @@ def test_the_amx_packing_reads_what_its_model_wrote_and_writes_the_same_bytes():
     keys, values = torch.randn(T, H, D).bfloat16(), torch.randn(T, H, D).bfloat16()
     kernel = torch.zeros(NB, H, B, 2 * D, dtype=torch.bfloat16)
     reshape_and_cache_amx(kernel, keys, values, [blocks[p // B] * B + p % B for p in range(T)])
-    lay.check(kernel)
+    lay.require_layer(kernel)
     k, v = lay.read(kernel, blocks, 0, T)
     assert torch.equal(k[0].permute(1, 0, 2), keys) and torch.equal(v[0].permute(1, 0, 2), values)
     ours = torch.zeros_like(kernel)
@@ -110,9 +110,9 @@ def test_other_kernels_and_shapes_are_refused():
     with pytest.raises(RuntimeUnsupportedError, match="multiples of 32"):
         layout_for("amx", block_size=16, kv_heads=H, head_dim=D)
     with pytest.raises(RuntimeUnsupportedError, match="layout"):
-        layout_for("vec", block_size=B, kv_heads=H, head_dim=D).check(torch.zeros(NB, B, H, 2 * D))
+        layout_for("vec", block_size=B, kv_heads=H, head_dim=D).require_layer(torch.zeros(NB, B, H, 2 * D))
     with pytest.raises(RuntimeUnsupportedError, match="packs"):
-        layout_for("amx", block_size=B, kv_heads=H, head_dim=D).check(torch.zeros(NB, H, B, 2 * D))
+        layout_for("amx", block_size=B, kv_heads=H, head_dim=D).require_layer(torch.zeros(NB, H, B, 2 * D))
 
 
 def test_a_packing_that_disagrees_with_the_kernel_stops_the_connector():

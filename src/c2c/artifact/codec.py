@@ -183,7 +183,7 @@ class Artifact:
         return _parse(data, max_artifact_bytes(max_bytes), materialize=None)[:2]
 
     @classmethod
-    def check(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> ArtifactHeader:
+    def read_header(cls, data: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> ArtifactHeader:
         """Every check of :meth:`decode`, without building tensors (no copy); returns the header."""
         return _parse(data, max_artifact_bytes(max_bytes), materialize=False)[0]
 

@@ -132,10 +132,10 @@ def _continue(args: argparse.Namespace) -> int:
     agent = Agent("cli", runtime, Team(shared=SharedPrefix.build(args.system)))
     report = None
     if args.domain:
-        from c2c.trust import Keyring, check, slice_context
+        from c2c.trust import Keyring, check_received, slice_context
 
         prefix_ids = agent.context.token_ids[:agent.context.prefix_len]
-        report = check(artifact, Keyring(args.keyring), args.domain, runtime=runtime, prefix_ids=prefix_ids,
+        report = check_received(artifact, Keyring(args.keyring), args.domain, runtime=runtime, prefix_ids=prefix_ids,
                        context=slice_context(artifact.header.start, prefix_ids, agent.team.prefix_cache)).to_dict()
     agent.attach(artifact)
     gen = agent.respond(args.prompt, max_new_tokens=args.max_new_tokens)

@@ -4,7 +4,7 @@ Exit status 0: it passed. 1: it did not, or it could not be verified as asked
 (the reason is printed). 2: the check could not run (bad flag, unknown model).
 
 No work before trust: the signature and domain are checked first, and only
-then is a model loaded (lazily, by :func:`c2c.trust.verify_policy.check`). The model
+then is a model loaded (lazily, by :func:`c2c.trust.verify_policy.check_received`). The model
 comes from ``--model`` or, without it, from the header's model name resolved as
 a *zoo name*; an unverified header can never make this command load a local
 directory. A slice is checked at every layer against the shared prefix it
@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from c2c.trust.keys import Keyring
-    from c2c.trust.verify_policy import VerifyPolicy, check
+    from c2c.trust.verify_policy import VerifyPolicy, check_received
     from c2c.trust.seal import MAGIC, envelope_info, open_sealed
     from c2c.trust.signing import decode_exact
 
@@ -86,7 +86,7 @@ def _verify(args: argparse.Namespace) -> int:
         if domain is None and not args.unsigned_ok:
             domain = ""  # no domain to check against: the signature check reports it unsigned/malformed
         runtime = context = None
-        if args.mode != "signature":  # both run only once check() has verified the signature
+        if args.mode != "signature":  # both run only once check_received() has verified the signature
             fp = artifact.header.fingerprint
             runtime = _runtime_loader(args.model, fp.model_name, args.dtype or _known_dtype(fp.dtype),
                                       fp.backend.kind)
@@ -95,7 +95,7 @@ def _verify(args: argparse.Namespace) -> int:
         policy = VerifyPolicy(kv="none" if args.mode == "signature" else args.mode, samples=args.samples,
                               require_signature=not args.unsigned_ok, tolerance=args.tolerance,
                               allow_partial=args.allow_partial)
-        report = check(artifact, ring, domain or "", policy, runtime=runtime, context=context,
+        report = check_received(artifact, ring, domain or "", policy, runtime=runtime, context=context,
                        rng=random.Random(args.seed) if args.seed is not None else None, exact=False)
     except (ArtifactError, TrustError, IncompatibleCacheError) as e:
         result.update(ok=False, error=type(e).__name__, reason=str(e))
@@ -142,7 +142,7 @@ def _known_dtype(name: str) -> str | None:
 
 
 def _runtime_loader(model: str | None, header_name: str, dtype: str | None = None, backend: str | None = None):
-    """A zero-argument loader of the receiver's model, for ``check(runtime=...)`` to call after trust.
+    """A zero-argument loader of the receiver's model, for ``check_received(runtime=...)`` to call after trust.
 
     The model runs in ``dtype`` on ``backend`` (by default the artifact's own: a cache is
     compared with K/V recomputed by the engine and in the dtype it was made with).

@@ -111,8 +111,8 @@ def tokens_digest(ids: Sequence[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
-def check(messages: Sequence[Message], spec: EditSpec, *, dropped_before: frozenset[int],
-          held: Sequence[Held]) -> tuple[int, ...]:
+def newly_dropped(messages: Sequence[Message], spec: EditSpec, *, dropped_before: frozenset[int],
+                  held: Sequence[Held]) -> tuple[int, ...]:
     """The indices ``spec`` newly drops; :class:`ContextEditError` for any instruction it cannot apply."""
     n = len(messages)
     for i in spec.drop:
@@ -146,7 +146,7 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
 
     Nothing of the session is changed here: the caller keeps the result once the turn succeeds.
     """
-    new = check(messages, spec, dropped_before=dropped_before, held=held)
+    new = newly_dropped(messages, spec, dropped_before=dropped_before, held=held)
     try:
         how = Repair.parse(spec.repair)  # refused before anything is done
     except ConfigError as e:

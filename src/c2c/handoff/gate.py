@@ -63,7 +63,7 @@ from c2c.store.hops import HopReport, hop_report
 from c2c.store.interface import Commit, CommitRecord, Store, check_id, check_stream
 from c2c.trust.keys import Keyring, SigningKey
 from c2c.trust.signing import SignerInfo, decode_exact, load_signed, sign
-from c2c.trust.verify_policy import DEFAULT, ROUTINE, TrustReport, VerifyPolicy, check as trust_check
+from c2c.trust.verify_policy import DEFAULT, ROUTINE, TrustReport, VerifyPolicy, check_received as trust_check
 
 log = logging.getLogger("c2c")
 _KV_RANK = {"none": 0, "sample": 1, "strict": 2}
@@ -425,7 +425,7 @@ class Gate:
         Another domain's commit: a :class:`SharedTrustReport` (the signer's domain, not its key).
 
         Raises:
-            TrustError, IncompatibleCacheError: as :func:`c2c.trust.verify_policy.check`.
+            TrustError, IncompatibleCacheError: as :func:`c2c.trust.verify_policy.check_received`.
         """
         if self.keyring is None:
             return None

@@ -15,7 +15,7 @@ from c2c.handoff.policy import HandoffPolicy
 from c2c.handoff.record import Handoff
 from c2c.handoff.transport import SharedTransport, Transport
 from c2c.team.agent import Agent
-from c2c.trust import check as trust_check
+from c2c.trust import check_received as trust_check
 from c2c.trust.signing import decode_exact
 from c2c.trust.verify import slice_context
 from c2c.xmodel.apply import map_received

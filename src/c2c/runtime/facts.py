@@ -71,7 +71,7 @@ class ModelFacts:
         """Per layer, its sliding window ``W``, or ``None`` for full attention (as :class:`KVCache` holds them)."""
         return tuple(self.sliding_window if t == SLIDING_ATTENTION else None for t in self.layer_types)
 
-    def check(self, cache: "KVCache | None", *, model: str) -> None:
+    def require_fits(self, cache: "KVCache | None", *, model: str) -> None:
         """Raise :class:`IncompatibleCacheError` unless ``cache`` (if any) has this model's layout and dtype.
 
         ``model`` names the model in the message.

@@ -336,7 +336,7 @@ class LlamaCppRuntime(ChatTurns):
     # Adapters, RopeCodec); their callers refuse through protocol.require(), naming the way out.
 
     def check_cache(self, cache: KVCache | None) -> None:
-        self.facts.check(cache, model=self.name)
+        self.facts.require_fits(cache, model=self.name)
         if cache is not None and not cache.exact:
             raise RuntimeUnsupportedError("the llama.cpp backend continues only from exact caches; an edited one "
                                           "(messages dropped: c2c.runtime.edit) needs the transformers backend")

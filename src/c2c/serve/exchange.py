@@ -24,7 +24,7 @@ every mode: a tampered commit is not read, not even its text). Then
 (fingerprint, prefix, share list) and the signature (domain), the hop count from
 the store (depth + 1) and staleness from the record, and the cross-model maps the
 server holds (``c2c serve --map``, :mod:`c2c.serve.mapped`). A cache goes through
-:func:`c2c.trust.check` and is placed right after the caller's shared prefix; a
+:func:`c2c.trust.check_received` and is placed right after the caller's shared prefix; a
 commit of another served model, with a map for that pair that ``decide()`` accepts,
 is mapped into the request's model and placed there the same way (path ``mapped``);
 text is placed there as a user message. ``auto`` falls back to text whenever a

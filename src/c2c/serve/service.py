@@ -260,7 +260,7 @@ class ChatService:
               t0: float) -> Completion:
         edited, messages, held_cache = None, req.messages, session.cache
         # every forward pass of this turn; its decode steps in one pass with the other requests' (the batch)
-        pace = Pace(chunk=self.config.prefill_chunk, between=job.check, join=job.step)
+        pace = Pace(chunk=self.config.prefill_chunk, between=job.between_passes, join=job.step)
         if req.edit is None and session.dropped:
             raise ContextEditError(
                 f"session {req.session!r} has dropped messages {sorted(session.dropped)}, and this request sends no "
@@ -272,7 +272,7 @@ class ChatService:
                                        "(c2c: {\"session\": ...})")
             if req.attach:
                 raise ContextEditError("send an edit and an attach in separate requests")
-            job.check()
+            job.between_passes()
             edited = editing.apply(rt, session.cache, req.messages, req.edit, dropped_before=session.dropped,
                                         held=session.held, pace=pace)
             messages, held_cache = edited.kept, edited.cache
@@ -334,7 +334,7 @@ class ChatService:
             raise ConfigError(f"logit_bias names a token id outside {req.model}'s vocabulary [0, {vocab})")
         sampling = Sampling(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
                             stop=req.stop, logit_bias=req.logit_bias, logprobs=req.logprobs, grammar=req.grammar)
-        job.check()
+        job.between_passes()
         prepared = prepare(rt, held_cache, rendering, pace)
         records = _accounted(records, prepared.per_part, prefix_kv is not None)
         # Commit what this request established: the cache (exact by its token ids, unless edited), where its

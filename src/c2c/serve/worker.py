@@ -2,7 +2,7 @@
 
 Every admitted request (a :class:`Job`) runs on a thread of its own, but only the
 job that holds the model's *turn* may run the model, so no two threads ever run
-one model's forward passes at once. A job calls :meth:`Job.check` between
+one model's forward passes at once. A job calls :meth:`Job.between_passes` between
 forward passes; there the turn passes to the waiting job whose tenant (trust
 domain) has used the model least recently, and within that tenant to the agent
 that has (:class:`~c2c.serve.fairness.UsageClock`). The requests of one lane (one
@@ -19,7 +19,7 @@ HTTP 429 with ``Retry-After``) rather than letting latency grow without bound:
 
 Each job carries a cancel flag (set when the client disconnects) and a deadline;
 a job waiting for the turn leaves as soon as either is set, and a running one at
-its next :meth:`Job.check`. Results and streamed deltas reach the asyncio side
+its next :meth:`Job.between_passes`. Results and streamed deltas reach the asyncio side
 through :class:`Channel`.
 
 Passes are batched. A job's prompt chunks and decode steps (:meth:`Job.step`) queue for
@@ -112,7 +112,7 @@ class Job:
     def emit(self, kind: str, value: Any = None) -> None:
         self.channel.put(kind, value)
 
-    def check(self) -> None:
+    def between_passes(self) -> None:
         """Raise if the client went away or the deadline passed; else let a more deserving job have
         the turn first (call between forward passes: the only place a job gives up the turn)."""
         self.raise_if_done()
@@ -124,7 +124,7 @@ class Job:
         jobs' that wait then (on a worker that batches; else alone, after :meth:`check`); its last logits
         ``(vocab,)``. Raises as :meth:`check` does while it waits."""
         if self.worker is None or self.worker.batch is None:   # an engine that cannot batch: its own pass, on
-            self.check()                                       # this thread, holding the turn (as every pass was)
+            self.between_passes()                                       # this thread, holding the turn (as every pass was)
             return stepper.feed(ids)
         self.raise_if_done()
         return self.worker.step(self, stepper, list(ids))

@@ -3,7 +3,7 @@
 A put first reads the artifact's head (the header, bounded; no tensor byte), which
 names every chunk (:mod:`c2c.store.manifest`). The backend then says which chunks it
 lacks (and refuses a put past the domain's quota before anything is written). Then
-two passes over the bytes run at once: ``Artifact.check`` (strict parse, every chunk
+two passes over the bytes run at once: ``Artifact.read_header`` (strict parse, every chunk
 digest, NaN/Inf scan) and the backend's write of the chunks it lacks (files, or keys
 sent to Redis). hashlib, file I/O and sockets release the GIL, so they overlap.
 
@@ -137,7 +137,7 @@ def _decode_single_threaded(view: memoryview):
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return Artifact.check(view)
+        return Artifact.read_header(view)
     finally:
         torch.set_num_threads(previous)
 

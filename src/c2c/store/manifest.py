@@ -66,7 +66,7 @@ class ChunkRef:
             h.update(p)
         return h.hexdigest()
 
-    def check(self, parts, *, commit: str, index: int) -> None:
+    def verify(self, parts, *, commit: str, index: int) -> None:
         """Raise :class:`ChunkCorruptError` unless ``parts`` hash to this chunk's digest."""
         got = self.hash(parts)
         if got != self.digest:

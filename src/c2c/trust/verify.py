@@ -177,7 +177,7 @@ def claimed_tokens(artifact: Artifact, token_ids: Sequence[int] | None = None) -
 def slice_context(start: int, prefix_ids: Sequence[int],
                   prefix_cache: Callable[[Any], KVCache] | None = None) -> Callable[[Any], KVCache] | None:
     """What a cache starting at ``start`` is verified against, for a receiver whose shared prefix is
-    ``prefix_ids``: the ``context=`` of :func:`verify_kv` and :func:`c2c.trust.verify_policy.check`.
+    ``prefix_ids``: the ``context=`` of :func:`verify_kv` and :func:`c2c.trust.verify_policy.check_received`.
 
     - ``start == 0``, a full cache: nothing (``None``); it is checked on its own.
     - ``start == len(prefix_ids)``, a slice that follows the shared prefix (isolation ``"recompute"``):

@@ -118,7 +118,7 @@ class TrustReport:
                 "kv": self.kv.to_dict() if self.kv else None}
 
 
-def check(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolicy | None = None, *,
+def check_received(artifact: Artifact, keyring: Keyring, domain: str, policy: VerifyPolicy | None = None, *,
           runtime=None, critical: bool = False, prefix_ids: Sequence[int] | None = None,
           context: KVCache | Callable[[Any], KVCache] | None = None, token_ids: Sequence[int] | None = None,
           rng: random.Random | None = None, exact: bool = True, engine: bool = True,

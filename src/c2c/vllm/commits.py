@@ -174,7 +174,7 @@ class Attacher(_Scope):
         self.fingerprint, self.staging, self.agent = fingerprint, staging, agent
         self.prefix_policy, self.max_hops = prefix_policy, max_hops
 
-    def check(self, commit_id: str, mode: str, prompt_ids: Sequence[int], *, request_id: str = "") -> Verdict:
+    def admit(self, commit_id: str, mode: str, prompt_ids: Sequence[int], *, request_id: str = "") -> Verdict:
         """Fetch, verify and decide ``commit_id`` for a prompt; never raises a :class:`C2CError`."""
         t0 = time.perf_counter()
         record: dict[str, Any] = {"commit": commit_id, "requested": mode}

@@ -181,7 +181,7 @@ class C2CConnector(KVConnectorBase_V1):
             return None
         t = self._tracked[rid] = _Tracked(ask=ask)
         if ask.attach is not None:  # start fetching at once, before the request is first scheduled
-            t.job = self._pool.submit(self.attacher.check, ask.attach, ask.mode, list(request.prompt_token_ids or ()),
+            t.job = self._pool.submit(self.attacher.admit, ask.attach, ask.mode, list(request.prompt_token_ids or ()),
                                       request_id=_safe(rid))
         return t
 
@@ -285,7 +285,7 @@ class C2CConnector(KVConnectorBase_V1):
     # ================================================================= worker
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
         for name, layer in kv_caches.items():
-            self.layout.check(layer)
+            self.layout.require_layer(layer)
             m = _LAYER_INDEX.search(name)
             if m is None:
                 raise RuntimeUnsupportedError(f"cannot tell the layer index of vLLM's attention layer {name!r}")

@@ -128,7 +128,7 @@ class PagedLayout:
         """What the fingerprint records, e.g. ``cpu_attn:vec k:DxB v:BxD``."""
         return f"cpu_attn:{self.isa} {self.packing.name}"
 
-    def check(self, layer: torch.Tensor) -> None:
+    def require_layer(self, layer: torch.Tensor) -> None:
         """Refuse a layer tensor that is not ``[NB, H, B, 2D]``, contiguous, in a dtype the kernel packs."""
         want = (self.kv_heads, self.block_size, 2 * self.head_dim)
         if layer.dim() != 4 or tuple(layer.shape[1:]) != want or not layer.is_contiguous():

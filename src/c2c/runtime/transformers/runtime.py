@@ -162,7 +162,7 @@ class TransformersRuntime(ChatTurns):
 
     # ------------------------------------------------------------- compute
     def check_cache(self, cache: KVCache | None) -> None:
-        self.facts.check(cache, model=self.name)
+        self.facts.require_fits(cache, model=self.name)
 
     def prefill(self, ids: Sequence[int], past: KVCache | None = None, *,
                 start: int = 0) -> tuple[torch.Tensor, KVCache]:

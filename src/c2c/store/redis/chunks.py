@@ -69,7 +69,7 @@ def read_chunks(store, manifest, indices: list[int], out: memoryview, commit_id:
 
         def landed(k: int) -> None:  # hash chunk k while the next one is read
             i = indices[k]
-            checks.append(pool.submit(manifest.chunks[i].check, targets[k], commit=commit_id, index=i))
+            checks.append(pool.submit(manifest.chunks[i].verify, targets[k], commit=commit_id, index=i))
 
         with store._errors(writing=False):
             try:

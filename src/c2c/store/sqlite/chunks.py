@@ -92,7 +92,7 @@ class ChunkFiles:
             if n != ref.size or longer:
                 raise ChunkCorruptError(f"chunk {i} of commit {commit_id[:12]} is {'longer than' if longer else n} "
                                         f"of {ref.size} bytes ({path}): tampered; run `c2c store verify`")
-            ref.check(views, commit=commit_id, index=i)
+            ref.verify(views, commit=commit_id, index=i)
             return n
 
         if len(indices) <= 1:
