@@ -57,7 +57,7 @@ def run_episode(rt, ep, condition: str, *, keep: int, max_new_tokens: int) -> di
     from c2c.bench.agent_episodes import ask
     from c2c.bench.context_qa import contains_answer, exact_match
     from c2c.client.context_policy import ContextPolicy, ContextWindow
-    from c2c.serve import context_edit
+    from c2c.conversation import editing as context_edit
     from c2c.conversation.editing import EditSpec
     from c2c.conversation.render import Message, render
     from c2c.conversation.reuse import prepare
