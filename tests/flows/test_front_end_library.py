@@ -104,8 +104,7 @@ def tiny_other(rt):
     return zoo.load("tiny-llama")  # another model: its fingerprint differs
 
 
-@pytest.mark.parametrize("case, mode", [(c, m) for c in fe.CASES for m in (fe.MODES if c in fe.ATTACH_CASES
-                                                                           else ("full",))])
+@pytest.mark.parametrize("case, mode", fe.CASE_MODES)
 def test_the_library_answers_every_case_as_every_front_end(world, case, mode):
     got, extra = run_case(case, world, mode)
     want = fe.expected(case, checks_kv=True, mode=mode)

@@ -103,8 +103,7 @@ def run_case(case: str, server, mode: str = "full") -> tuple[fe.Outcome, dict]:
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case, mode", [(c, m) for c in fe.CASES for m in (fe.MODES if c in fe.ATTACH_CASES
-                                                                           else ("full",))])
+@pytest.mark.parametrize("case, mode", fe.CASE_MODES)
 def test_c2c_serve_answers_every_case_as_every_front_end(tiny_server, case, mode):
     got, body = run_case(case, tiny_server, mode)
     want = fe.expected(case, checks_kv=True, mode=mode)

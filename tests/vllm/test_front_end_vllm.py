@@ -117,8 +117,7 @@ def run_case(case: str, client, server, mode: str = "full") -> tuple[fe.Outcome,
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case, mode", [(c, m) for c in fe.CASES for m in (fe.MODES if c in fe.ATTACH_CASES
-                                                                           else ("full",))])
+@pytest.mark.parametrize("case, mode", fe.CASE_MODES)
 def test_vllm_answers_every_case_as_every_front_end(client, vllm_server, case, mode):
     got, body = run_case(case, client, vllm_server, mode)
     want = fe.expected(case, checks_kv=False, mode=mode)

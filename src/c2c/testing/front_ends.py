@@ -30,6 +30,8 @@ CASES = ("own", "shared", "foreign", "made_up", "stale", "tampered", "wrong_mode
 MODES = ("auto", "full", "text")
 #: the cases that attach a commit (the others publish): each runs in every mode
 ATTACH_CASES = tuple(c for c in CASES if c != "over_quota")
+#: (case, mode) as every front-end's test runs them: each attach case in every mode, a publish case once
+CASE_MODES = tuple((c, m) for c in CASES for m in (MODES if c in ATTACH_CASES else ("full",)))
 #: the trust domains of the cases: the receiver's, and another
 DOMAIN, OTHER = "research", "other"
 
