@@ -3,6 +3,8 @@ rendering against the model's own template over the whole conversation."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from c2c.errors import RuntimeUnsupportedError
@@ -113,3 +115,79 @@ def test_the_template_text_side_renders_as_the_loaded_runtime_does(model):
     rt, text = zoo.load(model), TemplateText(zoo.model_path(model))
     msgs = [Message(role=r, content=c) for r, c in CONVERSATIONS["unicode"]]
     assert render(rt, msgs).token_ids == render(text, msgs).token_ids and tuple(rt.bos_ids) == text.bos_ids
+
+
+# A template that merges consecutive user messages into one turn (as templates that require alternating roles
+# do): the turn of message k is written differently once message k + 1 follows, so it is not prefix-stable.
+_MERGING = (
+    "{% for m in messages %}"
+    "{%- if loop.index0 > 0 and messages[loop.index0 - 1]['role'] == 'user' and m['role'] == 'user' -%}"
+    "{{ '\\n' + m['content'] }}"
+    "{%- else -%}{%- if loop.index0 > 0 %}<|im_end|>\n{% endif -%}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{%- endif -%}{% endfor %}{% if messages %}<|im_end|>\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class _Counting:
+    """A template's text side (a byte tokenizer, ChatML or the merging template) that counts its renders."""
+
+    def __init__(self, template: str | None = None):
+        from c2c.runtime.transformers.tiny import byte_tokenizer
+        from c2c.runtime.transformers.tokenizer import TemplateText
+
+        self.inner = TemplateText.__new__(TemplateText)
+        self.inner._tokenizer = byte_tokenizer()
+        if template is not None:
+            self.inner._tokenizer.chat_template = template
+        self.inner.bos_ids = ()
+        self.renders, self.name = 0, "merging-test" if template else "chatml-test"
+
+    def render_chat(self, messages, add_generation_prompt=False, *, tools=None):
+        self.renders += 1
+        return self.inner.render_chat(messages, add_generation_prompt, tools=tools)
+
+    def render_turn(self, role, content):
+        return type(self.inner).render_turn(self, role, content)
+
+    def generation_prompt(self):
+        return type(self.inner).generation_prompt(self)
+
+    def __getattr__(self, name):   # encode, decode, bos_ids
+        return getattr(self.inner, name)
+
+
+def test_a_template_is_checked_for_prefix_stability_once_and_an_unstable_one_is_named():
+    from c2c.conversation.render import template_stability
+
+    stable, merging = _Counting(), _Counting(_MERGING)
+    assert template_stability(stable).stable
+    found = template_stability(merging)
+    assert not found.stable
+    assert "merging-test" in found.reason and "'consecutive users'" in found.reason and "rendered whole" in found.reason
+    before = (stable.renders, merging.renders)
+    assert template_stability(stable).stable and template_stability(merging) == found   # once per runtime
+    assert (stable.renders, merging.renders) == before
+
+
+def test_where_a_template_is_not_prefix_stable_every_conversation_is_rendered_whole_never_into_other_tokens():
+    """The fallback (#54): turn by turn would give other tokens than the template; c2c renders the conversation
+    whole and cuts it at its messages, and a session holding the shorter conversation reuses its cache up to the
+    first token that differs, never past it."""
+    from c2c.conversation.render import Message, prefix_ids, render, turn
+
+    rt = _Counting(_MERGING)
+    msgs = [Message(role=r, content=c) for r, c in [("system", "S"), ("user", "a"), ("user", "b"),
+                                                   ("assistant", "c")]]
+    whole = tuple(rt.encode(rt.render_chat([m.to_dict() for m in msgs], add_generation_prompt=True)))
+    one_by_one = prefix_ids(rt, msgs[0]) + sum((turn(rt, m).token_ids for m in msgs[1:]), ()) + \
+        tuple(rt.encode(rt.generation_prompt()))
+    assert one_by_one != whole                    # the check could fail: turn by turn is wrong on this template
+    ours = render(rt, msgs)
+    assert ours.token_ids == whole
+    assert [p.label for p in ours.parts] == ["prefix", "user", "user", "assistant", "prompt"]
+    shorter = render(rt, msgs[:2], generation_prompt=False).token_ids    # what a session held a turn before
+    kept = len(os.path.commonprefix([shorter, whole]))
+    assert 0 < kept < len(shorter)                # the merged turn changes the end of message 1, and no more
+    assert whole[:kept] == shorter[:kept]
+

@@ -27,7 +27,8 @@ def test_full_handoff_is_exact(tiny, arch):
     h = hand_off(a, b, mode="full")
     assert (h.used, h.requested) == ("full", "full") and h.artifact_bytes > 0
     g = b.respond("Summarize.", max_new_tokens=8, min_new_tokens=8)
-    fed = b.context.token_ids[: len(b.context.token_ids) - 7]
+    # what the reply was generated from: the conversation before its message, and the generation prompt
+    fed = b.context.token_ids[:b.context.spans[-1].start] + tuple(rt.encode(rt.generation_prompt()))
     ref = rt.generate(fed, max_new_tokens=8, min_new_tokens=8)
     assert g.token_ids == ref.token_ids
     assert b.stats.decoded == 8 and a.stats.decoded == 0

@@ -38,9 +38,12 @@ def test_the_mapped_path_attaches_the_mapped_cache_and_the_receiver_continues_un
     # the writer holds the analyst's tokens as its model's K/V, exactly what the map makes of them
     assert b.cache.token_ids == a.cache.token_ids and b.cache.max_abs_diff(expected) == 0.0
     assert b.context.token_ids == a.cache.token_ids and b.messages == a.messages
+    assert [s.label for s in b.context.spans] == [s.label for s in a.context.spans]   # message by message
     question = b.runtime.encode(b.runtime.render_turn("user", "When is the deploy?") + b.runtime.generation_prompt())
     g = b.respond("When is the deploy?", max_new_tokens=3, min_new_tokens=3)
-    assert b.stats.prefilled == before + len(question)  # only the question was prefilled, not the mapped context
+    # only the question (and the reply's own message, as the template closes it) was prefilled, not the mapped context
+    assert before + len(question) <= b.stats.prefilled <= before + len(question) + b.context.spans[-1].length
+    assert b.context.spans[-1].label == "conclusion" and len(a.context.token_ids) > b.context.spans[-1].length
     assert g.token_ids == b.runtime.generate(question, expected, max_new_tokens=3, min_new_tokens=3).token_ids
 
 

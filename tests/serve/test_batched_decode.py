@@ -51,7 +51,10 @@ def _together(server, prompts, **kw) -> list:
 def test_concurrent_requests_of_one_agent_decode_together_and_each_gets_its_own_reply(open_server):
     client = open_server.client()
     models = client.models.list().data
-    assert models[0].model_extra["c2c"] == {"max_batch": 16, "batched_decode": True}
+    c2c = models[0].model_extra["c2c"]
+    assert {k: c2c[k] for k in ("max_batch", "batched_decode", "prefix_stable")} == \
+        {"max_batch": 16, "batched_decode": True, "prefix_stable": True}
+    assert "prefix-stable" in c2c["rendering"]   # the template's check at load (c2c.conversation.render)
     alone = [chat(client, [SYSTEM, {"role": "user", "content": p}], max_tokens=24) for p in PROMPTS]
     passes0, steps0 = _batches(open_server)
     together = _together(open_server, PROMPTS)
@@ -95,7 +98,8 @@ def test_a_request_that_leaves_mid_batch_takes_nothing_of_the_others(open_server
 def test_one_batch_per_pass_is_a_flag_and_the_server_says_so(tmp_path):
     server = ServeProcess(make_home(tmp_path), "--model", "tiny-qwen2", "--max-batch", "1").start()
     try:
-        assert server.client().models.list().data[0].model_extra["c2c"] == {"max_batch": 1, "batched_decode": False}
+        c2c = server.client().models.list().data[0].model_extra["c2c"]
+        assert (c2c["max_batch"], c2c["batched_decode"]) == (1, False)
         client = server.client()
         alone = [chat(client, [SYSTEM, {"role": "user", "content": p}], max_tokens=24) for p in PROMPTS[:3]]
         together = _together(server, PROMPTS[:3])

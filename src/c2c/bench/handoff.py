@@ -120,7 +120,8 @@ def run(runtime: Runtime, cfg: HandoffBenchConfig, *, workdir: Path | None = Non
     hand_off(a, twin, mode="full", transport=SharedTransport())
     out["exact"] = twin.respond(QUESTION, max_new_tokens=K, min_new_tokens=K).token_ids == g_full.token_ids
     # and the writer prefilling the very same tokens itself, in one pass
-    fed = b.context.token_ids[: len(b.context.token_ids) - (len(g_full.token_ids) - 1)]
+    # what the reply was generated from: the conversation before its message, and the generation prompt
+    fed = b.context.token_ids[:b.context.spans[-1].start] + tuple(runtime.encode(runtime.generation_prompt()))
     ref = runtime.generate(fed, max_new_tokens=K, min_new_tokens=K)
     out["exact_vs_one_prefill"] = ref.token_ids == g_full.token_ids
     # the forward passes the cache pipeline cannot avoid, for its compute bound (c2c.bench.limits): the

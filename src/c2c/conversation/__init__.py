@@ -6,20 +6,69 @@
     parts[1:]  one part per message (or attached commit, or generation prompt), in order
 
 Each :class:`Part` carries its label, whether it is private, its token ids, the text it says (what a text
-handoff of it reads) and, where the front-end holds them, its K/V at its own positions.
+handoff of it reads), the chat :class:`Message` it renders (none for an attached cache) and, where the front-end
+holds them, its K/V at its own positions.
 
-The library's agents (:meth:`c2c.team.agent.Agent.conversation`), ``c2c serve``'s sessions (rendered by the
+The library's agents (each holds one, :class:`c2c.team.agent.Agent`), ``c2c serve``'s sessions (rendered by the
 model's chat template, :mod:`c2c.conversation.render`) and vLLM's publisher (:meth:`Conversation.of_tokens`) build
 one, and one function makes a commit of it (:func:`c2c.commit.author.commit_of`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
-from c2c.context import Context
+from c2c.context import PRIVATE_LABELS, Context
+from c2c.conversation.tools import ToolCall
 from c2c.runtime.kvcache import KVCache
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One chat message; ``name`` (optional) is also the label of its span (see :meth:`Conversation.context`).
+
+    An assistant message may carry ``tool_calls`` (its content then may be empty); a ``tool`` message answers
+    the call ``tool_call_id``, and its span is labelled by ``name``, else by the called tool's name
+    (``tool_name``), else ``tool``; it answers to its ``tool_call_id`` too (:attr:`aliases`).
+    """
+
+    role: str
+    content: str
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    private: bool | None = None   # its span's privacy (an agent's own turns; None: by label, c2c.context)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.tool_name or self.role
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The other names its span answers to in ``publish.labels``: a tool result's ``tool_call_id``."""
+        return (self.tool_call_id,) if self.tool_call_id and self.tool_call_id != self.label else ()
+
+    @property
+    def text(self) -> str:
+        """What the message says, its calls included (a text handoff reads this)."""
+        calls = "\n".join(json.dumps({"name": c.name, "arguments": json.loads(c.arguments)}, ensure_ascii=False)
+                          for c in self.tool_calls)
+        return "\n".join(x for x in (self.content, calls) if x)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as a chat template reads it (a call's arguments parsed: :meth:`ToolCall.to_template`)."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name:
+            d["name"] = self.name
+        if self.tool_calls:
+            d["tool_calls"] = [c.to_template() for c in self.tool_calls]
+            d["content"] = self.content or None
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        return d
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +86,12 @@ class Part:
     kv: KVCache | None = None
     text: str = ""
     aliases: tuple[str, ...] = ()   # other names of its span (a tool result's call id)
+    message: Message | None = None  # the chat message it renders (the prefix's: the system message), if any
+
+    @property
+    def is_private(self) -> bool:
+        """``private``, or where it is None, by label (:data:`c2c.context.PRIVATE_LABELS`), as its span is."""
+        return self.label in PRIVATE_LABELS if self.private is None else self.private
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +159,6 @@ class Conversation:
         for i, p in enumerate(self.parts):
             a, b = offset, offset + len(p.token_ids)
             offset = b
-            if i and a >= start and b <= end and p.text and not p.private:
+            if i and a >= start and b <= end and p.text and not p.is_private:
                 out.append(p.text)
         return "\n\n".join(out)

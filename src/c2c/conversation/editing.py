@@ -182,6 +182,32 @@ def apply(runtime: Runtime, cache: KVCache | None, messages: Sequence[Message], 
     return Edited(cache=cache, kept=kept, kept_index=kept_index, newly_dropped=new, closed=closed)
 
 
+def drop_parts(runtime: Runtime, conversation: Conversation, cache: KVCache, indices: Sequence[int], *,
+               reposition: bool = True, repair: str | Repair | None = None,
+               pace: Pace = ONE_PASS) -> tuple[Conversation, KVCache, EditStep]:
+    """Take parts ``indices`` (never 0, the shared prefix) out of ``conversation`` and their tokens out of
+    ``cache``, which holds exactly its tokens, without a prefill (:func:`c2c.runtime.edit.drop`: what follows
+    is re-positioned, or the gaps left open; ``repair`` recomputes some, at ``pace``).
+
+    Raises:
+        ConfigError: an index is 0 or out of range.
+    """
+    chosen = sorted(set(indices))
+    if not chosen or chosen[0] < 1 or chosen[-1] >= len(conversation.parts):
+        raise ConfigError(f"parts {list(indices)} cannot be dropped: a conversation of {len(conversation.parts)} "
+                          "parts can drop parts 1.. (part 0 is the shared prefix)")
+    bounds, at = [], 0
+    for p in conversation.parts:
+        bounds.append((at, at + len(p.token_ids)))
+        at += len(p.token_ids)
+    spans = [bounds[i] for i in chosen if bounds[i][1] > bounds[i][0]]
+    step = EditStep()
+    if spans:
+        cache, step = drop(runtime, cache, spans, reposition=reposition, repair=repair, pace=pace)
+    gone = set(chosen)
+    return Conversation(parts=tuple(p for i, p in enumerate(conversation.parts) if i not in gone)), cache, step
+
+
 def held_messages(rendering: Conversation, messages: Sequence[Message], kept_index: Sequence[int],
                   attachments: int) -> tuple[Held, ...]:
     """Where each kept message (but the system one, which is the prefix) sits in ``rendering``'s tokens."""

@@ -4,12 +4,14 @@ A conversation is rendered as a run of :class:`Part` values::
 
     [prefix: BOS + the system turn] [attachments ...] [one turn per message ...] [generation prompt]
 
-Each turn is rendered with the model's chat template exactly as it is written
-mid-conversation (:meth:`Runtime.render_turn`) and tokenized on its own, so the
-tokens of ``messages[:k]`` are always a prefix of those of ``messages[:k + 1]``:
-a session that already holds the KV of the first ``k`` messages needs to prefill
-only what follows. The shared prefix (what :func:`c2c.handoff.decide` compares
-between sender and receiver) is BOS plus a leading system message, if any.
+The tokens are always those of the model's own chat template over the whole conversation. Where the
+template is *prefix-stable* (:func:`template_stability`, checked once per model: rendering message by message
+gives exactly the whole rendering's tokens), each turn is rendered as the template writes it mid-conversation
+(:meth:`Runtime.render_turn`) and tokenized on its own, so the tokens of ``messages[:k]`` are a prefix of those
+of ``messages[:k + 1]``: a session that already holds the KV of the first ``k`` messages prefills only what
+follows. Where it is not, every conversation is rendered whole (:func:`render_whole`) and cut where its
+messages end, never into other tokens than the template's. The shared prefix (what :func:`c2c.handoff.decide`
+compares between sender and receiver) is BOS plus a leading system message, if any.
 
 NOTE: a request without a system message gets no template default (Qwen's
 "You are Qwen..." is not inserted): what the client sends is what the model reads.
@@ -20,63 +22,20 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import threading
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from c2c.artifact.prefix import prefix_token_ids
-from c2c.conversation import Conversation, Part
+from c2c.conversation import Conversation, Message, Part
 from c2c.errors import ToolCallError
 from c2c.runtime import placement
 from c2c.runtime.protocol import Runtime
 from c2c.runtime.protocol import Offsets
-from c2c.conversation.tools import ToolCall
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Message:
-    """One chat message; ``name`` (optional) is also the label of its span (see :meth:`Conversation.context`).
-
-    An assistant message may carry ``tool_calls`` (its content then may be empty); a ``tool`` message answers
-    the call ``tool_call_id``, and its span is labelled by ``name``, else by the called tool's name
-    (``tool_name``), else ``tool``; it answers to its ``tool_call_id`` too (:attr:`aliases`).
-    """
-
-    role: str
-    content: str
-    name: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-
-    @property
-    def label(self) -> str:
-        return self.name or self.tool_name or self.role
-
-    @property
-    def aliases(self) -> tuple[str, ...]:
-        """The other names its span answers to in ``publish.labels``: a tool result's ``tool_call_id``."""
-        return (self.tool_call_id,) if self.tool_call_id and self.tool_call_id != self.label else ()
-
-    @property
-    def text(self) -> str:
-        """What the message says, its calls included (a text handoff reads this)."""
-        calls = "\n".join(json.dumps({"name": c.name, "arguments": json.loads(c.arguments)}, ensure_ascii=False)
-                          for c in self.tool_calls)
-        return "\n".join(x for x in (self.content, calls) if x)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The message as a chat template reads it (a call's arguments parsed: :meth:`ToolCall.to_template`)."""
-        d: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.name:
-            d["name"] = self.name
-        if self.tool_calls:
-            d["tool_calls"] = [c.to_template() for c in self.tool_calls]
-            d["content"] = self.content or None
-        if self.tool_call_id is not None:
-            d["tool_call_id"] = self.tool_call_id
-        return d
+__all__ = ["Message", "render", "render_whole", "template_stability", "continuation"]
 
 
 def split_system(messages: Sequence[Message]) -> tuple[Message | None, tuple[Message, ...]]:
@@ -95,7 +54,7 @@ def prefix_ids(runtime: Runtime, system: Message | None) -> tuple[int, ...]:
 def turn(runtime: Runtime, m: Message) -> Part:
     role = "system" if m.role == "developer" else m.role
     return Part(label=m.label, token_ids=tuple(runtime.encode(runtime.render_turn(role, m.content))),
-                text=f"{m.label}: {m.content}")
+                text=f"{m.label}: {m.content}", private=m.private, message=m)
 
 
 def render(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dict] = (),
@@ -104,13 +63,15 @@ def render(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dic
 
     With ``generation_prompt`` the last part is the assistant's opening (label ``"prompt"``),
     after which the reply is generated. A conversation with ``tools`` (OpenAI's entries), or with tool calls
-    in it, is rendered by the model's template whole (:func:`render_whole`); any other, turn by turn.
+    in it, or any conversation on a model whose template is not prefix-stable (:func:`template_stability`),
+    is rendered by the model's template whole (:func:`render_whole`); any other, turn by turn (the same tokens).
     """
-    if tools or any(m.tool_calls or m.tool_call_id is not None for m in messages):
+    if tools or any(m.tool_calls or m.tool_call_id is not None for m in messages) or \
+            not template_stability(runtime).stable:
         return render_whole(runtime, messages, tools=tools,
                             generation_prompt=generation_prompt).after_prefix(attachments)
     system, rest = split_system(messages)
-    parts = [Part(label="prefix", token_ids=prefix_ids(runtime, system))]
+    parts = [Part(label="prefix", token_ids=prefix_ids(runtime, system), message=system)]
     parts += [turn(runtime, m) for m in rest]
     if generation_prompt:
         parts.append(Part(label="prompt", token_ids=tuple(runtime.encode(runtime.generation_prompt())),
@@ -119,6 +80,88 @@ def render(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dic
 
 
 _PROBE = "\ue000"   # a private-use character: a user turn no template writes on its own
+
+
+# The conversations a template is checked on (:func:`template_stability`): a system turn or none, consecutive
+# user messages, long turns, unicode and whitespace (the shapes a template most often writes differently once
+# another message follows).
+STABILITY_PROBES: dict[str, tuple[tuple[str, str], ...]] = {
+    "system and turns": (("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello!"), ("user", "And?")),
+    "consecutive users": (("system", "S"), ("user", "a"), ("user", "b"), ("assistant", "c"), ("user", "d")),
+    "long turns": (("system", "You read logs. " * 40), ("user", "line " * 300), ("assistant", "ok " * 200),
+                   ("user", "next")),
+    "unicode": (("system", "S"), ("user", "h\u00e9llo \u4e16\u754c \U0001f680 \u00a0tab\tend"),
+                ("assistant", "\u00e7a va \u2713"), ("user", " leading space")),
+    "no system": (("user", "Hi"), ("assistant", "Hello!"), ("user", "And?")),
+}
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Whether rendering a model's conversations message by message gives its template's whole rendering.
+
+    ``reason`` says why not (the probe, the message and the token where the two first differ), or what was
+    checked; :func:`render` renders every conversation whole where ``stable`` is False."""
+
+    stable: bool
+    reason: str
+
+
+_STABILITY: "weakref.WeakKeyDictionary[Any, Stability]" = weakref.WeakKeyDictionary()
+_STABILITY_LOCK = threading.Lock()
+
+
+def template_stability(runtime: Runtime) -> Stability:
+    """Whether ``runtime``'s chat template is prefix-stable, checked once per runtime (each later call reads
+    the first answer): for each of :data:`STABILITY_PROBES` and each ``k``, the tokens of ``messages[:k]``
+    rendered turn by turn (with the generation prompt) are exactly those of the template over
+    ``messages[:k]`` whole. Without a system message the template may write its default system turn, which
+    c2c leaves out on purpose (what the client sends is what the model reads): the rest must still be the same
+    tokens. A model without a chat template is written in c2c's plain turns, prefix-stable by construction.
+    """
+    try:
+        with _STABILITY_LOCK:
+            known = _STABILITY.get(runtime)
+    except TypeError:   # a runtime that cannot be weakly referenced: checked each time
+        known = None
+    if known is not None:
+        return known
+    found = _check_stability(runtime)
+    try:
+        with _STABILITY_LOCK:
+            _STABILITY[runtime] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _check_stability(runtime: Runtime) -> Stability:
+    if runtime.render_chat([{"role": "user", "content": "x"}]) is None:
+        return Stability(True, "no chat template: c2c's plain turns, each a prefix of the next by construction")
+    bos = tuple(runtime.bos_ids)
+    gp = tuple(runtime.encode(runtime.generation_prompt()))
+    for name, turns in STABILITY_PROBES.items():
+        msgs = [Message(role=r, content=c) for r, c in turns]
+        system, rest = split_system(msgs)
+        ours = list(prefix_ids(runtime, system))
+        for k, m in enumerate(rest, start=1):
+            ours += turn(runtime, m).token_ids
+            whole = list(runtime.encode(runtime.render_chat([x.to_dict() for x in msgs[:len(msgs) - len(rest) + k]],
+                                                            True) or ""))
+            if bos and tuple(whole[:len(bos)]) != bos:
+                whole = list(bos) + whole
+            mine = ours + list(gp)
+            if system is None and len(whole) > len(mine) and whole[len(whole) - len(mine) + len(bos):] == \
+                    mine[len(bos):]:
+                continue   # the template's default system turn, then exactly ours
+            if mine != whole:
+                at = len(os.path.commonprefix([mine, whole]))
+                return Stability(False, f"{_name(runtime)}'s chat template is not prefix-stable: in the probe "
+                                 f"{name!r}, {k} message(s) after the system turn rendered one by one part from the "
+                                 f"template's whole rendering at token {at} ({len(mine)} against {len(whole)} "
+                                 "tokens); every conversation is rendered whole")
+    return Stability(True, f"prefix-stable on {len(STABILITY_PROBES)} probe conversations: turns are rendered one "
+                     "at a time")
 
 
 def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dict] = (),
@@ -169,9 +212,9 @@ def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequen
     bos = tuple(runtime.bos_ids)
     if bos and tuple(ids[:len(bos)]) != bos:
         ids, cuts = list(bos) + ids, [c + len(bos) for c in cuts]
-    parts = [Part(label="prefix", token_ids=tuple(ids[:cuts[0]]))]
+    parts = [Part(label="prefix", token_ids=tuple(ids[:cuts[0]]), message=system)]
     parts += [Part(label=m.label, token_ids=tuple(ids[cuts[k]:cuts[k + 1]]), text=f"{m.label}: {m.text}",
-                   aliases=m.aliases) for k, m in enumerate(rest)]
+                   aliases=m.aliases, private=m.private, message=m) for k, m in enumerate(rest)]
     tail = tuple(ids[cuts[-1]:])
     if generation_prompt:
         parts.append(Part(label="prompt", token_ids=tail, private=False))

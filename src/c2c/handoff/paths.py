@@ -136,8 +136,7 @@ class FusedPath:
         t0 = time.perf_counter()
         fused = self.fused_receiver.fuse(sender.messages)
         t1 = time.perf_counter()
-        receiver.adopt(fused.cache, label=f"fused:{sender.name}")
-        receiver.messages = list(sender.messages)
+        receiver.adopt(fused.cache, label=f"fused:{sender.name}", messages=sender.history)
         return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used="fused", reason=reason,
                        artifact_bytes=fused.cache.nbytes, timings={"fuse_s": t1 - t0, **fused.timings})
 
@@ -173,9 +172,9 @@ class MappedPath:
                               prefix_len=sender.context.prefix_len,
                               prefix=None if mode == "slice" else receiver.team.prefix_cache(receiver.runtime))
         t2 = time.perf_counter()
-        receiver.attach_cache(mapped, fingerprint=receiver.fingerprint, prefix=sender.prefix, source=sender.name)
-        if mode == "full":  # the receiver continues the sender's conversation
-            receiver.messages = list(sender.messages)
+        # a whole cache: the receiver continues the sender's conversation, message by message
+        receiver.attach_cache(mapped, fingerprint=receiver.fingerprint, prefix=sender.prefix, source=sender.name,
+                              messages=sender.history if mode == "full" else ())
         t3 = time.perf_counter()
         return Handoff(sender=sender.name, receiver=receiver.name, requested=requested, used=mode, path="mapped",
                        map_id=self.offer.map_id, reason=reason + "; mapped in process (no bytes moved)",

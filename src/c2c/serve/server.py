@@ -9,6 +9,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from c2c.conversation.render import template_stability
 from c2c.runtime import zoo
 from c2c.runtime.protocol import Runtime
 from c2c.serve.auth import TokenTable
@@ -58,6 +59,9 @@ class Server:
                 log.info("%s decodes one request per forward pass (--max-batch 1)", name)
             else:
                 log.info("%s decodes up to %d requests per forward pass (--max-batch)", name, worker.max_batch)
+        for name, rt in runtimes.items():   # the chat template, checked once per model (c2c.conversation.render)
+            stability = template_stability(rt)
+            (log.info if stability.stable else log.warning)("%s: %s", name, stability.reason)
         for m in maps:
             rec = m.offer.calibration
             log.info("map %s: %s -> %s (%s)", m.offer.map_id[:12], m.source.name, m.target.name,

@@ -38,7 +38,7 @@ from c2c.conversation.decode import Decoded, Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
 from c2c.conversation import Part
-from c2c.conversation.render import Message, continuation, render, split_system
+from c2c.conversation.render import Message, continuation, render, split_system, template_stability
 from c2c.conversation.reuse import extend, prepare, truncate
 from c2c.serve.sessions import Session, SessionKey, SessionPool
 from c2c.conversation.tools import ToolCall, Tools
@@ -166,7 +166,9 @@ class ChatService:
         return [{"id": name, "object": "model", "created": 0, "owned_by": "c2c",
                  "context_length": self.context[name],
                  "c2c": {"max_batch": self.workers[name].max_batch,
-                         "batched_decode": self.workers[name].batch is not None}} for name in self.runtimes]
+                         "batched_decode": self.workers[name].batch is not None,
+                         "prefix_stable": template_stability(rt).stable,
+                         "rendering": template_stability(rt).reason}} for name, rt in self.runtimes.items()]
 
     def model_name(self, name: str) -> str:
         """The served model ``name`` refers to (exact, else case-insensitive).

@@ -1,27 +1,33 @@
 """`Team` and `Agent`: agents on one base model that share a canonical prefix.
 
-An agent's context is the team's shared prefix followed by labelled turns:
+An agent holds one :class:`~c2c.conversation.Conversation`: the team's shared prefix followed by labelled
+parts, one per chat message (or per cache it attached):
 
-    [shared prefix: system turn] [role (private)] [evidence] [conclusion] ...
+    [shared prefix: system turn] [role (private)] [evidence] [instruction] [conclusion] ...
 
-Each turn is rendered with the model's chat template and tokenized on its own,
-so span boundaries are exact and every agent of the team produces identical
-prefix tokens. The agent keeps the KV-cache of its whole context and grows it
-incrementally: reading is a prefill of only the new tokens.
+It is rendered the way ``c2c serve`` renders a session (:func:`c2c.conversation.render.render`): the model's
+own chat template, turn by turn where the template is prefix-stable (checked once per model), else the whole
+conversation re-rendered and the cache reused up to the first token that differs. So span boundaries are exact,
+every agent of the team produces identical prefix tokens, and an agent's tokens are those a server would
+render for its messages. The agent keeps the KV-cache of its whole conversation and grows it incrementally:
+reading is a prefill of only the new tokens.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef, SharedPrefix
 from c2c.commit.author import Parents, commit_of
 from c2c.context import Context
-from c2c.conversation import Conversation
+from c2c.conversation import Conversation, Message, Part
+from c2c.conversation.render import render, template_stability, turn
+from c2c.conversation.editing import drop_parts
+from c2c.conversation.reuse import common_prefix, truncate
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, RuntimeUnsupportedError
 from c2c.runtime import edit, placement
 from c2c.runtime.protocol import Generation, Runtime
@@ -77,13 +83,13 @@ class Agent:
         self.runtime = runtime
         self.team = team
         self.role = role
-        prefix = team.prefix_tokens(runtime)
-        self.context = Context(token_ids=prefix, prefix_len=len(prefix))
+        system = Message(role="system", content=team.shared.text())
+        # the one record of what the agent has read and said: its parts' tokens are exactly what ``cache`` holds
+        self.conversation = Conversation(parts=(Part(label="prefix", token_ids=team.prefix_tokens(runtime),
+                                                     message=system),))
         self.cache: KVCache = team.prefix_cache(runtime)
         self.stats = Stats()
         self._role_done = not role
-        # The conversation as text, for paths that re-render it (text fallback, fusers).
-        self.messages: list[dict[str, str]] = [{"role": "system", "content": team.shared.text()}]
 
     # ------------------------------------------------------------ identity
     @property
@@ -92,16 +98,52 @@ class Agent:
 
     @property
     def prefix(self) -> PrefixRef:
-        return PrefixRef.of(self.context.token_ids[: self.context.prefix_len])
+        return PrefixRef.of(self.conversation.prefix_ids)
+
+    @property
+    def context(self) -> Context:
+        """The conversation's tokens and labelled spans (one per part after the prefix)."""
+        return self.conversation.context()
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages the conversation renders, the system message first (for paths that re-render it:
+        the text fallback, fusers); a cache attached from another agent is no message of this one."""
+        return [{"role": m.role, "content": m.content} for m in self.history]
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """The chat messages of :attr:`messages` as the conversation holds them (labels and privacy too)."""
+        return tuple(p.message for p in self.conversation.parts if p.message is not None)
 
     # ------------------------------------------------------------- reading
-    def _feed(self, text: str, label: str, *, role: str = "user", private: bool | None = None) -> None:
-        ids = self.runtime.encode(self.runtime.render_turn(role, text))
-        t0 = time.perf_counter()
-        _, self.cache = self.runtime.prefill(ids, self.cache)
-        self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
-        self.context = self.context.extend(ids, label, private=private)
-        self.messages.append({"role": role, "content": text})
+    def _grow(self, said: Sequence[Message], *, prompt: bool = False) -> tuple[int, ...]:
+        """The conversation with ``said`` after it (and the generation prompt, with ``prompt``), rendered as
+        :func:`~c2c.conversation.render.render` renders it; ``self.cache`` is cut to what the new rendering
+        begins with. Returns the tokens still to feed (the generation prompt's included)."""
+        rt, parts = self.runtime, self.conversation.parts
+        if template_stability(rt).stable:   # turn by turn: the tokens of the whole rendering (checked at load)
+            grown = Conversation(parts=parts + tuple(turn(rt, m) for m in said))
+        elif any(p.message is None for p in parts[1:]):
+            raise RuntimeUnsupportedError(
+                f"{template_stability(rt).reason}; {self.name} holds an attached cache, which a whole re-rendering "
+                "cannot place: attach to an agent on a model with a prefix-stable template, or hand off as text")
+        else:
+            grown = render(rt, [p.message for p in parts] + list(said), generation_prompt=False)
+        gp = tuple(rt.encode(rt.generation_prompt())) if prompt else ()
+        target = grown.token_ids + gp
+        keep = common_prefix(self.cache.token_ids, target)
+        if keep < self.cache.seq_len:   # an unstable template rewrote an earlier turn: reuse up to it
+            self.cache = truncate(self.cache, keep) or self.team.prefix_cache(rt)
+        self.conversation = grown
+        return target[self.cache.seq_len:]
+
+    def _feed(self, said: Sequence[Message]) -> None:
+        ids = self._grow(said)
+        if ids:
+            t0 = time.perf_counter()
+            _, self.cache = self.runtime.prefill(list(ids), self.cache)
+            self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
 
     def read_role(self) -> None:
         """Prefill the private role turn now (it is otherwise done before the first own turn)."""
@@ -110,27 +152,29 @@ class Agent:
     def _ensure_role(self) -> None:
         if not self._role_done:
             self._role_done = True
-            self._feed(self.role, "role")
+            self._feed([Message(role="user", content=self.role, name="role")])
 
     def read(self, text: str, *, label: str = "evidence", private: bool | None = None) -> None:
         """Append ``text`` as a user turn (after the private role turn) and prefill it."""
         self._ensure_role()
-        self._feed(text, label, private=private)
+        self._feed([Message(role="user", content=text, name=label, private=private)])
 
     # ------------------------------------------------------------- writing
     def respond(self, instruction: str, *, max_new_tokens: int = 64, min_new_tokens: int = 0,
                 label: str = "conclusion") -> Generation:
-        """Greedy reply to ``instruction``; the reply joins the context as span ``label``."""
+        """Greedy reply to ``instruction``; the reply joins the conversation as the assistant's message, span
+        ``label`` (its end-of-turn tokens included, as the template writes the message)."""
         self._ensure_role()
-        ids = self.runtime.encode(self.runtime.render_turn("user", instruction) + self.runtime.generation_prompt())
-        gen = self.runtime.generate(ids, self.cache, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
+        ids = self._grow([Message(role="user", content=instruction, name="instruction", private=False)],
+                         prompt=True)
+        gen = self.runtime.generate(list(ids), self.cache, max_new_tokens=max_new_tokens,
+                                    min_new_tokens=min_new_tokens)
         self.stats = self.stats.plus(prefilled=len(ids), decoded=len(gen.token_ids),
                                      prefill_s=gen.prefill_s, decode_s=gen.decode_s)
-        self.context = self.context.extend(ids, "instruction", private=False)
-        # The cache holds every generated token but the last; the context records them all.
+        # The cache holds every generated token but the last; the reply's message, as the template writes it,
+        # is fed on top of what it shares with them (usually the last token and the end of the turn).
         self.cache = gen.cache
-        self.context = self.context.extend(gen.token_ids[:-1], label)
-        self.messages += [{"role": "user", "content": instruction}, {"role": "assistant", "content": gen.text}]
+        self._feed([Message(role="assistant", content=gen.text, name=label, private=False)])
         return gen
 
     def exportable_labels(self) -> tuple[str, ...]:
@@ -149,20 +193,12 @@ class Agent:
         Raises:
             ConfigError: no span has these labels, or one is the shared prefix's.
         """
-        chosen = [i for i, s in enumerate(self.context.spans) if s.label in labels]
+        parts = self.conversation.parts
+        chosen = [i for i, p in enumerate(parts) if i and p.label in labels]
         if not chosen:
-            raise ConfigError(f"no span labelled {list(labels)}; this context has "
-                              f"{[s.label for s in self.context.spans]}")
-        if len(self.messages) != len(self.context.spans) + 1:
-            raise RuntimeUnsupportedError(
-                f"{self.name}'s messages no longer line up with its spans (an attached cache adds a span, not a "
-                "message), so dropping spans would leave its text history wrong; drop before attaching")
-        spans = [(self.context.spans[i].start, self.context.spans[i].end) for i in chosen]
-        self.cache, step = edit.drop(self.runtime, self.cache, spans, reposition=reposition, repair=repair)
-        self.context = self.context.without(chosen)
-        # one message per span after the system message (a reply's instruction and answer are two of each)
-        gone = set(chosen)
-        self.messages = [m for j, m in enumerate(self.messages) if j - 1 not in gone]
+            raise ConfigError(f"no span labelled {list(labels)}; this context has {[p.label for p in parts[1:]]}")
+        self.conversation, self.cache, step = drop_parts(self.runtime, self.conversation, self.cache, chosen,
+                                                         reposition=reposition, repair=repair)
         return step
 
     # ------------------------------------------------------------ exporting
@@ -185,25 +221,13 @@ class Agent:
             span_labels = {"span": ",".join(labels), "isolation": isolation}
         return cache, span_labels
 
-    def conversation(self) -> Conversation:
-        """The context as a :class:`~c2c.conversation.Conversation`: one part per span, saying its message
-        (``label: text``), or, where the spans no longer line up with the messages (a cache was attached), its
-        tokens decoded."""
-        spans, ids = self.context.spans, self.context.token_ids
-        if len(self.messages) == len(spans) + 1:
-            texts = [f"{s.label}: {m['content']}" for s, m in zip(spans, self.messages[1:])]
-        else:
-            texts = [self.runtime.decode(ids[s.start:s.end]).strip() for s in spans]
-        return Conversation.of_context(self.context, texts)
-
     def commit(self, *, labels: tuple[str, ...] | None = None, withhold_tokens: bool = False,
                parents: Parents = Parents(), isolation: str | None = None,
                share: tuple[str, ...] = ()) -> "Artifact":
         """The unsigned commit of the whole cache (``labels=None``) or of the slice covering the spans
         ``labels`` (:func:`c2c.commit.author.commit_of`, as every front-end makes one); see :meth:`export`."""
         cache, span_labels = self.export_cache(labels=labels, isolation=isolation)
-        conversation = self.conversation()
-        return commit_of(conversation, cache=cache, fingerprint=self.fingerprint,
+        return commit_of(self.conversation, cache=cache, fingerprint=self.fingerprint,
                          producer={"agent": self.name, "domain": self.team.domain}, labels=labels or (),
                          isolation=span_labels.get("isolation"), parents=parents, share=share,
                          withhold_tokens=withhold_tokens)
@@ -239,21 +263,36 @@ class Agent:
         return artifact
 
     # ------------------------------------------------------------ attaching
-    def adopt(self, cache: KVCache, *, label: str) -> None:
+    def adopt(self, cache: KVCache, *, label: str, messages: Sequence[Message] = ()) -> None:
         """Continue from ``cache`` (a whole context for this model, starting with our shared prefix).
+
+        ``messages`` (another agent's :attr:`history`, the system message first), where known, are what its tokens
+        say: where this
+        agent renders them into exactly those tokens, the conversation takes them message by message (their
+        labels kept: a later drop or slice can name them); else it is one part labelled ``label``.
 
         Raises:
             HandoffError: the cache does not start with this agent's shared prefix tokens.
         """
-        P = self.context.prefix_len
-        prefix = self.context.token_ids[:P]
+        prefix = self.conversation.prefix_ids
         try:
             placement.require_continues(cache, prefix)   # the one rule (c2c.runtime.placement): K/V kept whole
         except HandoffError as e:
             raise HandoffError(f"{self.name} cannot adopt this cache: {e}") from None
         self.cache = cache
-        self.context = Context(token_ids=prefix, prefix_len=P).extend(cache.token_ids[P:], label, private=False)
+        said = list(messages)
+        whole = render(self.runtime, said, generation_prompt=False) if said and said[0].role == "system" else None
+        if whole is not None and whole.token_ids == tuple(cache.token_ids) and whole.prefix_ids == prefix:
+            self.conversation = whole
+        else:
+            self.conversation = Conversation(parts=self.conversation.parts[:1]).after_prefix(
+                [self._attached(cache.token_ids[len(prefix):], label)])
         self._role_done = not self.role
+
+    def _attached(self, token_ids: Sequence[int], label: str) -> Part:
+        """A part holding another agent's tokens: no message of this one; its text is its tokens decoded."""
+        return Part(label=label, token_ids=tuple(token_ids), private=False,
+                    text=self.runtime.decode(list(token_ids)).strip())
 
     def attach(self, artifact: "Artifact", *, engine: bool = True) -> None:
         """Continue from a received cache after checking model and prefix.
@@ -274,7 +313,7 @@ class Agent:
             PrefixMismatchError: the shared prefix differs.
         """
         h = artifact.header
-        h.prefix.require_match(self.context.token_ids[: self.context.prefix_len])
+        h.prefix.require_match(self.conversation.prefix_ids)
         cache = artifact.cache
         self.attach_note = ""
         try:
@@ -283,23 +322,28 @@ class Agent:
             cache, self.attach_note = admit(self.team.adapter_policy, self.runtime, artifact, e, context=self.cache)
         self._place(cache, full=h.kind == "full", source=h.producer.get("agent", "?"))
 
-    def attach_cache(self, cache: KVCache, *, fingerprint, prefix, source: str) -> None:
+    def attach_cache(self, cache: KVCache, *, fingerprint, prefix, source: str,
+                     messages: Sequence[Message] = ()) -> None:
         """Continue from another agent's cache in this process, shared as it is (no bytes, no copy).
 
         The same checks as :meth:`attach` for model and prefix; a KVCache is never written in
         place, so both agents keep what they had (copy-on-write by construction).
 
+        ``messages``: what a whole cache's tokens say, where known (see :meth:`adopt`).
+
         Raises:
             FingerprintMismatchError, PrefixMismatchError.
         """
-        prefix.require_match(self.context.token_ids[: self.context.prefix_len])
+        prefix.require_match(self.conversation.prefix_ids)
         self.fingerprint.require_same(fingerprint)
         self.attach_note = ""
-        self._place(cache, full=cache.start == 0, source=source)
+        self._place(cache, full=cache.start == 0, source=source, messages=messages)
 
-    def _place(self, cache: KVCache, *, full: bool, source: str) -> None:
+    def _place(self, cache: KVCache, *, full: bool, source: str, messages: Sequence[Message] = ()) -> None:
         if full:
-            self.adopt(cache, label=f"from:{source}")
+            self.adopt(cache, label=f"from:{source}", messages=messages)
         else:
             self.cache = placement.append(self.runtime, self.cache, cache, at=self.cache.end)
-            self.context = self.context.extend(cache.token_ids, f"from:{source}", private=False)
+            self.conversation = Conversation(parts=self.conversation.parts
+                                             + (self._attached(cache.token_ids, f"from:{source}"),))
+
