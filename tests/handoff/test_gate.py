@@ -10,7 +10,7 @@ from c2c.artifact.prefix import SharedPrefix
 from c2c.commit.author import SHARED_PARENTS, Parents
 from c2c.errors import CommitNotVisibleError, PrefixMismatchError
 from c2c.handoff.decide import Party
-from c2c.handoff.gate import ADVISOR_NOTE, Gate, Receiver
+from c2c.handoff.gate import ADVISOR_NOTE, PROMPT_NOTE, Gate, Receiver
 from c2c.handoff.policy import HandoffPolicy
 from c2c.trust.keys import Keyring
 
@@ -40,8 +40,7 @@ def agent(rt, team, text="Evidence: the outage began at 09:14."):
 
 
 def receiver(a, mode="auto", **kw) -> Receiver:
-    return Receiver(party=Party.of(a), policy=HandoffPolicy(mode=mode), held=a.cache, advice_note=ADVISOR_NOTE,
-                    **kw)
+    return Receiver(party=Party.of(a), policy=HandoffPolicy(mode=mode), held=a.cache, **kw)
 
 
 def test_publish_signs_once_and_grants_the_domains_the_signed_header_names(world):
@@ -91,8 +90,7 @@ def test_the_text_of_a_commit_past_the_hop_limit_cites_the_chain_it_would_have_e
         cid = gate.publish("lab", agent(rt, teams["lab"]).commit(parents=gate.parents("lab", [cid])),
                            stream="a").commit.id
     a = agent(rt, teams["lab"])
-    adm = gate.admit(cid, Receiver(party=Party.of(a), policy=HandoffPolicy(mode="auto", max_hops=1), held=a.cache,
-                                   advice_note=ADVISOR_NOTE))
+    adm = gate.admit(cid, Receiver(party=Party.of(a), policy=HandoffPolicy(mode="auto", max_hops=1), held=a.cache))
     assert adm.path == "text" and adm.decision.check("hops").ok is False
     text = adm.text(rt)
     assert text.startswith("evidence: Evidence") and "cache hops (limit 1)" in text and f"c2c:{cid[:12]}" in text
@@ -112,3 +110,14 @@ def test_one_fall_back_rule_before_the_decision_text_only_where_the_prompt_holds
     assert not holds_prompt.falls_back(down, "full") and not holds_prompt.falls_back(down, "text")
     for fatal in (StoreCorruptError("damaged"), CommitNotVisibleError("no"), BadSignatureError("bad")):
         assert not holds_prompt.falls_back(fatal, "auto") and not reads_text.falls_back(fatal, "auto")
+
+
+def test_what_a_record_says_of_the_advisor_follows_from_what_text_means_for_the_receiver(world):
+    """The gate never asks the advisor; the record says why in the receiver's own terms (no per-caller note):
+    the commit's kept text is already written (the library, c2c serve), or the prompt already holds it (vLLM)."""
+    gate, rt, teams = world
+    a = agent(rt, teams["lab"])
+    cid = gate.publish("lab", a.commit(), stream="notes").commit.id
+    assert gate.admit(cid, receiver(a)).decision.check("advisor").detail == ADVISOR_NOTE
+    assert receiver(a).advice_note == ADVISOR_NOTE
+    assert receiver(a, prompt_holds_text=True).advice_note == PROMPT_NOTE != ADVISOR_NOTE

@@ -28,9 +28,11 @@ MAX_TOP_LOGPROBS = 20  # as OpenAI and vLLM
 @dataclass(frozen=True, kw_only=True)
 class Sampling:
     """How to pick tokens: ``temperature`` 0 is greedy; ``seed`` makes a sampled reply reproducible;
-    ``logit_bias`` adds to the logits of the given token ids before every pick (OpenAI's -100..100)."""
+    ``logit_bias`` adds to the logits of the given token ids before every pick (OpenAI's -100..100);
+    ``min_tokens`` (as vLLM's) bans the end of turn until that many tokens are out."""
 
     max_tokens: int
+    min_tokens: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
@@ -41,6 +43,8 @@ class Sampling:
 
     def __post_init__(self) -> None:
         check_sampling(self.temperature, self.top_p)
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ConfigError(f"min_tokens must lie in [0, max_tokens={self.max_tokens}]")
         if any(not -100 <= b <= 100 for _, b in self.logit_bias):
             raise ConfigError("logit_bias values must lie in [-100, 100]")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
@@ -101,11 +105,15 @@ def generate(runtime: Runtime, cache: KVCache | None, pending: Sequence[int], sa
     entries: list[dict] = []      # one per token of ``out`` (when asked for)
     ends: list[int] = []          # the reply's length in characters once each token of ``out`` is in
     text, emitted, sent, finish, sampled = "", 0, 0, "length", 0
+    eos = torch.tensor(sorted(runtime.eos_ids), dtype=torch.long, device=logits.device)
     for step in range(sampling.max_tokens):
         raw = logits
         if len(bias_ids):
             logits = logits.clone()
             logits[bias_ids] += bias  # (vocab,)
+        if step < sampling.min_tokens and len(eos):
+            logits = logits.clone()
+            logits[eos] = float("-inf")  # (vocab,): no end of turn yet
         if constraint is not None:
             logits = constraint.mask(logits)  # (vocab,): what the grammar does not allow next is -inf
         tok = sample_next(logits, temperature=sampling.temperature, top_p=sampling.top_p, generator=gen)

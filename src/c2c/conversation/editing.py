@@ -208,16 +208,17 @@ def drop_parts(runtime: Runtime, conversation: Conversation, cache: KVCache, ind
     return Conversation(parts=tuple(p for i, p in enumerate(conversation.parts) if i not in gone)), cache, step
 
 
-def held_messages(rendering: Conversation, messages: Sequence[Message], kept_index: Sequence[int],
-                  attachments: int) -> tuple[Held, ...]:
-    """Where each kept message (but the system one, which is the prefix) sits in ``rendering``'s tokens."""
+def held_messages(rendering: Conversation, kept_index: Sequence[int], attachments: int) -> tuple[Held, ...]:
+    """Where each kept message (but the system one, which is the prefix) sits in ``rendering``'s tokens:
+    ``kept_index`` gives each kept message's index in the caller's history, ``attachments`` how many parts
+    lie between the prefix and the first message; each part carries its message (:attr:`Part.message`)."""
     offsets, at = [], 0
     for p in rendering.parts:
         offsets.append((at, at + len(p.token_ids)))
         at += len(p.token_ids)
-    turns = [i for i in kept_index if not (i == 0 and messages[0].role in ("system", "developer"))]
+    turns = [i for i in kept_index if not (i == 0 and rendering.parts[0].message is not None)]
     first = 1 + attachments
     ids = rendering.token_ids
-    return tuple(Held(index=i, digest=digest(messages[i]), a=offsets[first + j][0], b=offsets[first + j][1],
-                      tokens=tokens_digest(ids[offsets[first + j][0]:offsets[first + j][1]]))
+    return tuple(Held(index=i, digest=digest(rendering.parts[first + j].message), a=offsets[first + j][0],
+                      b=offsets[first + j][1], tokens=tokens_digest(ids[offsets[first + j][0]:offsets[first + j][1]]))
                  for j, i in enumerate(turns))

@@ -19,7 +19,7 @@ from c2c.commit.author import as_message
 from c2c.errors import C2CError, ConfigError
 from c2c.handoff.cross_engine import enforce
 from c2c.handoff.decide import Party
-from c2c.handoff.gate import ADVISOR_NOTE, Gate, Receiver
+from c2c.handoff.gate import Gate, Receiver
 from c2c.handoff.policy import MODES, HandoffPolicy
 from c2c.store.fetch import FetchReport
 from c2c.team.agent import Agent
@@ -87,7 +87,7 @@ def pull(store, commit_id: str, agent: Agent, *, mode: str = "auto", allow_stale
         raise ConfigError(f"unknown pull mode {mode!r}; use one of {', '.join(MODES)}")
     team = agent.team
     gate = Gate(store, team.keyring)  # no floor of its own: the domain's stored policy, else the default check
-    receiver = Receiver(party=Party.of(agent), held=agent.cache, allow_stale=allow_stale, advice_note=ADVISOR_NOTE,
+    receiver = Receiver(party=Party.of(agent), held=agent.cache, allow_stale=allow_stale,
                         policy=lambda h: HandoffPolicy.build(policy, mode=h.kind if mode in ("full", "slice")
                                                              else mode, auto_cache_mode=h.kind))
     adm = gate.admit(commit_id, receiver)

@@ -73,6 +73,7 @@ _KV_RANK = {"none": 0, "sample": 1, "strict": 2}
 FATAL = (ConfigError, CommitNotVisibleError, TrustError, ArtifactError, StoreCorruptError)
 #: what a record says of the advisor where a commit's text is the alternative (the library and c2c serve)
 ADVISOR_NOTE = "advisor not asked: the commit's text is already written, so text costs only its prefill"
+PROMPT_NOTE = "advisor not asked: the prompt already holds the text, so the alternative is its prefill"
 
 
 # --------------------------------------------------------------------------- the gate's pieces
@@ -280,7 +281,6 @@ class Receiver:
             prefix against ``party.prefix``.
         allow_stale: it goes on from a stale commit explicitly (flagged in its record); its staleness is
             then no check of the decision.
-        advice_note: what its record says of the advisor, where the advisor is not asked.
         prompt_holds_text: what text means for it. False (the library, ``c2c serve``): the commit's kept text,
             placed as a message, so text needs the commit. True (vLLM): its own prompt already holds the
             conversation, so text is that prompt prefilled as sent, and needs nothing from the store.
@@ -292,12 +292,17 @@ class Receiver:
     exact: bool = True
     match: Callable[[ArtifactHeader], tuple[PrefixRef, PrefixRef]] | None = None
     allow_stale: bool = False
-    advice_note: str | None = None
     prompt_holds_text: bool = False
 
     @property
     def domain(self) -> str:
         return self.party.domain
+
+    @property
+    def advice_note(self) -> str:
+        """What its record says of the advisor, which a gate never asks: the text a receiver would take instead
+        is already written (the commit's), or already in its prompt."""
+        return PROMPT_NOTE if self.prompt_holds_text else ADVISOR_NOTE
 
     def falls_back(self, error: C2CError, mode: str) -> bool:
         """The one fall-back rule for an attach that failed before its decision (:meth:`Gate.admit` raised),

@@ -46,7 +46,7 @@ from c2c.artifact.prefix import PrefixRef
 from c2c.errors import C2CError, ConfigError, HandoffError, UnverifiableError
 from c2c.handoff.forecast import forecast
 from c2c.commit.author import TEXT_KEY, as_message, commit_of, text_of
-from c2c.handoff.gate import ADVISOR_NOTE, Admission, Gate, Receiver, not_visible as _not_visible, store_errors
+from c2c.handoff.gate import Admission, Gate, Receiver, not_visible as _not_visible, store_errors
 from c2c.handoff.decide import Party
 from c2c.handoff.policy import HandoffPolicy
 from c2c.runtime import placement
@@ -205,7 +205,7 @@ class Exchange:
         party = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
                       prefix=PrefixRef.of(prefix_ids))
         adm = self.gate.admit(commit_id, Receiver(party=party, policy=HandoffPolicy(mode=mode), held=held,
-                                                  exact=False, advice_note=ADVISOR_NOTE))
+                                                  exact=False))
         cid, artifact, h = adm.commit, adm.artifact, adm.artifact.header
         agent = h.producer.get("agent", "?")
         t2 = time.perf_counter()

@@ -37,10 +37,10 @@ from c2c.conversation.editing import EditSpec
 from c2c.conversation.decode import Decoded, Sampling, generate
 from c2c.serve.exchange import Exchange
 from c2c.serve.metrics import Metrics
-from c2c.conversation import Part
+from c2c.conversation import Conversation, Part
 from c2c.conversation.render import Message, continuation, render, split_system, template_stability
 from c2c.conversation.reuse import extend, prepare, truncate
-from c2c.serve.sessions import Session, SessionKey, SessionPool
+from c2c.serve.sessions import Attachments, Session, SessionKey, SessionPool
 from c2c.conversation.tools import ToolCall, Tools
 from c2c.serve.worker import Channel, Job, ModelWorker
 
@@ -299,7 +299,7 @@ class ChatService:
             held_cache = truncate(held_cache, len(prefix))
         t_attach = time.perf_counter()
         rendering = own.after_prefix(attachments)
-        parts_of = tuple(n for _, n in records) if records else session.parts_of
+        parts_of = tuple(n for _, n in records) if records else session.attachments.placed
         if continues is not None:  # the messages may begin with the commit's own conversation: then they carry it
             cont = continuation(own, continues, attachments[0] if attachments else None)
             if cont is not None:
@@ -314,7 +314,8 @@ class ChatService:
                                       "of it, or a map gave them on other tokens): prefilled as sent")
                     rec["used"] = "text"
                     cid = rec["commit"]
-                    if cid in session.attached and cid not in session.via_text:  # K/V the session holds of it
+                    held = session.attachments
+                    if cid in held.commits and cid not in held.via_text:  # K/V the session holds of it
                         held_cache = truncate(held_cache, len(prefix))
                     prefix_kv = None
                 records, attachments, parts_of = [(rec, n)], (), (0,)
@@ -343,14 +344,14 @@ class ChatService:
         # messages sit, and the attachments.
         session.cache = prepared.cache
         kept_index = edited.kept_index if edited is not None else tuple(range(len(req.messages)))
-        session.held = editing.held_messages(rendering, req.messages, kept_index, len(attachments))
+        # its tokens and messages, never K/V (the cache holds those, within the pool's budget)
+        session.conversation = Conversation(parts=tuple(replace(p, kv=None) for p in rendering.parts))
+        session.history = kept_index
         session.dropped = frozenset(req.edit.drop) if req.edit is not None else frozenset()
-        session.attachments = tuple(replace(p, kv=None) for p in attachments)
-        session.attached, session.via_text = attached, via_text
-        session.parts_of = parts_of
-        if req.attach:
-            session.attach_mode = req.mode
-        session.attach_prefix = PrefixRef.of(prefix) if attachments else None
+        session.attachments = Attachments(parts=tuple(replace(p, kv=None) for p in attachments), commits=attached,
+                                          via_text=via_text, placed=parts_of,
+                                          mode=req.mode if req.attach else session.attachments.mode,
+                                          prefix=PrefixRef.of(prefix) if attachments else None)
         t_prep = time.perf_counter()
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         job.emit("ready", Started(id=cid, created=created, model=req.model))
@@ -362,7 +363,7 @@ class ChatService:
         replies = tuple(self._reply(d, req.tools) for d in (decoded, *others))
         if req.publish is not None:
             said = Message(role="assistant", content=replies[0].text, tool_calls=replies[0].tool_calls)
-            whole = render(rt, messages + (said,), tools=entries, attachments=session.attachments,
+            whole = render(rt, messages + (said,), tools=entries, attachments=session.attachments.parts,
                            generation_prompt=False)
             session.cache, _ = extend(rt, session.cache, whole.token_ids, pace)
             commit_cache, _ = close_gaps(rt, session.cache)  # a commit's positions are contiguous
@@ -382,7 +383,7 @@ class ChatService:
                 "name": req.session, "state": {"evicted": "rebuilt"}.get(state, state), "turns": session.turns},
             "cached_tokens": prepared.cached, "reused_tokens": prepared.reused,
             "imported_tokens": prepared.imported, "prefilled_tokens": prepared.prefilled + len(prepared.pending),
-            "attach": records, "attached": list(session.attached), "publish": published,
+            "attach": records, "attached": list(session.attachments.commits), "publish": published,
             "edit": None if edited is None else edited.record(session.cache),
             "timings": {"queue_s": job.queued_s, "attach_s": t_attach - t0, "prefill_s": t_prep - t_attach
                         + sum(d.prefill_s for d in (decoded, *others)),
@@ -441,24 +442,25 @@ class ChatService:
         attach, mode = req.attach, req.mode
         kept: dict[str, tuple[Part, ...]] = {}
         continued: set[str] = set()
+        had = session.attachments
         if not attach:
-            if session.attachments and session.attach_prefix != PrefixRef.of(prefix):
+            if had.parts and had.prefix != PrefixRef.of(prefix):
                 raise PrefixMismatchError(
                     f"session {req.session!r} holds attachments placed after another system message; send the "
                     "same system message, attach again, or use a new session")
             # A commit that placed no part was continued: its conversation is the caller's own messages (edits
             # and drops included), so it adds nothing when it goes stale and is never attached again.
-            continued = {c for c, n in zip(session.attached, session.parts_of) if not n}
-            state = {c: self.exchange.freshness(principal, c) for c in session.attached if c not in session.via_text}
+            continued = {c for c, n in zip(had.commits, had.placed) if not n}
+            state = {c: self.exchange.freshness(principal, c) for c in had.commits if c not in had.via_text}
             if "stale" not in state.values():
-                return _Attached(parts=session.attachments, attached=session.attached, via_text=session.via_text)
-            attach, mode = session.attached, session.attach_mode
+                return _Attached(parts=had.parts, attached=had.commits, via_text=had.via_text)
+            attach, mode = had.commits, had.mode
             at = 0
-            for c, n in zip(session.attached, session.parts_of):
-                gone = state.get(c) == "gone" or (c in session.via_text
+            for c, n in zip(had.commits, had.placed):
+                gone = state.get(c) == "gone" or (c in had.via_text
                                                   and self.exchange.freshness(principal, c) == "gone")
                 if gone:
-                    kept[c] = session.attachments[at: at + n]
+                    kept[c] = had.parts[at: at + n]
                 elif c in continued and state.get(c) != "stale":
                     kept[c] = ()
                 at += n
@@ -478,7 +480,7 @@ class ChatService:
                     "continued: its conversation is the session's own messages; nothing is inserted for it"
                 records.append(({"commit": cid, "requested": mode, "path": "held", "used": "held",
                                  "reason": reason}, len(kept[cid])))
-                if cid in session.via_text:
+                if cid in had.via_text:
                     via_text.append(cid)
                 continue
             if cid in continued:  # stale, and continued: the caller's messages carry it; nothing goes in

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from c2c.artifact.prefix import PrefixRef
 from c2c.runtime.kvcache import KVCache
-from c2c.conversation.editing import Held
-from c2c.conversation import Part
+from c2c.conversation import Conversation, Part
+from c2c.conversation.editing import Held, held_messages
 
 
 @dataclass(frozen=True)
@@ -45,35 +45,56 @@ class SessionKey:
     model: str
 
 
+@dataclass(frozen=True)
+class Attachments:
+    """What a session attached: the commits, and the parts they placed after its shared prefix.
+
+    Attributes:
+        parts: placed after the shared prefix, in order (their ``kv`` dropped once imported).
+        commits: the commits behind them; a publish from the session lists them as parents.
+        via_text: those of ``commits`` that were read as text (not cache hops).
+        placed: how many of ``parts`` each of ``commits`` placed, in order (0: the session continued it).
+        mode: the mode they were attached with (a stale one is attached again with it).
+        prefix: the shared prefix they were checked against (None: nothing placed).
+    """
+
+    parts: tuple[Part, ...] = ()
+    commits: tuple[str, ...] = ()
+    via_text: tuple[str, ...] = ()
+    placed: tuple[int, ...] = ()
+    mode: str = "auto"
+    prefix: PrefixRef | None = None
+
+
 @dataclass(eq=False)
 class Session:
-    """One conversation's state.
+    """One conversation's state: its :class:`~c2c.conversation.Conversation` and the cache of it, plus the pool's
+    bookkeeping (``state``, ``turns``).
 
     Attributes:
         cache: the K/V the last request left (``token_ids`` say exactly what it holds), or None.
-        attachments: parts placed after the shared prefix (their ``kv`` dropped once imported).
-        attached: the commits behind them; a publish from this session lists them as parents.
-        via_text: those of ``attached`` that were read as text (not cache hops).
-        parts_of: how many of ``attachments`` each of ``attached`` placed, in order.
-        attach_mode: the mode they were attached with (a stale one is attached again with it).
-        attach_prefix: the shared prefix the attachments were checked against.
+        conversation: the last request's conversation, as rendered (its parts' messages are the kept messages).
+        history: for each message part of ``conversation``, its index in the caller's history (drops skip some).
+        attachments: what the session attached (:class:`Attachments`).
         state: ``"new"``, ``"warm"`` (a cache is held) or ``"evicted"`` (rebuilt on next use).
-        held: where the messages of the last request sit in ``cache`` (:mod:`c2c.conversation.editing`).
         dropped: the indices of the caller's history dropped so far (cumulative).
     """
 
     key: SessionKey | None
     cache: KVCache | None = None
-    attachments: tuple[Part, ...] = ()
-    attached: tuple[str, ...] = ()
-    via_text: tuple[str, ...] = ()
-    parts_of: tuple[int, ...] = ()
-    attach_mode: str = "auto"
-    attach_prefix: PrefixRef | None = None
+    conversation: Conversation | None = None
+    history: tuple[int, ...] = ()
+    attachments: Attachments = Attachments()
     state: str = "new"
     turns: int = 0
-    held: tuple[Held, ...] = ()
     dropped: frozenset[int] = frozenset()
+
+    @property
+    def held(self) -> tuple[Held, ...]:
+        """Where the messages of the last request sit in ``cache`` (:func:`c2c.conversation.editing.held_messages`)."""
+        if self.conversation is None:
+            return ()
+        return held_messages(self.conversation, self.history, len(self.attachments.parts))
 
     @property
     def nbytes(self) -> int:

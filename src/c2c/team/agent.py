@@ -26,6 +26,7 @@ from c2c.commit.author import Parents, commit_of
 from c2c.context import Context
 from c2c.conversation import Conversation, Message, Part
 from c2c.conversation.render import render, template_stability, turn
+from c2c.conversation.decode import Sampling, generate
 from c2c.conversation.editing import drop_parts
 from c2c.conversation.reuse import common_prefix, truncate
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, RuntimeUnsupportedError
@@ -167,15 +168,17 @@ class Agent:
         self._ensure_role()
         ids = self._grow([Message(role="user", content=instruction, name="instruction", private=False)],
                          prompt=True)
-        gen = self.runtime.generate(list(ids), self.cache, max_new_tokens=max_new_tokens,
-                                    min_new_tokens=min_new_tokens)
-        self.stats = self.stats.plus(prefilled=len(ids), decoded=len(gen.token_ids),
-                                     prefill_s=gen.prefill_s, decode_s=gen.decode_s)
+        # the one decode loop (c2c serve's): greedy, the end of turn banned for the first min_new_tokens
+        d = generate(self.runtime, self.cache, ids, Sampling(max_tokens=max_new_tokens, min_tokens=min_new_tokens,
+                                                             temperature=0.0))
+        self.stats = self.stats.plus(prefilled=len(ids), decoded=d.completion_tokens,
+                                     prefill_s=d.prefill_s, decode_s=d.decode_s)
         # The cache holds every generated token but the last; the reply's message, as the template writes it,
         # is fed on top of what it shares with them (usually the last token and the end of the turn).
-        self.cache = gen.cache
-        self._feed([Message(role="assistant", content=gen.text, name=label, private=False)])
-        return gen
+        self.cache = d.cache
+        self._feed([Message(role="assistant", content=d.text, name=label, private=False)])
+        return Generation(token_ids=d.token_ids, cache=d.cache, prefill_s=d.prefill_s, decode_s=d.decode_s,
+                          text=d.text)
 
     def exportable_labels(self) -> tuple[str, ...]:
         """Labels of the non-private spans after the last private one (what a minimized slice holds)."""

@@ -58,9 +58,6 @@ from c2c.vllm import staging, tickets
 
 log = logging.getLogger("vllm.c2c")  # a child of vLLM's logger: its lines reach vLLM's log, with its format
 MODES = ("auto", "full", "text")
-NOTE = "advisor not asked: the prompt already holds the text, so the alternative is its prefill"
-
-
 @dataclass(frozen=True, kw_only=True)
 class Request:
     """The c2c part of one request's ``kv_transfer_params``: ``{"c2c": {...}}``."""
@@ -187,7 +184,7 @@ class Attacher(_Scope):
 
         party = Party(name=self.agent, domain=self.domain, fingerprint=self.fingerprint,
                       prefix=PrefixRef.of(list(prompt_ids)))
-        receiver = Receiver(party=party, policy=HandoffPolicy(mode=mode, max_hops=self.max_hops), advice_note=NOTE,
+        receiver = Receiver(party=party, policy=HandoffPolicy(mode=mode, max_hops=self.max_hops),
                             match=match, prompt_holds_text=True)
         try:
             adm = self.gate.admit(check_id(commit_id, "kv_transfer_params.c2c.attach"), receiver)
