@@ -156,6 +156,20 @@ def test_generate_streams_deltas_that_add_up_and_stops_when_told(tiny):
     assert len(calls) == 4
 
 
+def test_min_tokens_bans_the_end_of_turn_until_that_many_tokens_are_out(tiny):
+    """Sampling.min_tokens (vLLM's): with the end of turn pushed to the top, a reply stops at once without it, and
+    is exactly min_tokens long with it (the Agent's min_new_tokens, through the same loop)."""
+    rt = tiny("qwen2")
+    ids = render(rt, CONVO).token_ids
+    eos = sorted(rt.eos_ids)[0]
+    push = ((eos, 100.0),)
+    assert generate(rt, None, ids, Sampling(max_tokens=8, temperature=0, logit_bias=push)).token_ids == ()
+    d = generate(rt, None, ids, Sampling(max_tokens=8, min_tokens=5, temperature=0, logit_bias=push))
+    assert len(d.token_ids) == 5 and d.finish_reason == "stop" and eos not in d.token_ids
+    with pytest.raises(ConfigError, match="min_tokens"):
+        Sampling(max_tokens=4, min_tokens=5)
+
+
 # ------------------------------------------------------------ sessions
 def _cache(tokens: int) -> KVCache:  # 1 layer, 1 head, dim 2, fp32: 16 bytes a token
     k = torch.zeros(1, 1, tokens, 2)

@@ -1,0 +1,52 @@
+"""An Agent holds one Conversation, rendered as c2c serve renders a session (#54): the same tokens for the same
+messages, the reply closed as the template closes it, and the whole re-rendered where a template is not
+prefix-stable."""
+
+from c2c.artifact.prefix import SharedPrefix
+from c2c.conversation.render import render, template_stability
+from c2c.team.agent import Agent, Team
+
+# consecutive user messages merge into one turn: the turn of a message changes once another follows it
+MERGING = (
+    "{% for m in messages %}"
+    "{%- if loop.index0 > 0 and messages[loop.index0 - 1]['role'] == 'user' and m['role'] == 'user' -%}"
+    "{{ '\\n' + m['content'] }}"
+    "{%- else -%}{%- if loop.index0 > 0 %}<|im_end|>\n{% endif -%}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{%- endif -%}{% endfor %}{% if messages %}<|im_end|>\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_an_agents_tokens_are_the_servers_rendering_of_its_messages(tiny):
+    rt = tiny("qwen2")
+    a = Agent("analyst", rt, Team(shared=SharedPrefix.build("You are a careful agent.")), role="Be terse.")
+    a.read("The outage began at 09:14.")
+    g = a.respond("When did it begin?", max_new_tokens=6)
+    a.read("A second note.", label="evidence-2")
+    whole = render(rt, a.history, generation_prompt=False)
+    assert whole.token_ids == a.context.token_ids == a.cache.token_ids
+    assert [p.label for p in whole.parts[1:]] == [s.label for s in a.context.spans] == \
+        ["role", "evidence", "instruction", "conclusion", "evidence-2"]
+    assert a.context.spans[0].private and not a.context.spans[3].private
+    assert a.history[0].role == "system" and (a.history[4].role, a.history[4].content) == ("assistant", g.text)
+    # the reply's message ends as the template ends a turn (the next user turn follows a closed one)
+    end = tuple(rt.encode("<|im_end|>\n"))
+    assert a.context.token_ids[a.context.spans[3].end - len(end):a.context.spans[3].end] == end
+
+
+def test_on_a_template_that_is_not_prefix_stable_the_agent_re_renders_whole_and_reuses_up_to_the_change():
+    from c2c.runtime import zoo
+
+    rt = zoo.load("tiny-qwen2", dtype="float32")   # its own tokenizer: the template change stays here
+    rt.tokenizer.chat_template = MERGING
+    assert not template_stability(rt).stable
+    a = Agent("analyst", rt, Team(shared=SharedPrefix.build("You are a careful agent.")))
+    a.read("first")
+    before = a.cache.token_ids
+    a.read("second", label="evidence-2")   # merges into the first turn: its end is rewritten
+    msgs = [m.to_dict() for m in a.history]
+    truth = tuple(rt.encode(rt.render_chat(msgs)))
+    assert a.cache.token_ids == a.context.token_ids == truth      # the template's tokens, never turn by turn
+    assert truth[:len(before)] != before                          # the earlier rendering was cut, not kept
+    _, fresh = rt.prefill(list(truth))
+    assert a.cache.max_abs_diff(fresh) < 1e-4                      # and its K/V are those of the new tokens
