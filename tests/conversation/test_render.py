@@ -8,6 +8,7 @@ import os
 import pytest
 
 from c2c.errors import RuntimeUnsupportedError
+from c2c.testing.templates import MERGING_USER_TURNS
 from c2c.conversation import Part, Conversation
 from c2c.conversation.render import continuation
 
@@ -117,18 +118,6 @@ def test_the_template_text_side_renders_as_the_loaded_runtime_does(model):
     assert render(rt, msgs).token_ids == render(text, msgs).token_ids and tuple(rt.bos_ids) == text.bos_ids
 
 
-# A template that merges consecutive user messages into one turn (as templates that require alternating roles
-# do): the turn of message k is written differently once message k + 1 follows, so it is not prefix-stable.
-_MERGING = (
-    "{% for m in messages %}"
-    "{%- if loop.index0 > 0 and messages[loop.index0 - 1]['role'] == 'user' and m['role'] == 'user' -%}"
-    "{{ '\\n' + m['content'] }}"
-    "{%- else -%}{%- if loop.index0 > 0 %}<|im_end|>\n{% endif -%}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-    "{%- endif -%}{% endfor %}{% if messages %}<|im_end|>\n{% endif %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 class _Counting:
     """A template's text side (a byte tokenizer, ChatML or the merging template) that counts its renders."""
 
@@ -160,7 +149,7 @@ class _Counting:
 def test_a_template_is_checked_for_prefix_stability_once_and_an_unstable_one_is_named():
     from c2c.conversation.render import template_stability
 
-    stable, merging = _Counting(), _Counting(_MERGING)
+    stable, merging = _Counting(), _Counting(MERGING_USER_TURNS)
     assert template_stability(stable).stable
     found = template_stability(merging)
     assert not found.stable
@@ -176,7 +165,7 @@ def test_where_a_template_is_not_prefix_stable_every_conversation_is_rendered_wh
     first token that differs, never past it."""
     from c2c.conversation.render import Message, prefix_ids, render, turn
 
-    rt = _Counting(_MERGING)
+    rt = _Counting(MERGING_USER_TURNS)
     msgs = [Message(role=r, content=c) for r, c in [("system", "S"), ("user", "a"), ("user", "b"),
                                                    ("assistant", "c")]]
     whole = tuple(rt.encode(rt.render_chat([m.to_dict() for m in msgs], add_generation_prompt=True)))

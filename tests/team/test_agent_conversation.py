@@ -5,16 +5,7 @@ prefix-stable."""
 from c2c.artifact.prefix import SharedPrefix
 from c2c.conversation.render import render, template_stability
 from c2c.team.agent import Agent, Team
-
-# consecutive user messages merge into one turn: the turn of a message changes once another follows it
-MERGING = (
-    "{% for m in messages %}"
-    "{%- if loop.index0 > 0 and messages[loop.index0 - 1]['role'] == 'user' and m['role'] == 'user' -%}"
-    "{{ '\\n' + m['content'] }}"
-    "{%- else -%}{%- if loop.index0 > 0 %}<|im_end|>\n{% endif -%}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-    "{%- endif -%}{% endfor %}{% if messages %}<|im_end|>\n{% endif %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from c2c.testing.templates import MERGING_USER_TURNS
 
 
 def test_an_agents_tokens_are_the_servers_rendering_of_its_messages(tiny):
@@ -38,7 +29,7 @@ def test_on_a_template_that_is_not_prefix_stable_the_agent_re_renders_whole_and_
     from c2c.runtime import zoo
 
     rt = zoo.load("tiny-qwen2", dtype="float32")   # its own tokenizer: the template change stays here
-    rt.tokenizer.chat_template = MERGING
+    rt.tokenizer.chat_template = MERGING_USER_TURNS
     assert not template_stability(rt).stable
     a = Agent("analyst", rt, Team(shared=SharedPrefix.build("You are a careful agent.")))
     a.read("first")

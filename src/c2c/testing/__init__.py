@@ -7,6 +7,7 @@
 
 - :mod:`c2c.testing.server_process`: a real ``c2c serve`` subprocess on a loopback port.
 - :mod:`c2c.testing.synthetic`: artifacts of random K/V for a made-up model (no model needed).
+- :mod:`c2c.testing.templates`: chat templates for rendering tests (one that is not prefix-stable).
 - :mod:`c2c.testing.hostile`: bad artifacts with the error each must get, and
   hypothesis strategies for byte- and field-level fuzzing (needs ``hypothesis``).
 
