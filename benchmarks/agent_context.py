@@ -87,7 +87,7 @@ def run_episode(rt, ep, condition: str, *, keep: int, max_new_tokens: int) -> di
         prepared = prepare(rt, held_cache, rendering)
         _, cache = rt.prefill(list(prepared.pending), prepared.cache)
         ttft = time.perf_counter() - t0
-        held = context_edit.held_messages(rendering, full, kept_index, 0)
+        held = context_edit.held_messages(rendering, kept_index, 0)
         dropped = frozenset(drop)
         steps.append({"step": k, "ttft_s": ttft, "prefilled": prepared.prefilled + len(prepared.pending),
                       "reused": prepared.reused, "recomputed": recomputed, "repositioned": repositioned,
