@@ -112,24 +112,6 @@ class Conversation:
             if len(ids) > prefix_len else ()
         return cls(parts=(Part(label="prefix", token_ids=ids[:prefix_len]),) + rest)
 
-    @classmethod
-    def of_context(cls, context: Context, texts: Sequence[str] | None = None) -> "Conversation":
-        """An agent's :class:`~c2c.context.Context`: one part per span, saying ``texts[i]`` (none given: empty),
-        any tokens between spans in an unlabelled private part of their own."""
-        if texts is not None and len(texts) != len(context.spans):
-            raise ValueError(f"{len(texts)} texts for {len(context.spans)} spans")
-        ids, P = context.token_ids, context.prefix_len
-        parts, at = [Part(label="prefix", token_ids=ids[:P])], P
-        for i, s in enumerate(context.spans):
-            if s.start > at:
-                parts.append(Part(label="", token_ids=ids[at:s.start], private=True))
-            parts.append(Part(label=s.label, token_ids=ids[s.start:s.end], private=s.private, aliases=s.aliases,
-                              text=texts[i] if texts is not None else ""))
-            at = s.end
-        if at < len(ids):
-            parts.append(Part(label="", token_ids=ids[at:], private=True))
-        return cls(parts=tuple(parts))
-
     @property
     def token_ids(self) -> tuple[int, ...]:
         return tuple(t for p in self.parts for t in p.token_ids)

@@ -20,7 +20,6 @@ NOTE: a request without a system message gets no template default (Qwen's
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import threading
 import weakref

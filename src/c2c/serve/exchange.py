@@ -43,7 +43,7 @@ from c2c.advise import load_calibration, runtime_calibration_name
 from c2c.artifact import Artifact
 from c2c.artifact.fingerprint import Fingerprint
 from c2c.artifact.prefix import PrefixRef
-from c2c.errors import C2CError, ConfigError, HandoffError, UnverifiableError
+from c2c.errors import C2CError, ConfigError, HandoffError
 from c2c.handoff.forecast import forecast
 from c2c.commit.author import TEXT_KEY, as_message, commit_of, text_of
 from c2c.handoff.gate import Admission, Gate, Receiver, not_visible as _not_visible, store_errors
@@ -201,7 +201,6 @@ class Exchange:
             HandoffError: ``full``/``slice`` and the cache may not be used (``auto`` takes text, or the
             mapped path for another served model's commit with a map ``decide()`` accepts).
         """
-        t0 = time.perf_counter()
         party = Party(name=principal.agent, domain=principal.domain, fingerprint=Fingerprint.of(runtime),
                       prefix=PrefixRef.of(prefix_ids))
         adm = self.gate.admit(commit_id, Receiver(party=party, policy=HandoffPolicy(mode=mode), held=held,

@@ -9,9 +9,6 @@ sent to Redis). hashlib, file I/O and sockets release the GIL, so they overlap.
 
 An artifact of format version 1 names no chunks: it is kept as pieces, hashed on a
 third thread.
-
-Reading a blob back is the mirror image: :func:`hash_while_reading` hashes each
-chunk on a helper thread while the next one is being read.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from c2c.errors import ConfigError
 from c2c.store.interface import BlobDigest, CommitId, check_id, check_stream, check_summary
@@ -147,56 +144,3 @@ def _stream_of(agent: str | None) -> str:
         return check_stream(agent) if agent else "default"
     except ConfigError:
         return "default"
-
-
-def hash_while_reading(chunks: Iterable[bytes]) -> tuple[bytes, str]:
-    """Join ``chunks`` and sha256 them, hashing chunk ``i`` while chunk ``i + 1`` is read."""
-    h = hashlib.sha256()
-    parts: list[bytes] = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="c2c-hash") as pool:
-        pending = []
-        for chunk in chunks:
-            parts.append(chunk)
-            pending.append(pool.submit(h.update, chunk))  # one worker: updates run in order
-        for p in pending:
-            p.result()
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
-    return data, h.hexdigest()
-
-
-class HashingBuffer:
-    """A buffer of known size, filled in place, whose regions are hashed as they are filled.
-
-    Reading a blob into one preallocated ``bytearray`` costs one pass of fresh
-    memory, like ``f.read()``; joining chunks would cost a second. The sha256 of
-    each filled region runs on a helper thread while the next region is read.
-    Regions must be reported in order.
-    """
-
-    def __init__(self, size: int):
-        self.buf = bytearray(size)
-        self.view = memoryview(self.buf)
-        self._h = hashlib.sha256()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="c2c-hash")
-        self._pending: list = []
-
-    def filled(self, start: int, end: int) -> None:
-        self._pending.append(self._pool.submit(self._h.update, self.view[start:end]))
-
-    def finish(self) -> tuple[bytearray, str]:
-        """The buffer and the sha256 of everything reported filled."""
-        self.close()
-        return self.buf, self._h.hexdigest()
-
-    def close(self) -> None:
-        for p in self._pending:
-            p.result()
-        self._pending.clear()
-        self._pool.shutdown()
-        self.view.release()
-
-    def __enter__(self) -> "HashingBuffer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
 from c2c.config import c2c_home
 from c2c.testing import free_port, wait_for_http
 
