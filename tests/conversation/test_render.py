@@ -8,7 +8,7 @@ import os
 import pytest
 
 from c2c.errors import RuntimeUnsupportedError
-from c2c.testing.templates import MERGING_USER_TURNS
+from c2c.testing.templates import ALTERNATING_ONLY, MERGING_USER_TURNS
 from c2c.conversation import Part, Conversation
 from c2c.conversation.render import continuation
 
@@ -180,3 +180,16 @@ def test_where_a_template_is_not_prefix_stable_every_conversation_is_rendered_wh
     assert 0 < kept < len(shorter)                # the merged turn changes the end of message 1, and no more
     assert whole[:kept] == shorter[:kept]
 
+
+
+def test_a_template_that_refuses_a_probe_is_checked_on_the_others_and_never_stops_a_start():
+    """A template that raises on two user messages in a row (raise_exception) is no error at load: the probe it
+    refuses is named, the others decide (here: stable), and an alternating chat renders as before."""
+    from c2c.conversation.render import Message, render, template_stability
+
+    rt = _Counting(ALTERNATING_ONLY)
+    found = template_stability(rt)
+    assert found.stable and "refuses 'consecutive users'" in found.reason and "TemplateError" in found.reason
+    msgs = [Message(role=r, content=c) for r, c in [("system", "S"), ("user", "a"), ("assistant", "b")]]
+    whole = tuple(rt.encode(rt.render_chat([m.to_dict() for m in msgs], add_generation_prompt=True)))
+    assert render(rt, msgs).token_ids == whole

@@ -41,3 +41,20 @@ def test_on_a_template_that_is_not_prefix_stable_the_agent_re_renders_whole_and_
     assert truth[:len(before)] != before                          # the earlier rendering was cut, not kept
     _, fresh = rt.prefill(list(truth))
     assert a.cache.max_abs_diff(fresh) < 1e-4                      # and its K/V are those of the new tokens
+
+
+def test_a_reply_is_private_by_its_label_and_costs_no_pass_of_its_own(tiny):
+    """A reply labelled ``scratch`` stays private (by label, as every span); and respond runs only the prompt's
+    prefill and the decode: the rest of the reply's message (its last token, the end of turn) rides along with
+    whatever is read next, and a cache read in between is brought up to date."""
+    rt = tiny("qwen2")
+    a = Agent("analyst", rt, Team(shared=SharedPrefix.build("You are a careful agent.")))
+    a.read("Some evidence.")
+    before = a.stats.prefilled
+    asked = len(rt.encode(rt.render_turn("user", "Think.") + rt.generation_prompt()))
+    a.respond("Think.", max_new_tokens=4, label="scratch")
+    assert a.stats.prefilled == before + asked                     # no pass for the reply's own end
+    assert a.context.spans[-1].label == "scratch" and a.context.spans[-1].private
+    assert "scratch" not in a.exportable_labels()
+    a.read("More.", label="evidence-2")
+    assert a.cache.token_ids == a.context.token_ids == render(rt, a.history, generation_prompt=False).token_ids

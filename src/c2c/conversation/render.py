@@ -139,14 +139,19 @@ def _check_stability(runtime: Runtime) -> Stability:
         return Stability(True, "no chat template: c2c's plain turns, each a prefix of the next by construction")
     bos = tuple(runtime.bos_ids)
     gp = tuple(runtime.encode(runtime.generation_prompt()))
+    refused = []
     for name, turns in STABILITY_PROBES.items():
         msgs = [Message(role=r, content=c) for r, c in turns]
         system, rest = split_system(msgs)
         ours = list(prefix_ids(runtime, system))
         for k, m in enumerate(rest, start=1):
-            ours += turn(runtime, m).token_ids
-            whole = list(runtime.encode(runtime.render_chat([x.to_dict() for x in msgs[:len(msgs) - len(rest) + k]],
-                                                            True) or ""))
+            try:
+                ours += turn(runtime, m).token_ids
+                text = runtime.render_chat([x.to_dict() for x in msgs[:len(msgs) - len(rest) + k]], True) or ""
+            except Exception as e:   # a template that refuses the shape (raise_exception): no path renders it
+                refused.append(f"{name!r} ({type(e).__name__}: {str(e)[:80]})")
+                break
+            whole = list(runtime.encode(text))
             if bos and tuple(whole[:len(bos)]) != bos:
                 whole = list(bos) + whole
             mine = ours + list(gp)
@@ -159,8 +164,10 @@ def _check_stability(runtime: Runtime) -> Stability:
                                  f"{name!r}, {k} message(s) after the system turn rendered one by one part from the "
                                  f"template's whole rendering at token {at} ({len(mine)} against {len(whole)} "
                                  "tokens); every conversation is rendered whole")
-    return Stability(True, f"prefix-stable on {len(STABILITY_PROBES)} probe conversations: turns are rendered one "
-                     "at a time")
+    checked = len(STABILITY_PROBES) - len(refused)
+    return Stability(True, f"prefix-stable on {checked} probe conversations: turns are rendered one at a time"
+                     + (f" (the template refuses {', '.join(refused)}; c2c renders those shapes turn by turn)"
+                        if refused else ""))
 
 
 def render_whole(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dict] = (),

@@ -7,7 +7,8 @@ parts, one per chat message (or per cache it attached):
 
 It is rendered the way ``c2c serve`` renders a session (:func:`c2c.conversation.render.render`): the model's
 own chat template, turn by turn where the template is prefix-stable (checked once per model), else the whole
-conversation re-rendered and the cache reused up to the first token that differs. So span boundaries are exact,
+conversation re-rendered and the cache reused up to the first token that differs (an agent holding a cache it
+attached cannot be re-rendered whole: on such a template it is refused by name, never given other tokens). So span boundaries are exact,
 every agent of the team produces identical prefix tokens, and an agent's tokens are those a server would
 render for its messages. The agent keeps the KV-cache of its whole conversation and grows it incrementally:
 reading is a prefill of only the new tokens.
@@ -88,7 +89,7 @@ class Agent:
         # the one record of what the agent has read and said: its parts' tokens are exactly what ``cache`` holds
         self.conversation = Conversation(parts=(Part(label="prefix", token_ids=team.prefix_tokens(runtime),
                                                      message=system),))
-        self.cache: KVCache = team.prefix_cache(runtime)
+        self._cache: KVCache = team.prefix_cache(runtime)   # a prefix of the conversation (see ``cache``)
         self.stats = Stats()
         self._role_done = not role
 
@@ -117,34 +118,55 @@ class Agent:
         """The chat messages of :attr:`messages` as the conversation holds them (labels and privacy too)."""
         return tuple(p.message for p in self.conversation.parts if p.message is not None)
 
+    @property
+    def cache(self) -> KVCache:
+        """The K/V of exactly the conversation's tokens. A reply's own message (its last token and the template's
+        end of turn) is fed when the cache is next needed, in the pass that reads what comes next."""
+        self._cache = self._fed(self.conversation, self._cache)
+        return self._cache
+
     # ------------------------------------------------------------- reading
-    def _grow(self, said: Sequence[Message], *, prompt: bool = False) -> tuple[int, ...]:
-        """The conversation with ``said`` after it (and the generation prompt, with ``prompt``), rendered as
-        :func:`~c2c.conversation.render.render` renders it; ``self.cache`` is cut to what the new rendering
-        begins with. Returns the tokens still to feed (the generation prompt's included)."""
+    def _after(self, said: Sequence[Message]) -> Conversation:
+        """The conversation with ``said`` after it, rendered as :func:`~c2c.conversation.render.render` renders
+        it: turn by turn where the template is prefix-stable (checked once per model), else whole."""
         rt, parts = self.runtime, self.conversation.parts
-        if template_stability(rt).stable:   # turn by turn: the tokens of the whole rendering (checked at load)
-            grown = Conversation(parts=parts + tuple(turn(rt, m) for m in said))
-        elif any(p.message is None for p in parts[1:]):
+        if template_stability(rt).stable:
+            return Conversation(parts=parts + tuple(turn(rt, m) for m in said))
+        if any(p.message is None for p in parts[1:]):
             raise RuntimeUnsupportedError(
                 f"{template_stability(rt).reason}; {self.name} holds an attached cache, which a whole re-rendering "
                 "cannot place: attach to an agent on a model with a prefix-stable template, or hand off as text")
-        else:
-            grown = render(rt, [p.message for p in parts] + list(said), generation_prompt=False)
-        gp = tuple(rt.encode(rt.generation_prompt())) if prompt else ()
-        target = grown.token_ids + gp
-        keep = common_prefix(self.cache.token_ids, target)
-        if keep < self.cache.seq_len:   # an unstable template rewrote an earlier turn: reuse up to it
-            self.cache = truncate(self.cache, keep) or self.team.prefix_cache(rt)
-        self.conversation = grown
-        return target[self.cache.seq_len:]
+        grown = render(rt, [p.message for p in parts] + list(said), generation_prompt=False)
+        if grown.prefix_ids != self.conversation.prefix_ids:
+            raise RuntimeUnsupportedError(f"{template_stability(rt).reason}; rendered whole, its shared prefix is "
+                                          "not the team's: hand off as text")
+        return grown
+
+    def _held(self, target: Sequence[int], cache: KVCache) -> KVCache:
+        """``cache`` cut to what ``target`` begins with (all of it, unless a turn was rewritten or a reply's text
+        encodes to other tokens than it was decoded from); where a sliding-window layer cannot be cut, the shared
+        prefix's K/V (the rest is prefilled again)."""
+        keep = common_prefix(cache.token_ids, target)
+        if keep < cache.seq_len:
+            cache = truncate(cache, keep) or self.team.prefix_cache(self.runtime)
+        return cache
+
+    def _fed(self, conversation: Conversation, cache: KVCache) -> KVCache:
+        """``cache`` made to hold exactly ``conversation``'s tokens (what it lacks prefilled)."""
+        target = conversation.token_ids
+        if cache.token_ids == target:
+            return cache
+        cache = self._held(target, cache)
+        ids = target[cache.seq_len:]
+        t0 = time.perf_counter()
+        _, cache = self.runtime.prefill(list(ids), cache)
+        self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
+        return cache
 
     def _feed(self, said: Sequence[Message]) -> None:
-        ids = self._grow(said)
-        if ids:
-            t0 = time.perf_counter()
-            _, self.cache = self.runtime.prefill(list(ids), self.cache)
-            self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
+        grown = self._after(said)
+        cache = self._fed(grown, self._cache)
+        self.conversation, self._cache = grown, cache   # both, once the prefill is done
 
     def read_role(self) -> None:
         """Prefill the private role turn now (it is otherwise done before the first own turn)."""
@@ -166,17 +188,19 @@ class Agent:
         """Greedy reply to ``instruction``; the reply joins the conversation as the assistant's message, span
         ``label`` (its end-of-turn tokens included, as the template writes the message)."""
         self._ensure_role()
-        ids = self._grow([Message(role="user", content=instruction, name="instruction", private=False)],
-                         prompt=True)
+        asked = self._after([Message(role="user", content=instruction, name="instruction", private=False)])
+        target = asked.token_ids + tuple(self.runtime.encode(self.runtime.generation_prompt()))
+        cache = self._held(target, self._cache)
+        ids = target[cache.seq_len:]
         # the one decode loop (c2c serve's): greedy, the end of turn banned for the first min_new_tokens
-        d = generate(self.runtime, self.cache, ids, Sampling(max_tokens=max_new_tokens, min_tokens=min_new_tokens,
-                                                             temperature=0.0))
+        d = generate(self.runtime, cache, ids, Sampling(max_tokens=max_new_tokens, temperature=0.0,
+                                                        min_tokens=min(min_new_tokens, max_new_tokens)))
         self.stats = self.stats.plus(prefilled=len(ids), decoded=d.completion_tokens,
                                      prefill_s=d.prefill_s, decode_s=d.decode_s)
-        # The cache holds every generated token but the last; the reply's message, as the template writes it,
-        # is fed on top of what it shares with them (usually the last token and the end of the turn).
-        self.cache = d.cache
-        self._feed([Message(role="assistant", content=d.text, name=label, private=False)])
+        self.conversation = asked
+        # The reply joins as the assistant's message, as the template writes it; the cache holds every generated
+        # token but the last, and the rest of the message is fed when the cache is next needed (:attr:`cache`).
+        self.conversation, self._cache = self._after([Message(role="assistant", content=d.text, name=label)]), d.cache
         return Generation(token_ids=d.token_ids, cache=d.cache, prefill_s=d.prefill_s, decode_s=d.decode_s,
                           text=d.text)
 
@@ -200,7 +224,7 @@ class Agent:
         chosen = [i for i, p in enumerate(parts) if i and p.label in labels]
         if not chosen:
             raise ConfigError(f"no span labelled {list(labels)}; this context has {[p.label for p in parts[1:]]}")
-        self.conversation, self.cache, step = drop_parts(self.runtime, self.conversation, self.cache, chosen,
+        self.conversation, self._cache, step = drop_parts(self.runtime, self.conversation, self.cache, chosen,
                                                          reposition=reposition, repair=repair)
         return step
 
@@ -282,7 +306,7 @@ class Agent:
             placement.require_continues(cache, prefix)   # the one rule (c2c.runtime.placement): K/V kept whole
         except HandoffError as e:
             raise HandoffError(f"{self.name} cannot adopt this cache: {e}") from None
-        self.cache = cache
+        self._cache = cache
         said = list(messages)
         whole = render(self.runtime, said, generation_prompt=False) if said and said[0].role == "system" else None
         if whole is not None and whole.token_ids == tuple(cache.token_ids) and whole.prefix_ids == prefix:
@@ -346,7 +370,8 @@ class Agent:
         if full:
             self.adopt(cache, label=f"from:{source}", messages=messages)
         else:
-            self.cache = placement.append(self.runtime, self.cache, cache, at=self.cache.end)
+            held = self.cache
+            self._cache = placement.append(self.runtime, held, cache, at=held.end)
             self.conversation = Conversation(parts=self.conversation.parts
                                              + (self._attached(cache.token_ids, f"from:{source}"),))
 
