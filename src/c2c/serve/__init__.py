@@ -4,16 +4,14 @@ Needs the ``serve`` extra (``pip install 'c2c[serve]'``: fastapi, uvicorn,
 prometheus-client). Start it with ``c2c serve`` or :func:`run`; talk to it with
 any OpenAI client, and use :mod:`c2c.client` for the native endpoints.
 
-Modules, one idea each (the HTTP layer is thin; the logic is in the library modules):
+Modules, one idea each (the HTTP layer is thin; the conversation engine, how messages become tokens and a
+cache, is :mod:`c2c.conversation`: ``render``, ``reuse``, ``decode``, ``editing``, ``tools``):
 
 ================  ==============================================================
 ``config``        :class:`ServeConfig`, every option, frozen
 ``auth``          bearer tokens -> (agent, trust domain), compared in constant time
-``render``        messages -> tokens, turn by turn, so prefixes are reused exactly
-``reuse``         a held cache brought up to a rendering (reuse, import, prefill)
-``sessions``      per-caller sessions under K/V byte budgets, per tenant and overall
-``decode``        the decode loop: sampling, stop strings, streaming, cancellation
-``exchange``      publish to the store; attach commits through ``c2c.handoff.decide``
+``sessions``      a session: its rendered conversation and cache, under K/V byte budgets per tenant and overall
+``exchange``      publish to the store; attach commits through the gate (``c2c.handoff.gate``)
 ``service``       :class:`ChatService`: one completion, on its model's worker
 ``worker``        one forward pass at a time per model, shared fairly between tenants;
                   bounded admission, overall and per tenant (429)
