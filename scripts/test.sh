@@ -18,8 +18,10 @@ if ! command -v redis-server >/dev/null; then
     exit 1
   fi
 fi
-# Real zoo models used by tests marked `zoo` (pulled once into C2C_HOME, then reused).
-for m in Qwen2.5-Coder-0.5B-Instruct SmolLM2-135M-Instruct Gemma-3-270M; do
+# Real zoo models used by tests marked `zoo` (pulled once into C2C_HOME, then reused). Qwen2.5-Coder-1.5B is read
+# by the rendering invariant only (its tokenizer and template: tests/conversation/test_render.py), so that every
+# zoo model's template is checked.
+for m in Qwen2.5-Coder-0.5B-Instruct SmolLM2-135M-Instruct Gemma-3-270M Qwen2.5-Coder-1.5B-Instruct; do
   .venv/bin/c2c models pull "$m"
 done
 set +e
