@@ -116,6 +116,14 @@ class Conversation:
     def token_ids(self) -> tuple[int, ...]:
         return tuple(t for p in self.parts for t in p.token_ids)
 
+    def bounds(self) -> list[tuple[int, int]]:
+        """Each part's token range ``[a, b)`` in :attr:`token_ids`, in order."""
+        out, at = [], 0
+        for p in self.parts:
+            out.append((at, at + len(p.token_ids)))
+            at += len(p.token_ids)
+        return out
+
     @property
     def prefix_ids(self) -> tuple[int, ...]:
         return self.parts[0].token_ids
@@ -137,10 +145,8 @@ class Conversation:
     def text_between(self, start: int, end: int) -> str:
         """The text of the parts that lie inside tokens ``[start, end)``, one paragraph each: never the shared
         prefix's, nor a private part's (a commit's text may reach a domain its K/V never would)."""
-        out, offset = [], 0
-        for i, p in enumerate(self.parts):
-            a, b = offset, offset + len(p.token_ids)
-            offset = b
+        out = []
+        for i, (p, (a, b)) in enumerate(zip(self.parts, self.bounds())):
             if i and a >= start and b <= end and p.text and not p.is_private:
                 out.append(p.text)
         return "\n\n".join(out)

@@ -196,10 +196,7 @@ def drop_parts(runtime: Runtime, conversation: Conversation, cache: KVCache, ind
     if not chosen or chosen[0] < 1 or chosen[-1] >= len(conversation.parts):
         raise ConfigError(f"parts {list(indices)} cannot be dropped: a conversation of {len(conversation.parts)} "
                           "parts can drop parts 1.. (part 0 is the shared prefix)")
-    bounds, at = [], 0
-    for p in conversation.parts:
-        bounds.append((at, at + len(p.token_ids)))
-        at += len(p.token_ids)
+    bounds = conversation.bounds()
     spans = [bounds[i] for i in chosen if bounds[i][1] > bounds[i][0]]
     step = EditStep()
     if spans:
@@ -212,10 +209,7 @@ def held_messages(rendering: Conversation, kept_index: Sequence[int], attachment
     """Where each kept message (but the system one, which is the prefix) sits in ``rendering``'s tokens:
     ``kept_index`` gives each kept message's index in the caller's history, ``attachments`` how many parts
     lie between the prefix and the first message; each part carries its message (:attr:`Part.message`)."""
-    offsets, at = [], 0
-    for p in rendering.parts:
-        offsets.append((at, at + len(p.token_ids)))
-        at += len(p.token_ids)
+    offsets = rendering.bounds()
     turns = [i for i in kept_index if not (i == 0 and rendering.parts[0].message is not None)]
     first = 1 + attachments
     ids = rendering.token_ids

@@ -69,13 +69,19 @@ def render(runtime: Runtime, messages: Sequence[Message], *, tools: Sequence[dic
             not template_stability(runtime).stable:
         return render_whole(runtime, messages, tools=tools,
                             generation_prompt=generation_prompt).after_prefix(attachments)
+    return _by_turns(runtime, messages, generation_prompt).after_prefix(attachments)
+
+
+def _by_turns(runtime: Runtime, messages: Sequence[Message], generation_prompt: bool) -> Conversation:
+    """``messages`` turn by turn: the prefix, each message as the template writes it mid-conversation, and
+    the generation prompt (labelled ``"prompt"``)."""
     system, rest = split_system(messages)
     parts = [Part(label="prefix", token_ids=prefix_ids(runtime, system), message=system)]
     parts += [turn(runtime, m) for m in rest]
     if generation_prompt:
         parts.append(Part(label="prompt", token_ids=tuple(runtime.encode(runtime.generation_prompt())),
                           private=False))
-    return Conversation(parts=tuple(parts)).after_prefix(attachments)
+    return Conversation(parts=tuple(parts))
 
 
 _PROBE = "\ue000"   # a private-use character: a user turn no template writes on its own
@@ -118,43 +124,34 @@ def template_stability(runtime: Runtime) -> Stability:
     c2c leaves out on purpose (what the client sends is what the model reads): the rest must still be the same
     tokens. A model without a chat template is written in c2c's plain turns, prefix-stable by construction.
     """
-    try:
+    with _STABILITY_LOCK:
+        known = _STABILITY.get(runtime)
+    if known is None:   # two threads may both check a new runtime: the same answer, kept once
+        known = _check_stability(runtime)
         with _STABILITY_LOCK:
-            known = _STABILITY.get(runtime)
-    except TypeError:   # a runtime that cannot be weakly referenced: checked each time
-        known = None
-    if known is not None:
-        return known
-    found = _check_stability(runtime)
-    try:
-        with _STABILITY_LOCK:
-            _STABILITY[runtime] = found
-    except TypeError:
-        pass
-    return found
+            _STABILITY[runtime] = known
+    return known
 
 
 def _check_stability(runtime: Runtime) -> Stability:
     if runtime.render_chat([{"role": "user", "content": "x"}]) is None:
         return Stability(True, "no chat template: c2c's plain turns, each a prefix of the next by construction")
     bos = tuple(runtime.bos_ids)
-    gp = tuple(runtime.encode(runtime.generation_prompt()))
     refused = []
     for name, turns in STABILITY_PROBES.items():
         msgs = [Message(role=r, content=c) for r, c in turns]
         system, rest = split_system(msgs)
-        ours = list(prefix_ids(runtime, system))
-        for k, m in enumerate(rest, start=1):
+        for k in range(1, len(rest) + 1):
+            shown = msgs[:len(msgs) - len(rest) + k]
             try:
-                ours += turn(runtime, m).token_ids
-                text = runtime.render_chat([x.to_dict() for x in msgs[:len(msgs) - len(rest) + k]], True) or ""
+                mine = list(_by_turns(runtime, shown, True).token_ids)
+                text = runtime.render_chat([x.to_dict() for x in shown], True) or ""
             except Exception as e:   # a template that refuses the shape (raise_exception): no path renders it
                 refused.append(f"{name!r} ({type(e).__name__}: {str(e)[:80]})")
                 break
             whole = list(runtime.encode(text))
             if bos and tuple(whole[:len(bos)]) != bos:
                 whole = list(bos) + whole
-            mine = ours + list(gp)
             if system is None and len(whole) > len(mine) and whole[len(whole) - len(mine) + len(bos):] == \
                     mine[len(bos):]:
                 continue   # the template's default system turn, then exactly ours

@@ -79,10 +79,7 @@ def prepare(runtime: Runtime, held: KVCache | None, rendering: Conversation, pac
     if not target:
         raise ValueError("nothing to prefill")  # render() always yields at least the generation prompt
     n = common_prefix(held.token_ids, target) if held is not None and held.start == 0 else 0
-    bounds, offset = [], 0
-    for part in rendering.parts:
-        bounds.append((offset, offset + len(part.token_ids)))
-        offset += len(part.token_ids)
+    bounds = rendering.bounds()
     # An attachment's K/V is imported whole: reuse ends where the first one starts. (The prefix's
     # own K/V, which a full cache brings, equals the caller's by the prefix check: reuse wins there.)
     first_kv = min((a for (a, _), p in zip(bounds[1:], rendering.parts[1:]) if p.kv is not None), default=n)

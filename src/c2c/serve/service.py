@@ -167,8 +167,8 @@ class ChatService:
                  "context_length": self.context[name],
                  "c2c": {"max_batch": self.workers[name].max_batch,
                          "batched_decode": self.workers[name].batch is not None,
-                         "prefix_stable": template_stability(rt).stable,
-                         "rendering": template_stability(rt).reason}} for name, rt in self.runtimes.items()]
+                         "prefix_stable": t.stable, "rendering": t.reason}}
+                for name, t in ((n, template_stability(rt)) for n, rt in self.runtimes.items())]
 
     def model_name(self, name: str) -> str:
         """The served model ``name`` refers to (exact, else case-insensitive).
@@ -314,8 +314,8 @@ class ChatService:
                                       "of it, or a map gave them on other tokens): prefilled as sent")
                     rec["used"] = "text"
                     cid = rec["commit"]
-                    held = session.attachments
-                    if cid in held.commits and cid not in held.via_text:  # K/V the session holds of it
+                    had = session.attachments
+                    if cid in had.commits and cid not in had.via_text:  # K/V the session holds of it
                         held_cache = truncate(held_cache, len(prefix))
                     prefix_kv = None
                 records, attachments, parts_of = [(rec, n)], (), (0,)

@@ -29,7 +29,7 @@ from c2c.conversation import Conversation, Message, Part
 from c2c.conversation.render import render, template_stability, turn
 from c2c.conversation.decode import Sampling, generate
 from c2c.conversation.editing import drop_parts
-from c2c.conversation.reuse import common_prefix, truncate
+from c2c.conversation.reuse import common_prefix, extend, truncate
 from c2c.errors import ConfigError, FingerprintMismatchError, HandoffError, RuntimeUnsupportedError
 from c2c.runtime import edit, placement
 from c2c.runtime.protocol import Generation, Runtime
@@ -142,25 +142,13 @@ class Agent:
                                           "not the team's: hand off as text")
         return grown
 
-    def _held(self, target: Sequence[int], cache: KVCache) -> KVCache:
-        """``cache`` cut to what ``target`` begins with (all of it, unless a turn was rewritten or a reply's text
-        encodes to other tokens than it was decoded from); where a sliding-window layer cannot be cut, the shared
-        prefix's K/V (the rest is prefilled again)."""
-        keep = common_prefix(cache.token_ids, target)
-        if keep < cache.seq_len:
-            cache = truncate(cache, keep) or self.team.prefix_cache(self.runtime)
-        return cache
-
     def _fed(self, conversation: Conversation, cache: KVCache) -> KVCache:
-        """``cache`` made to hold exactly ``conversation``'s tokens (what it lacks prefilled)."""
-        target = conversation.token_ids
-        if cache.token_ids == target:
-            return cache
-        cache = self._held(target, cache)
-        ids = target[cache.seq_len:]
+        """``cache`` made to hold exactly ``conversation``'s tokens (:func:`c2c.conversation.reuse.extend`: cut
+        where they differ, what it lacks prefilled)."""
         t0 = time.perf_counter()
-        _, cache = self.runtime.prefill(list(ids), cache)
-        self.stats = self.stats.plus(prefilled=len(ids), prefill_s=time.perf_counter() - t0)
+        cache, n = extend(self.runtime, cache, conversation.token_ids)
+        if n:
+            self.stats = self.stats.plus(prefilled=n, prefill_s=time.perf_counter() - t0)
         return cache
 
     def _feed(self, said: Sequence[Message]) -> None:
@@ -190,8 +178,8 @@ class Agent:
         self._ensure_role()
         asked = self._after([Message(role="user", content=instruction, name="instruction", private=False)])
         target = asked.token_ids + tuple(self.runtime.encode(self.runtime.generation_prompt()))
-        cache = self._held(target, self._cache)
-        ids = target[cache.seq_len:]
+        cache = truncate(self._cache, common_prefix(self._cache.token_ids, target))   # None: nothing reusable
+        ids = target[cache.seq_len if cache is not None else 0:]
         # the one decode loop (c2c serve's): greedy, the end of turn banned for the first min_new_tokens
         d = generate(self.runtime, cache, ids, Sampling(max_tokens=max_new_tokens, temperature=0.0,
                                                         min_tokens=min(min_new_tokens, max_new_tokens)))
